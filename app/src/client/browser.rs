@@ -1,0 +1,90 @@
+//! Browser adapters: `fetch` and `EventSource` through web-sys.
+use super::ClientError;
+use crate::wire::Event;
+use serde::de::DeserializeOwned;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+fn js_text(v: &JsValue) -> String {
+    v.as_string()
+        .or_else(|| js_sys::JSON::stringify(v).ok().and_then(|s| s.as_string()))
+        .unwrap_or_else(|| "unknown error".into())
+}
+
+/// Calls the API with a JSON body; parses a 2xx answer as `T`, else the contract's error.
+pub async fn fetch_json<T: DeserializeOwned>(
+    method: &str,
+    url: &str,
+    body: Option<String>,
+) -> Result<T, ClientError> {
+    let init = web_sys::RequestInit::new();
+    init.set_method(method);
+    init.set_credentials(web_sys::RequestCredentials::SameOrigin);
+    let headers = web_sys::Headers::new().map_err(|e| ClientError::network(js_text(&e)))?;
+    let _ = headers.set("accept", "application/json");
+    if let Some(b) = &body {
+        let _ = headers.set("content-type", "application/json");
+        init.set_body(&JsValue::from_str(b));
+    }
+    init.set_headers(&headers);
+    let window = web_sys::window().ok_or_else(|| ClientError::network("no window"))?;
+    let resp = JsFuture::from(window.fetch_with_str_and_init(url, &init))
+        .await
+        .map_err(|e| ClientError::network(js_text(&e)))?;
+    let resp: web_sys::Response = resp
+        .dyn_into()
+        .map_err(|e| ClientError::network(js_text(&e)))?;
+    let text = JsFuture::from(resp.text().map_err(|e| ClientError::network(js_text(&e)))?)
+        .await
+        .map_err(|e| ClientError::network(js_text(&e)))?
+        .as_string()
+        .unwrap_or_default();
+    if !resp.ok() {
+        return Err(ClientError::from_answer(resp.status(), &text));
+    }
+    serde_json::from_str(&text).map_err(|e| ClientError::network(format!("unreadable answer: {e}")))
+}
+
+/// An open `EventSource` on a session's events; closes when dropped or closed.
+pub struct EventStream {
+    source: web_sys::EventSource,
+    _listeners: Vec<Closure<dyn FnMut(web_sys::MessageEvent)>>,
+}
+
+impl EventStream {
+    /// Opens the stream; `on_event(id, event)` runs for every event this build understands.
+    pub fn open(url: &str, on_event: impl FnMut(i64, Event) + 'static) -> Option<EventStream> {
+        let source = web_sys::EventSource::new(url).ok()?;
+        let handler = std::rc::Rc::new(std::cell::RefCell::new(on_event));
+        let mut listeners = Vec::new();
+        for name in ["message", "delta", "run", "attempt", "session"] {
+            let handler = handler.clone();
+            let cb = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
+                move |ev: web_sys::MessageEvent| {
+                    let data = ev.data().as_string().unwrap_or_default();
+                    let id = ev.last_event_id().parse::<i64>().unwrap_or(0);
+                    if let Some(Ok(event)) = Event::parse(name, &data) {
+                        (handler.borrow_mut())(id, event);
+                    }
+                },
+            );
+            let _ = source.add_event_listener_with_callback(name, cb.as_ref().unchecked_ref());
+            listeners.push(cb);
+        }
+        Some(EventStream {
+            source,
+            _listeners: listeners,
+        })
+    }
+
+    pub fn close(&self) {
+        self.source.close();
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.source.close();
+    }
+}

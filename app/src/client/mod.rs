@@ -1,0 +1,79 @@
+//! The browser's side of the API: JSON over fetch (with an optional AbortSignal) and the
+//! session event stream. On the server these are inert: components call them only from
+//! effects and event handlers, which run in the browser.
+use crate::wire::{ApiError, Event};
+use serde::de::DeserializeOwned;
+
+#[cfg(feature = "hydrate")]
+mod browser;
+#[cfg(feature = "hydrate")]
+pub use browser::{fetch_json, EventStream};
+
+/// Why a call failed: the API's refusal, or the network.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientError {
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+}
+
+impl ClientError {
+    pub fn network(message: impl Into<String>) -> Self {
+        ClientError {
+            status: 0,
+            code: "network".into(),
+            message: message.into(),
+        }
+    }
+
+    /// From a non-2xx answer: the contract's `{"error": {...}}`, or the status alone.
+    pub fn from_answer(status: u16, body: &str) -> Self {
+        match serde_json::from_str::<ApiError>(body) {
+            Ok(e) => ClientError {
+                status,
+                code: e.error.code,
+                message: e.error.message,
+            },
+            Err(_) => ClientError {
+                status,
+                code: "http".into(),
+                message: format!("the server answered {status}"),
+            },
+        }
+    }
+
+    /// What to tell the operator.
+    pub fn explain(&self) -> String {
+        match self.code.as_str() {
+            "unauthorized" => "Not signed in: open the URL that `mulligan serve` printed.".into(),
+            "network" => format!("Cannot reach the Mulligan server ({}).", self.message),
+            _ => self.message.clone(),
+        }
+    }
+}
+
+#[cfg(not(feature = "hydrate"))]
+pub async fn fetch_json<T: DeserializeOwned>(
+    _method: &str,
+    _url: &str,
+    _body: Option<String>,
+) -> Result<T, ClientError> {
+    Err(ClientError::network("not in a browser"))
+}
+
+/// The session event stream (inert on the server).
+#[cfg(not(feature = "hydrate"))]
+pub struct EventStream;
+
+#[cfg(not(feature = "hydrate"))]
+impl EventStream {
+    pub fn open(_url: &str, _on_event: impl FnMut(i64, Event) + 'static) -> Option<EventStream> {
+        None
+    }
+    pub fn close(&self) {}
+}
+
+/// `/api/v1` + path.
+pub fn api(path: &str) -> String {
+    format!("/api/v1{path}")
+}

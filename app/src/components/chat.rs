@@ -1,0 +1,166 @@
+//! The chat view of one session: loads a snapshot, then follows the session's events
+//! (messages, deltas, runs) live; holds the composer.
+use super::composer::Composer;
+use super::reply::MessageView;
+use super::use_sessions;
+use crate::client::{api, fetch_json, EventStream};
+use crate::wire::{
+    Event, Message, Run, RunStatus, RunSummary, Session, SessionDetail, SessionStatus,
+};
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+/// The open session's state, shared by its parts.
+#[derive(Clone, Copy)]
+pub struct Chat {
+    pub session: RwSignal<Option<Session>>,
+    /// Each message in its own signal, so a delta re-renders only its reply.
+    pub messages: RwSignal<Vec<(String, RwSignal<Message>)>>,
+    pub runs: RwSignal<Vec<Run>>,
+    pub error: RwSignal<Option<String>>,
+}
+
+impl Chat {
+    fn new() -> Self {
+        Chat {
+            session: RwSignal::new(None),
+            messages: RwSignal::new(Vec::new()),
+            runs: RwSignal::new(Vec::new()),
+            error: RwSignal::new(None),
+        }
+    }
+
+    fn load(&self, d: SessionDetail) {
+        self.session.set(Some(d.session));
+        self.messages.set(
+            d.messages
+                .into_iter()
+                .map(|m| (m.id.clone(), RwSignal::new(m)))
+                .collect(),
+        );
+        self.runs.set(d.runs);
+        self.error.set(None);
+    }
+
+    /// Applies one live event.
+    pub fn apply(&self, event: Event) {
+        match event {
+            Event::Message(m) => {
+                let slot = self
+                    .messages
+                    .with_untracked(|ms| ms.iter().find(|(id, _)| *id == m.id).map(|(_, s)| *s));
+                match slot {
+                    Some(s) => s.set(m),
+                    None if !m.superseded => self
+                        .messages
+                        .update(|ms| ms.push((m.id.clone(), RwSignal::new(m)))),
+                    None => {}
+                }
+            }
+            Event::Delta(d) => {
+                let slot = self.messages.with_untracked(|ms| {
+                    ms.iter()
+                        .find(|(id, _)| *id == d.message_id)
+                        .map(|(_, s)| *s)
+                });
+                if let Some(s) = slot {
+                    s.update(|m| {
+                        if d.seq > m.delta_seq.unwrap_or(0) {
+                            m.content.push_str(&d.text);
+                            m.delta_seq = Some(d.seq);
+                        }
+                    });
+                }
+            }
+            Event::Run(r) => {
+                self.runs
+                    .update(|rs| match rs.iter_mut().find(|x| x.id == r.id) {
+                        Some(slot) => *slot = r,
+                        None => rs.push(r),
+                    });
+                self.refresh_session_state();
+            }
+            Event::Session(s) => {
+                self.session.set(Some(s));
+                self.refresh_session_state();
+            }
+            Event::Attempt(_) => {}
+        }
+    }
+
+    /// The session's status and last run, derived from its runs, into the chat and the list.
+    fn refresh_session_state(&self) {
+        let runs = self.runs.get_untracked();
+        let busy = runs
+            .iter()
+            .any(|r| r.status.is_active() && r.held_by.is_none());
+        let last: Option<RunSummary> = runs.last().map(Run::summary);
+        self.session.update(|s| {
+            if let Some(s) = s {
+                s.status = if busy {
+                    SessionStatus::Running
+                } else {
+                    SessionStatus::Idle
+                };
+                s.last_run = last;
+            }
+        });
+        if let Some(s) = self.session.get_untracked() {
+            use_sessions().upsert(s);
+        }
+    }
+
+    /// The run that is executing now, if any.
+    pub fn running_run(&self) -> Option<Run> {
+        self.runs
+            .with(|rs| rs.iter().find(|r| r.status == RunStatus::Running).cloned())
+    }
+}
+
+#[component]
+pub fn SessionView() -> impl IntoView {
+    let params = use_params_map();
+    let sid = Memo::new(move |_| params.read().get("id").unwrap_or_default());
+    let chat = Chat::new();
+    provide_context(chat);
+    let stream = StoredValue::new_local(None::<EventStream>);
+    Effect::new(move |_| {
+        let id = sid.get();
+        stream.set_value(None);
+        chat.messages.set(Vec::new());
+        chat.session.set(None);
+        leptos::task::spawn_local(async move {
+            match fetch_json::<SessionDetail>("GET", &api(&format!("/sessions/{id}")), None).await {
+                Ok(detail) => {
+                    let after = detail.last_event_id;
+                    chat.load(detail);
+                    let url = api(&format!("/sessions/{id}/events?last_event_id={after}"));
+                    stream.set_value(EventStream::open(&url, move |_, ev| chat.apply(ev)));
+                }
+                Err(e) => chat.error.set(Some(e.explain())),
+            }
+        });
+    });
+    on_cleanup(move || stream.set_value(None));
+
+    view! {
+        <section class="chat" aria-label="Chat">
+            <header class="chat-head">
+                <h1>{move || chat.session.get().map(|s| s.title).unwrap_or_else(|| "Loading…".into())}</h1>
+                <span class="model">{move || chat.session.get().map(|s| s.model)}</span>
+            </header>
+            <Show when=move || chat.error.get().is_some()>
+                <p class="error" role="alert">{move || chat.error.get()}</p>
+            </Show>
+            <ol class="messages" aria-live="polite">
+                <For each=move || chat.messages.get() key=|(id, _)| id.clone() let:item>
+                    <MessageView message=item.1/>
+                </For>
+            </ol>
+            <Show when=move || chat.session.get().is_some() && chat.messages.with(|m| m.is_empty())>
+                <p class="empty">"Send the first message below."</p>
+            </Show>
+            <Composer session_id=sid/>
+        </section>
+    }
+}

@@ -1,0 +1,114 @@
+//! One message of the chat: an operator prompt (with its run's state) or an agent reply
+//! (streaming, complete, failed with its classification, or stopped).
+use super::chat::Chat;
+use crate::client::{api, fetch_json, ClientError};
+use crate::wire::{Message, MessageStatus, Role, Run, RunStatus};
+use leptos::prelude::*;
+
+#[component]
+pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
+    let chat = expect_context::<Chat>();
+    let role = move || message.with(|m| m.role);
+    let class = move || {
+        message.with(|m| {
+            let role = if m.role == Role::Operator {
+                "operator"
+            } else {
+                "agent"
+            };
+            let status = match m.status {
+                Some(MessageStatus::Streaming) => " streaming",
+                Some(MessageStatus::Failed) => " failed",
+                Some(MessageStatus::Cancelled) => " cancelled",
+                _ => "",
+            };
+            format!("msg {role}{status}")
+        })
+    };
+    // The operator prompt's latest run, for "queued"/"held" tags.
+    let prompt_run = move || {
+        let id = message.with(|m| m.id.clone());
+        chat.runs
+            .with(|rs| rs.iter().rev().find(|r| r.anchor_message_id == id).cloned())
+    };
+    view! {
+        <li class=class data-role=move || if role() == Role::Operator { "operator" } else { "agent" }>
+            <div class="who">
+                {move || if role() == Role::Operator { "You" } else { "Agent" }}
+                {move || (role() == Role::Operator).then(|| prompt_run().and_then(|r| run_tag(&r)))}
+            </div>
+            <div class="content">{move || message.with(|m| m.content.clone())}</div>
+            {move || (role() == Role::Agent).then(|| view! { <ReplyState message/> })}
+        </li>
+    }
+}
+
+fn run_tag(r: &Run) -> Option<AnyView> {
+    match r.status {
+        RunStatus::Queued if r.held_by.is_some() => {
+            Some(view! { <span class="tag held">"held behind a failed turn"</span> }.into_any())
+        }
+        RunStatus::Queued => Some(view! { <span class="tag queued">"queued"</span> }.into_any()),
+        _ => None,
+    }
+}
+
+#[component]
+fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
+    let chat = expect_context::<Chat>();
+    let stop_error = RwSignal::new(None::<String>);
+    let stop = move |_| {
+        let Some(run_id) = message.with_untracked(|m| m.run_id.clone()) else {
+            return;
+        };
+        let Some(sid) = chat
+            .session
+            .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
+        else {
+            return;
+        };
+        leptos::task::spawn_local(async move {
+            let url = api(&format!("/sessions/{sid}/runs/{run_id}/cancel"));
+            let res: Result<Run, ClientError> = fetch_json("POST", &url, Some("{}".into())).await;
+            match res {
+                Ok(run) => chat.apply(crate::wire::Event::Run(run)),
+                Err(e) => stop_error.set(Some(e.explain())),
+            }
+        });
+    };
+    move || {
+        let m = message.get();
+        match m.status {
+            Some(MessageStatus::Streaming) => view! {
+                <div class="reply-state">
+                    <span class="typing" aria-label="writing">"▍"</span>
+                    <button class="stop" on:click=stop>"Stop"</button>
+                    <span class="error">{move || stop_error.get()}</span>
+                </div>
+            }
+            .into_any(),
+            Some(MessageStatus::Failed) => {
+                let class = m
+                    .retry
+                    .as_ref()
+                    .map(|r| r.retry_class.clone())
+                    .unwrap_or_else(|| "unknown".into());
+                let retryable = m.retry.as_ref().is_some_and(|r| r.retryable);
+                view! {
+                    <div class="reply-state failure" role="status">
+                        <strong>"This reply failed"</strong>
+                        <span class="class">{class}</span>
+                        <span class="retryable">{if retryable { "retryable" } else { "not retryable" }}</span>
+                        <p>{m.error_message.unwrap_or_default()}</p>
+                    </div>
+                }
+                .into_any()
+            }
+            Some(MessageStatus::Cancelled) => view! {
+                <div class="reply-state"><span class="tag">"Stopped"</span></div>
+            }
+            .into_any(),
+            _ => ().into_any(),
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The session list: every session with its state, and the form that creates one.
+use super::use_sessions;
+use crate::client::{api, fetch_json, ClientError};
+use crate::wire::{
+    CreateSession, CreatedSession, RunStatus, Session, SessionList as List, SessionStatus,
+};
+use leptos::prelude::*;
+use leptos_router::hooks::{use_location, use_navigate};
+
+/// How often the list refreshes the states of sessions that are not open.
+const REFRESH_MS: u64 = 3000;
+
+#[component]
+pub fn SessionList() -> impl IntoView {
+    let sessions = use_sessions();
+    let error = RwSignal::new(None::<String>);
+    let load = move || {
+        leptos::task::spawn_local(async move {
+            match fetch_json::<List>("GET", &api("/sessions"), None).await {
+                Ok(list) => {
+                    sessions.0.set(list.sessions);
+                    error.set(None);
+                }
+                Err(e) => error.set(Some(e.explain())),
+            }
+        })
+    };
+    Effect::new(move |_| {
+        load();
+        if let Ok(handle) =
+            set_interval_with_handle(load, std::time::Duration::from_millis(REFRESH_MS))
+        {
+            on_cleanup(move || handle.clear());
+        }
+    });
+    let location = use_location();
+    view! {
+        <nav class="sidebar" aria-label="Sessions">
+            <div class="brand"><a href="/">"Mulligan"</a></div>
+            <NewSession/>
+            <Show when=move || error.get().is_some()>
+                <p class="error" role="alert">{move || error.get()}</p>
+            </Show>
+            <ul class="sessions">
+                <For each=move || sessions.0.get() key=|s| (s.id.clone(), s.title.clone(), state_label(s)) let:s>
+                    {
+                        let href = format!("/s/{}", s.id);
+                        let current = {
+                            let href = href.clone();
+                            Signal::derive(move || location.pathname.get() == href)
+                        };
+                        let label = state_label(&s);
+                        view! {
+                            <li>
+                                <a href=href class:current=current aria-current=move || current.get().then_some("page")>
+                                    <span class="title">{s.title.clone()}</span>
+                                    <span class="meta">
+                                        <span class="model">{s.model.clone()}</span>
+                                        <span class=format!("state {}", label.0)>{label.1}</span>
+                                    </span>
+                                </a>
+                            </li>
+                        }
+                    }
+                </For>
+            </ul>
+            <Show when=move || sessions.0.with(|s| s.is_empty()) && error.get().is_none()>
+                <p class="empty">"No sessions yet."</p>
+            </Show>
+        </nav>
+    }
+}
+
+/// The session's state for the list: a CSS class and the words shown.
+pub fn state_label(s: &Session) -> (&'static str, String) {
+    if s.status == SessionStatus::Running {
+        return ("running", "running".into());
+    }
+    if let Some(w) = &s.waiting_retry {
+        return (
+            "scheduled",
+            format!("retry scheduled {}", super::hhmm(w.fires_at)),
+        );
+    }
+    match &s.last_run {
+        Some(r) if r.status == RunStatus::Failed => match &r.retry {
+            Some(c) if c.retryable => match c.retry_after_until {
+                Some(t) if t > now_ms() => (
+                    "scheduled",
+                    format!("failed · retry after {}", super::hhmm(t)),
+                ),
+                _ => ("retryable", "failed · retryable".into()),
+            },
+            _ => ("failed", "failed (not retryable)".into()),
+        },
+        Some(r) if r.status == RunStatus::Cancelled => ("idle", "stopped".into()),
+        _ => ("idle", "idle".into()),
+    }
+}
+
+pub fn now_ms() -> i64 {
+    #[cfg(feature = "hydrate")]
+    return js_sys::Date::now() as i64;
+    #[cfg(not(feature = "hydrate"))]
+    return 0;
+}
+
+#[component]
+fn NewSession() -> impl IntoView {
+    let sessions = use_sessions();
+    let title = RwSignal::new(String::new());
+    let model = RwSignal::new(String::new());
+    let busy = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let navigate = use_navigate();
+    let create = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        if busy.get_untracked() {
+            return;
+        }
+        busy.set(true);
+        let body = CreateSession {
+            title: Some(title.get_untracked()).filter(|t| !t.trim().is_empty()),
+            model: Some(model.get_untracked()).filter(|m| !m.trim().is_empty()),
+            parent_id: None,
+        };
+        let navigate = navigate.clone();
+        leptos::task::spawn_local(async move {
+            let body = serde_json::to_string(&body).ok();
+            let res: Result<CreatedSession, ClientError> =
+                fetch_json("POST", &api("/sessions"), body).await;
+            busy.set(false);
+            match res {
+                Ok(created) => {
+                    title.set(String::new());
+                    error.set(None);
+                    let id = created.session.id.clone();
+                    sessions.upsert(created.session);
+                    navigate(&format!("/s/{id}"), Default::default());
+                }
+                Err(e) => error.set(Some(e.explain())),
+            }
+        });
+    };
+    view! {
+        <form class="new-session" on:submit=create>
+            <label class="sr-only" for="new-title">"Title"</label>
+            <input id="new-title" placeholder="New session title" prop:value=title
+                on:input=move |ev| title.set(event_target_value(&ev))/>
+            <label class="sr-only" for="new-model">"Model"</label>
+            <input id="new-model" placeholder="model (default)" list="demo-models" prop:value=model
+                on:input=move |ev| model.set(event_target_value(&ev))/>
+            <datalist id="demo-models">
+                <option value="demo"/>
+                <option value="demo-flaky"/>
+                <option value="demo-overloaded"/>
+                <option value="demo-quota"/>
+                <option value="demo-drop"/>
+                <option value="demo-auth"/>
+                <option value="demo-overflow"/>
+                <option value="demo-long"/>
+            </datalist>
+            <button type="submit" disabled=move || busy.get()>"New session"</button>
+            <Show when=move || error.get().is_some()>
+                <p class="error" role="alert">{move || error.get()}</p>
+            </Show>
+        </form>
+    }
+}

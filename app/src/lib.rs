@@ -1,0 +1,77 @@
+//! Mulligan's app crate: the CONTRACT §2 wire types and the Leptos UI, compiled for the
+//! server (SSR) and for the browser (hydrate).
+pub mod client;
+pub mod components;
+pub mod wire;
+
+use components::{chat::SessionView, session_list::SessionList};
+use leptos::prelude::*;
+use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
+use leptos_router::components::{Route, Router, Routes};
+use leptos_router::path;
+
+/// The HTML document the server renders around [`App`].
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <link rel="icon" href="data:,"/>
+                <HydrationScripts options/>
+                <MetaTags/>
+            </head>
+            <body>
+                <App/>
+            </body>
+        </html>
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    components::provide_sessions();
+    // Effects run only in the browser: this marks the page as hydrated (tests wait for it).
+    Effect::new(move |_| {
+        #[cfg(feature = "hydrate")]
+        if let Some(el) = document().document_element() {
+            let _ = el.set_attribute("data-hydrated", "true");
+        }
+    });
+    view! {
+        <Stylesheet id="leptos" href="/pkg/mulligan.css"/>
+        <Title text="Mulligan"/>
+        <Router>
+            <div class="layout">
+                <SessionList/>
+                <main class="main">
+                    <Routes fallback=|| view! { <p class="empty">"Nothing here."</p> }>
+                        <Route path=path!("/") view=Welcome/>
+                        <Route path=path!("/s/:id") view=SessionView/>
+                    </Routes>
+                </main>
+            </div>
+        </Router>
+    }
+}
+
+#[component]
+fn Welcome() -> impl IntoView {
+    view! {
+        <section class="welcome">
+            <h1>"Mulligan"</h1>
+            <p>
+                "Agent sessions that recover from provider failures. Create a session on the \
+                 left, or pick one, and send a message."
+            </p>
+            <p class="hint">
+                "On the demo provider, the models " <code>"demo-flaky"</code> ", "
+                <code>"demo-overloaded"</code> ", " <code>"demo-quota"</code> ", "
+                <code>"demo-drop"</code> ", " <code>"demo-auth"</code> " and "
+                <code>"demo-overflow"</code> " show how a turn fails."
+            </p>
+        </section>
+    }
+}

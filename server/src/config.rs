@@ -1,0 +1,97 @@
+//! Settings (CONTRACT §1): flags, then environment, then defaults.
+use clap::{Args, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProviderKind {
+    Demo,
+    Openai,
+    Anthropic,
+}
+
+/// Everything `mulligan serve` needs.
+#[derive(Clone, Debug, Args)]
+pub struct Config {
+    /// Listen address.
+    #[arg(long, env = "MULLIGAN_BIND", default_value = "127.0.0.1:3000")]
+    pub bind: SocketAddr,
+    /// `sqlite://…` (default: `sqlite://<data dir>/mulligan.db`) or `postgres://…`.
+    #[arg(long, env = "MULLIGAN_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Where the default database and the generated token live.
+    #[arg(long, env = "MULLIGAN_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// Operator bearer token (default: generated once, kept in the data dir).
+    #[arg(long, env = "MULLIGAN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Which provider runs the agent.
+    #[arg(long, env = "MULLIGAN_PROVIDER", value_enum, default_value = "demo")]
+    pub provider: ProviderKind,
+    /// Provider base URL, e.g. `http://127.0.0.1:8000/v1`.
+    #[arg(long, env = "MULLIGAN_BASE_URL")]
+    pub base_url: Option<String>,
+    /// Provider API key; never logged, never returned.
+    #[arg(long, env = "MULLIGAN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Default model of new sessions.
+    #[arg(long, env = "MULLIGAN_MODEL")]
+    pub model: Option<String>,
+    #[arg(long, env = "MULLIGAN_TIER1_MAX_ATTEMPTS", default_value_t = 3)]
+    pub tier1_max_attempts: u32,
+    #[arg(long, env = "MULLIGAN_TIER1_BASE_MS", default_value_t = 1000)]
+    pub tier1_base_ms: u64,
+    #[arg(long, env = "MULLIGAN_TIER1_CAP_MS", default_value_t = 30_000)]
+    pub tier1_cap_ms: u64,
+    #[arg(long, env = "MULLIGAN_TIER2_BASE_MS", default_value_t = 2000)]
+    pub tier2_base_ms: u64,
+    #[arg(long, env = "MULLIGAN_TIER2_CAP_MS", default_value_t = 300_000)]
+    pub tier2_cap_ms: u64,
+    /// Per-session token budget.
+    #[arg(long, env = "MULLIGAN_SPEND_LIMIT_TOKENS")]
+    pub spend_limit_tokens: Option<u64>,
+    /// Context window used for compaction (default: the provider's).
+    #[arg(long, env = "MULLIGAN_CONTEXT_TOKENS")]
+    pub context_tokens: Option<u64>,
+    /// No bytes this long mid-stream ends the run as `stream_interrupted`.
+    #[arg(long, env = "MULLIGAN_STREAM_IDLE_MS", default_value_t = 60_000)]
+    pub stream_idle_ms: u64,
+    /// Where the built browser bundle lives (cargo-leptos' site root).
+    #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
+    pub site_root: String,
+    /// Milliseconds between two deltas of the demo provider (its "human pace").
+    #[arg(long, env = "MULLIGAN_DEMO_DELTA_MS", default_value_t = 40)]
+    pub demo_delta_ms: u64,
+}
+
+impl Config {
+    /// The settings a test or a library user starts from: all defaults, data in `data_dir`.
+    pub fn for_data_dir(data_dir: impl Into<PathBuf>) -> Self {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            c: Config,
+        }
+        let mut c = Wrap::parse_from(["mulligan"]).c;
+        c.data_dir = data_dir.into();
+        c
+    }
+
+    pub fn database_url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("mulligan.db").display()))
+    }
+
+    pub fn default_model(&self) -> String {
+        self.model.clone().unwrap_or_else(|| {
+            match self.provider {
+                ProviderKind::Demo => "demo",
+                ProviderKind::Openai => "gpt-4o-mini",
+                ProviderKind::Anthropic => "claude-sonnet-4-5",
+            }
+            .to_string()
+        })
+    }
+}

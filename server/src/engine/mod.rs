@@ -1,0 +1,343 @@
+//! The run engine: dispatch (post a prompt → queued run), the per-session queue (one active
+//! run per session), cancel, release, and restart recovery. Every decision about a session's
+//! runs is taken under that session's lock ([`Engine::lock`]), which is what makes "one
+//! active run per session" and the ordering of queued prompts atomic on one instance.
+mod runner;
+
+use crate::error::{Error, Kind, Result};
+use crate::events::EventHub;
+use crate::llm::Provider;
+use crate::retry::classify;
+use crate::store::{Outcome, Store};
+use app::wire::{Event, Message, Receipt, Run, RunStatus, MAX_CONTENT_CHARS};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Engine settings taken from the server's configuration.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub stream_idle: Duration,
+    /// How often streamed text is saved (the stored reply is never further behind).
+    pub save_every: Duration,
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    hub: EventHub,
+    provider: Arc<dyn Provider>,
+    cfg: EngineConfig,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    active: Mutex<HashMap<String, Active>>,
+    tasks: TaskTracker,
+    /// Cancelled when the server stops: runners record their run as interrupted.
+    stopping: CancellationToken,
+}
+
+/// A run being executed here: how to stop it, what it streamed so far, when it ended.
+#[derive(Clone)]
+struct Active {
+    cancel: CancellationToken,
+    live: Arc<Mutex<Live>>,
+    ended: Arc<tokio::sync::Notify>,
+}
+
+/// The reply text streamed so far and how many deltas it holds.
+#[derive(Default)]
+pub struct Live {
+    pub text: String,
+    pub seq: u64,
+}
+
+impl Engine {
+    pub fn new(
+        store: Store,
+        hub: EventHub,
+        provider: Arc<dyn Provider>,
+        cfg: EngineConfig,
+    ) -> Engine {
+        Engine {
+            inner: Arc::new(Inner {
+                store,
+                hub,
+                provider,
+                cfg,
+                locks: Mutex::default(),
+                active: Mutex::default(),
+                tasks: TaskTracker::new(),
+                stopping: CancellationToken::new(),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn hub(&self) -> &EventHub {
+        &self.inner.hub
+    }
+
+    /// The session's lock: held for every decision about its runs.
+    async fn lock(&self, session_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let m = self
+            .inner
+            .locks
+            .lock()
+            .expect("locks")
+            .entry(session_id.to_string())
+            .or_default()
+            .clone();
+        m.lock_owned().await
+    }
+
+    fn publish(&self, session_id: &str, event: Event) {
+        self.inner.hub.publish(session_id, &event);
+    }
+
+    /// Posts an operator message: stores it with a queued run, releases prompts held behind
+    /// a failed turn (they go first, in order), and starts the next run if none is active.
+    pub async fn post_message(&self, session_id: &str, content: &str) -> Result<Receipt> {
+        let content = validate_content(content)?;
+        self.inner.store.session(session_id).await?;
+        let _guard = self.lock(session_id).await;
+        for run in self.inner.store.release_held(session_id).await? {
+            self.publish(session_id, Event::Run(run));
+        }
+        let (message, run) = self.inner.store.insert_prompt(session_id, content).await?;
+        self.publish(session_id, Event::Message(message.clone()));
+        self.publish(session_id, Event::Run(run.clone()));
+        let started = self.pump(session_id).await?;
+        Ok(Receipt {
+            message_id: message.id,
+            queued: started.as_deref() != Some(run.id.as_str()),
+            run_id: run.id,
+            superseded: Vec::new(),
+        })
+    }
+
+    /// Lets the prompts held behind a failed turn go on.
+    pub async fn release(&self, session_id: &str) -> Result<Vec<String>> {
+        self.inner.store.session(session_id).await?;
+        let _guard = self.lock(session_id).await;
+        let released = self.inner.store.release_held(session_id).await?;
+        let ids = released.iter().map(|r| r.id.clone()).collect();
+        for run in released {
+            self.publish(session_id, Event::Run(run));
+        }
+        self.pump(session_id).await?;
+        Ok(ids)
+    }
+
+    /// Stops a queued or running run; it ends `cancelled`, whatever the provider says after.
+    pub async fn cancel(&self, session_id: &str, run_id: &str) -> Result<Run> {
+        let run = self.inner.store.run(run_id).await?;
+        if run.session_id != session_id {
+            return Err(Error::not_found("run", run_id));
+        }
+        let guard = self.lock(session_id).await;
+        let run = self.inner.store.run(run_id).await?;
+        match run.status {
+            RunStatus::Queued => {
+                let outcome = Outcome {
+                    status: RunStatus::Cancelled,
+                    content: String::new(),
+                    error_message: None,
+                    retry: None,
+                    tokens_used: 0,
+                };
+                let (run, _) = self
+                    .inner
+                    .store
+                    .finish_run(run_id, &outcome)
+                    .await?
+                    .ok_or_else(ended)?;
+                self.publish(session_id, Event::Run(run.clone()));
+                Ok(run)
+            }
+            RunStatus::Running => {
+                let active = self
+                    .inner
+                    .active
+                    .lock()
+                    .expect("active")
+                    .get(run_id)
+                    .cloned();
+                let Some(active) = active else {
+                    return Err(Error::conflict("that run is executed by another instance"));
+                };
+                let ended = active.ended.notified();
+                active.cancel.cancel();
+                drop(guard);
+                // The runner records `cancelled` and notifies; it never takes long.
+                let _ = tokio::time::timeout(Duration::from_secs(5), ended).await;
+                self.inner.store.run(run_id).await
+            }
+            _ => Err(ended()),
+        }
+    }
+
+    /// The streamed text of a run executing here, for snapshots of a streaming reply.
+    pub fn live_text(&self, run_id: &str) -> Option<(String, u64)> {
+        let active = self
+            .inner
+            .active
+            .lock()
+            .expect("active")
+            .get(run_id)
+            .cloned()?;
+        let live = active.live.lock().expect("live");
+        Some((live.text.clone(), live.seq))
+    }
+
+    /// Starts the session's next queued run unless one is running. Call under the lock.
+    /// Answers the started run's id.
+    /// (Boxed with an explicit `Send`: runner → finish → pump is a cycle of futures.)
+    fn pump<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(async move {
+            let store = &self.inner.store;
+            if self.inner.stopping.is_cancelled() || store.has_running_run(session_id).await? {
+                return Ok(None);
+            }
+            let Some(next) = store.next_queued_run(session_id).await? else {
+                return Ok(None);
+            };
+            let (run, reply) = store.start_run(&next.id).await?;
+            self.publish(session_id, Event::Run(run.clone()));
+            self.publish(session_id, Event::Message(reply.clone()));
+            let active = Active {
+                cancel: CancellationToken::new(),
+                live: Arc::default(),
+                ended: Arc::default(),
+            };
+            self.inner
+                .active
+                .lock()
+                .expect("active")
+                .insert(run.id.clone(), active.clone());
+            let engine = self.clone();
+            let id = run.id.clone();
+            self.inner
+                .tasks
+                .spawn(async move { runner::execute(engine, run, reply, active).await });
+            Ok(Some(id))
+        })
+    }
+
+    /// Records a run's end (unless it already ended), holds the prompts behind a failure,
+    /// and starts the next run.
+    async fn finish(&self, run: &Run, outcome: Outcome) {
+        let session_id = &run.session_id;
+        let _guard = self.lock(session_id).await;
+        let result: Result<()> = async {
+            if let Some((run, reply)) = self.inner.store.finish_run(&run.id, &outcome).await? {
+                if let Some(reply) = reply {
+                    self.publish(session_id, Event::Message(reply));
+                }
+                self.publish(session_id, Event::Run(run.clone()));
+                if run.status == RunStatus::Failed {
+                    for held in self.inner.store.hold_queued(session_id, &run.id).await? {
+                        self.publish(session_id, Event::Run(held));
+                    }
+                }
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::error!(run = %run.id, error = %e, "could not record the end of a run");
+        }
+        if let Some(active) = self.inner.active.lock().expect("active").remove(&run.id) {
+            active.ended.notify_waiters();
+        }
+        if let Err(e) = self.pump(session_id).await {
+            tracing::error!(session = %session_id, error = %e, "could not start the next run");
+        }
+    }
+
+    /// On start: runs left `running` by a stop become `failed`/`interrupted` with their
+    /// partial text kept; prompts queued behind them are held; free queues start.
+    pub async fn recover(&self) -> Result<()> {
+        let store = &self.inner.store;
+        for run in store.runs_left_running().await? {
+            let partial = match &run.reply_message_id {
+                Some(id) => store.message(id).await?.content,
+                None => String::new(),
+            };
+            let outcome = Outcome {
+                status: RunStatus::Failed,
+                content: partial,
+                error_message: Some("the server stopped while this reply was being written".into()),
+                retry: Some(classify::of(classify::class::INTERRUPTED, None)),
+                tokens_used: 0,
+            };
+            tracing::warn!(run = %run.id, "marking a run interrupted by a server stop");
+            if let Some((run, reply)) = store.finish_run(&run.id, &outcome).await? {
+                if let Some(reply) = reply {
+                    self.publish(&run.session_id, Event::Message(reply));
+                }
+                let held = store.hold_queued(&run.session_id, &run.id).await?;
+                let session_id = run.session_id.clone();
+                self.publish(&session_id, Event::Run(run));
+                for h in held {
+                    self.publish(&session_id, Event::Run(h));
+                }
+            }
+        }
+        for session_id in store.sessions_with_queued_runs().await? {
+            let _guard = self.lock(&session_id).await;
+            self.pump(&session_id).await?;
+        }
+        Ok(())
+    }
+
+    /// Stops every run here (recorded `failed`/`interrupted`, partial text kept) and waits
+    /// until the runners and the event log are done.
+    pub async fn shutdown(&self) {
+        self.inner.stopping.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+        self.inner.hub.flush().await;
+    }
+}
+
+fn ended() -> Error {
+    Error::conflict("that run has already ended")
+}
+
+/// The contract's content rule: 1..=100,000 chars after trim.
+fn validate_content(content: &str) -> Result<&str> {
+    let trimmed = content.trim();
+    if trimmed.is_empty() {
+        return Err(Error::invalid("content is empty: write a message"));
+    }
+    let n = trimmed.chars().count();
+    if n > MAX_CONTENT_CHARS {
+        return Err(Error::new(
+            Kind::Invalid,
+            format!("content is {n} characters; the limit is {MAX_CONTENT_CHARS}"),
+        ));
+    }
+    Ok(trimmed)
+}
+
+/// A message snapshot with a streaming reply's live text laid over the stored one.
+pub fn overlay_live(engine: &Engine, mut m: Message) -> Message {
+    if m.status == Some(app::wire::MessageStatus::Streaming) {
+        if let Some((text, seq)) = m.run_id.as_deref().and_then(|r| engine.live_text(r)) {
+            m.content = text;
+            m.delta_seq = Some(seq);
+        }
+    }
+    m
+}

@@ -1,0 +1,164 @@
+//! Executes one run: sends the conversation to the provider, relays each delta to the
+//! session's subscribers as it arrives, saves the text on a timer (never per delta), and
+//! records how the run ended.
+use super::{Active, Engine};
+use crate::clock::now_ms;
+use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem};
+use crate::retry::classify;
+use crate::store::Outcome;
+use app::wire::{Delta, Event, Message, Role, Run, RunStatus};
+use futures::StreamExt;
+use std::time::Instant;
+
+/// How a run's stream ended, before it is recorded.
+enum End {
+    Completed,
+    Failed(ProviderError),
+    Cancelled,
+    /// The server is stopping: the run is recorded as interrupted.
+    Stopping,
+}
+
+pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Active) {
+    let mut tokens = 0u64;
+    let end = tokio::select! {
+        biased;
+        _ = active.cancel.cancelled() => End::Cancelled,
+        _ = engine.inner.stopping.cancelled() => End::Stopping,
+        end = stream_reply(&engine, &run, &reply, &active, &mut tokens) => end,
+    };
+    // A cancel wins over whatever the provider reported meanwhile.
+    let end = if active.cancel.is_cancelled() {
+        End::Cancelled
+    } else {
+        end
+    };
+    let content = std::mem::take(&mut active.live.lock().expect("live").text);
+    if tokens == 0 {
+        tokens = (content.len() / 4) as u64;
+    }
+    let started = !content.is_empty();
+    let outcome = match end {
+        End::Completed => outcome(RunStatus::Completed, content, None, None, tokens),
+        End::Cancelled => outcome(RunStatus::Cancelled, content, None, None, tokens),
+        End::Stopping => outcome(
+            RunStatus::Failed,
+            content,
+            Some("the server stopped while this reply was being written".into()),
+            Some(classify::of(classify::class::INTERRUPTED, None)),
+            tokens,
+        ),
+        End::Failed(err) => {
+            let class = classify::classify(&err, started, now_ms());
+            tracing::info!(run = %run.id, class = %class.retry_class, error = %err, "run failed");
+            outcome(
+                RunStatus::Failed,
+                content,
+                Some(err.to_string()),
+                Some(class),
+                tokens,
+            )
+        }
+    };
+    engine.finish(&run, outcome).await;
+}
+
+fn outcome(
+    status: RunStatus,
+    content: String,
+    error_message: Option<String>,
+    retry: Option<app::wire::RetryClassification>,
+    tokens: u64,
+) -> Outcome {
+    Outcome {
+        status,
+        content,
+        error_message,
+        retry,
+        tokens_used: tokens as i64,
+    }
+}
+
+async fn stream_reply(
+    engine: &Engine,
+    run: &Run,
+    reply: &Message,
+    active: &Active,
+    tokens: &mut u64,
+) -> End {
+    let store = engine.store();
+    let request = match request_for(engine, run).await {
+        Ok(r) => r,
+        Err(e) => {
+            return End::Failed(ProviderError::Transport {
+                message: e.to_string(),
+            })
+        }
+    };
+    let mut stream = match engine.inner.provider.open(request).await {
+        Ok(s) => s,
+        Err(e) => return End::Failed(e),
+    };
+    let idle = engine.inner.cfg.stream_idle;
+    let save_every = engine.inner.cfg.save_every;
+    let mut last_save = Instant::now();
+    let mut unsaved = false;
+    loop {
+        let item = match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => Some(Err(ProviderError::Stalled { idle })),
+            Ok(item) => item,
+        };
+        match item {
+            Some(Ok(StreamItem::Delta(text))) => {
+                let seq = {
+                    let mut live = active.live.lock().expect("live");
+                    live.text.push_str(&text);
+                    live.seq += 1;
+                    live.seq
+                };
+                let delta = Delta {
+                    run_id: run.id.clone(),
+                    message_id: reply.id.clone(),
+                    seq,
+                    text,
+                };
+                engine.publish(&run.session_id, Event::Delta(delta));
+                unsaved = true;
+            }
+            Some(Ok(StreamItem::Usage { total_tokens })) => *tokens = total_tokens,
+            Some(Ok(StreamItem::Done)) | None => return End::Completed,
+            Some(Err(e)) => return End::Failed(e),
+        }
+        if unsaved && last_save.elapsed() >= save_every {
+            let text = active.live.lock().expect("live").text.clone();
+            if let Err(e) = store.save_reply_text(&reply.id, &text).await {
+                tracing::warn!(run = %run.id, error = %e, "could not save streamed text");
+            }
+            last_save = Instant::now();
+            unsaved = false;
+        }
+    }
+}
+
+/// The provider request of a run: its session's model and the history up to its anchor.
+async fn request_for(engine: &Engine, run: &Run) -> crate::error::Result<ChatRequest> {
+    let store = engine.store();
+    let session = store.session(&run.session_id).await?.session;
+    let messages = store
+        .history(&run.anchor_message_id)
+        .await?
+        .into_iter()
+        .map(|(role, content)| ChatMessage {
+            role: match role {
+                Role::Operator => "user",
+                Role::Agent => "assistant",
+            }
+            .into(),
+            content,
+        })
+        .collect();
+    Ok(ChatRequest {
+        model: session.model,
+        messages,
+    })
+}

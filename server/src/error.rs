@@ -1,0 +1,82 @@
+//! The one error type of the engine and the store; `http::error` maps it to the contract's shape.
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    Invalid,
+    PayloadTooLarge,
+    Conflict,
+    /// A typed refusal with its own code (`retry.busy`, `regenerate.stale`, …): 409.
+    Refused(&'static str),
+    Internal,
+}
+
+#[derive(Debug)]
+pub struct Error {
+    pub kind: Kind,
+    pub message: String,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+        }
+    }
+    pub fn not_found(what: &str, id: &str) -> Self {
+        Error::new(Kind::NotFound, format!("no {what} with id {id:?}"))
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error::new(Kind::Invalid, message)
+    }
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Error::new(Kind::Conflict, message)
+    }
+    pub fn refused(code: &'static str, message: impl Into<String>) -> Self {
+        Error::new(Kind::Refused(code), message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::new(Kind::Internal, message)
+    }
+
+    /// The contract's `error.code`.
+    pub fn code(&self) -> &'static str {
+        match self.kind {
+            Kind::Unauthorized => "unauthorized",
+            Kind::Forbidden => "forbidden",
+            Kind::NotFound => "not_found",
+            Kind::Invalid => "invalid_request",
+            Kind::PayloadTooLarge => "payload_too_large",
+            Kind::Conflict => "conflict",
+            Kind::Refused(code) => code,
+            Kind::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        tracing::error!(error = %e, "database error");
+        Error::internal("the database failed; see the server log")
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for Error {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        Error::internal(format!("database migration failed: {e}"))
+    }
+}

@@ -1,0 +1,78 @@
+//! The contract's error shape on the wire, and a JSON body extractor whose every rejection
+//! answers in that shape (400 malformed, 413 too large, 422 wrong types).
+use crate::error::{Error, Kind};
+use app::wire::{ApiError, ErrorBody};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+pub fn status_of(kind: Kind) -> StatusCode {
+    match kind {
+        Kind::Unauthorized => StatusCode::UNAUTHORIZED,
+        Kind::Forbidden => StatusCode::FORBIDDEN,
+        Kind::NotFound => StatusCode::NOT_FOUND,
+        Kind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+        Kind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        Kind::Conflict | Kind::Refused(_) => StatusCode::CONFLICT,
+        Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// An error response with an explicit status (e.g. 400 for a malformed body).
+pub fn respond(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    let body = ApiError {
+        error: ErrorBody {
+            code: code.into(),
+            message: message.into(),
+        },
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        respond(status_of(self.kind), self.code(), self.message)
+    }
+}
+
+/// `axum::Json`, with rejections in the contract's shape.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(r: JsonRejection) -> Response {
+    let reason = r.body_text();
+    match r {
+        JsonRejection::JsonDataError(_) => {
+            respond(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", reason)
+        }
+        JsonRejection::MissingJsonContentType(_) => respond(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "send the body as JSON with Content-Type: application/json",
+        ),
+        _ if r.status() == StatusCode::PAYLOAD_TOO_LARGE => respond(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "request bodies are limited to {} bytes",
+                app::wire::MAX_BODY_BYTES
+            ),
+        ),
+        _ => respond(StatusCode::BAD_REQUEST, "invalid_request", reason),
+    }
+}

@@ -1,0 +1,23 @@
+//! `/runs/:rid` and `/sessions/:sid/runs/:rid/cancel`.
+use super::AppState;
+use crate::error::Result;
+use app::wire::{Run, RunDetail};
+use axum::extract::{Path, State};
+use axum::Json;
+
+pub async fn detail(
+    State(state): State<AppState>,
+    Path(rid): Path<String>,
+) -> Result<Json<RunDetail>> {
+    let store = state.engine.store();
+    let run = store.run(&rid).await?;
+    let attempts = store.attempts(&rid).await?;
+    Ok(Json(RunDetail { run, attempts }))
+}
+
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path((sid, rid)): Path<(String, String)>,
+) -> Result<Json<Run>> {
+    Ok(Json(state.engine.cancel(&sid, &rid).await?))
+}

@@ -1,0 +1,154 @@
+//! `/sessions…`: create, list, read, rename, post a message, release held prompts.
+use super::error::ApiJson;
+use super::AppState;
+use crate::engine::overlay_live;
+use crate::error::{Error, Result};
+use app::wire::{
+    CreateSession, CreatedSession, PatchSession, PostMessage, Receipt, Session, SessionDetail,
+    SessionList,
+};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use sha2::Digest;
+
+const MAX_TITLE_CHARS: usize = 200;
+
+pub async fn create(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateSession>,
+) -> Result<(StatusCode, Json<CreatedSession>)> {
+    let store = state.engine.store();
+    let title = match body.title.as_deref().map(str::trim) {
+        Some(t) if t.chars().count() > MAX_TITLE_CHARS => {
+            return Err(Error::invalid(format!(
+                "title is longer than {MAX_TITLE_CHARS} characters"
+            )))
+        }
+        Some(t) if !t.is_empty() => t.to_string(),
+        _ => "New session".to_string(),
+    };
+    let model = match body.model.as_deref().map(str::trim) {
+        Some("") => {
+            return Err(Error::invalid(
+                "model is empty: leave it out for the default",
+            ))
+        }
+        Some(m) => m.to_string(),
+        None => state.config.default_model(),
+    };
+    if let Some(parent) = &body.parent_id {
+        store
+            .session(parent)
+            .await
+            .map_err(|_| Error::invalid(format!("parent_id {parent:?} is not a session")))?;
+    }
+    let agent_token = crate::http::auth::random_token();
+    let hash = hex_sha256(&agent_token);
+    let session = store
+        .create_session(&title, &model, body.parent_id.as_deref(), &hash)
+        .await?;
+    state
+        .engine
+        .hub()
+        .publish(&session.id, &app::wire::Event::Session(session.clone()));
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedSession {
+            session,
+            agent_token,
+        }),
+    ))
+}
+
+pub fn hex_sha256(s: &str) -> String {
+    sha2::Sha256::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+pub async fn list(State(state): State<AppState>) -> Result<Json<SessionList>> {
+    Ok(Json(SessionList {
+        sessions: state.engine.store().sessions().await?,
+    }))
+}
+
+#[derive(serde::Deserialize)]
+pub struct DetailQuery {
+    #[serde(default)]
+    include_superseded: Option<String>,
+}
+
+pub async fn detail(
+    State(state): State<AppState>,
+    Path(sid): Path<String>,
+    Query(q): Query<DetailQuery>,
+) -> Result<Json<SessionDetail>> {
+    let include_superseded = match q.include_superseded.as_deref() {
+        None | Some("false") | Some("0") => false,
+        Some("true") | Some("1") | Some("") => true,
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "include_superseded must be true or false, not {other:?}"
+            )))
+        }
+    };
+    // Take the event id first: any event after it is replayed to a client resuming from it.
+    let last_event_id = state.engine.hub().last_id();
+    let store = state.engine.store();
+    let session = store.session(&sid).await?.session;
+    let messages = store
+        .messages(&sid, include_superseded)
+        .await?
+        .into_iter()
+        .map(|m| overlay_live(&state.engine, m))
+        .collect();
+    let runs = store.runs(&sid).await?;
+    Ok(Json(SessionDetail {
+        session,
+        messages,
+        runs,
+        last_event_id,
+    }))
+}
+
+pub async fn patch(
+    State(state): State<AppState>,
+    Path(sid): Path<String>,
+    ApiJson(body): ApiJson<PatchSession>,
+) -> Result<Json<Session>> {
+    let store = state.engine.store();
+    store.session(&sid).await?;
+    let title = body.title.as_deref().map(str::trim);
+    if let Some(t) = title {
+        if t.is_empty() || t.chars().count() > MAX_TITLE_CHARS {
+            return Err(Error::invalid(format!(
+                "title must be 1..={MAX_TITLE_CHARS} characters"
+            )));
+        }
+    }
+    let session = store.update_session(&sid, title, body.auto_retry).await?;
+    state
+        .engine
+        .hub()
+        .publish(&sid, &app::wire::Event::Session(session.clone()));
+    Ok(Json(session))
+}
+
+pub async fn post_message(
+    State(state): State<AppState>,
+    Path(sid): Path<String>,
+    ApiJson(body): ApiJson<PostMessage>,
+) -> Result<(StatusCode, Json<Receipt>)> {
+    let receipt = state.engine.post_message(&sid, &body.content).await?;
+    Ok((StatusCode::ACCEPTED, Json(receipt)))
+}
+
+pub async fn release(
+    State(state): State<AppState>,
+    Path(sid): Path<String>,
+) -> Result<Json<serde_json::Value>> {
+    let released = state.engine.release(&sid).await?;
+    Ok(Json(serde_json::json!({ "released": released })))
+}

@@ -1,0 +1,182 @@
+//! Mulligan's server: configuration, store, run engine, providers and the HTTP surface.
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod events;
+pub mod http;
+pub mod llm;
+pub mod retry;
+pub mod store;
+
+use config::{Config, ProviderKind};
+use engine::{Engine, EngineConfig};
+use events::EventHub;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// A running server: its address, operator token, and how to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub token: String,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// `http://host:port/?token=…`, the URL to open.
+    pub fn open_url(&self) -> String {
+        format!("http://{}/?token={}", self.addr, self.token)
+    }
+
+    /// Stops accepting, records running runs as interrupted, flushes the event log.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+
+    /// Waits until the server ends (after a signal).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// Opens the store, recovers runs a stop interrupted, binds and serves until stopped
+/// (by [`Running::stop`] or Ctrl-C/SIGTERM when `signals`).
+pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        format!(
+            "cannot create the data dir {}: {e}",
+            config.data_dir.display()
+        )
+    })?;
+    let token = http::auth::load_or_create_token(config.token.as_deref(), &config.data_dir)
+        .map_err(|e| {
+            format!(
+                "cannot keep the token in {}: {e}",
+                config.data_dir.display()
+            )
+        })?;
+    let store = store::Store::open(&config.database_url())
+        .await
+        .map_err(|e| e.to_string())?;
+    let (hub, writer) = EventHub::start(store.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+
+    let listener = TcpListener::bind(config.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+
+    let provider = provider_for(&config, addr);
+    let engine = Engine::new(
+        store.clone(),
+        hub,
+        provider,
+        EngineConfig {
+            stream_idle: Duration::from_millis(config.stream_idle_ms),
+            save_every: Duration::from_millis(250),
+        },
+    );
+    engine.recover().await.map_err(|e| e.to_string())?;
+
+    let leptos = leptos::prelude::LeptosOptions::builder()
+        .output_name("mulligan")
+        .site_root(config.site_root.as_str())
+        .site_pkg_dir("pkg")
+        .site_addr(addr)
+        .build();
+    let state = http::AppState {
+        engine: engine.clone(),
+        config: Arc::new(config),
+        token: token.clone().into(),
+        leptos,
+    };
+    let app = http::router(state);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            if signals {
+                tokio::select! {
+                    _ = stopped.cancelled() => {}
+                    _ = shutdown_signal() => {}
+                }
+            } else {
+                stopped.cancelled().await
+            }
+            tracing::info!("stopping: running runs are recorded as interrupted");
+            // Runs end first (recorded, event log flushed), then SSE streams close, so the
+            // graceful shutdown of the HTTP server can finish.
+            engine.shutdown().await;
+            engine.hub().close_streams();
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "the HTTP server failed");
+        }
+        writer.abort();
+        store.close().await;
+    });
+    Ok(Running {
+        addr,
+        token,
+        stop,
+        task,
+    })
+}
+
+fn provider_for(config: &Config, addr: SocketAddr) -> Arc<dyn llm::Provider> {
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .expect("the HTTP client builds");
+    match config.provider {
+        ProviderKind::Demo => {
+            let host = if addr.ip().is_unspecified() {
+                "127.0.0.1".to_string()
+            } else {
+                addr.ip().to_string()
+            };
+            let base = config
+                .base_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{host}:{}/demo/v1", addr.port()));
+            Arc::new(llm::openai::OpenAi::new(client, &base, None, false))
+        }
+        // The Anthropic Messages API arrives with Tier 1; until then it speaks Chat Completions.
+        ProviderKind::Openai | ProviderKind::Anthropic => {
+            let base = config
+                .base_url
+                .clone()
+                .unwrap_or_else(|| llm::openai::DEFAULT_BASE_URL.to_string());
+            Arc::new(llm::openai::OpenAi::new(
+                client,
+                &base,
+                config.api_key.clone(),
+                true,
+            ))
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,198 @@
+//! The built-in `demo` provider's endpoint: an OpenAI-compatible `/demo/v1/chat/completions`
+//! served by Mulligan itself, streaming a deterministic reply at a human pace, and playing
+//! named fault scenarios chosen by the model name.
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The fault scenarios, by model name, with what each plays.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("demo", "healthy: streams a readable reply"),
+    ("demo-flaky", "503 twice for a conversation, then fine"),
+    ("demo-overloaded", "always 529 overloaded"),
+    ("demo-quota", "429 with Retry-After: 3000"),
+    ("demo-drop", "cuts the stream after a few deltas"),
+    ("demo-auth", "401 invalid API key"),
+    (
+        "demo-overflow",
+        "context length exceeded once for a conversation, then fine",
+    ),
+    ("demo-long", "a long healthy reply (for cancel demos)"),
+];
+
+#[derive(Clone)]
+struct Demo {
+    delta_every: Duration,
+    /// Calls seen per (model, conversation), for the "n times, then fine" scenarios.
+    calls: Arc<Mutex<HashMap<u64, u32>>>,
+}
+
+/// The routes to nest at `/demo/v1`.
+pub fn routes<S>(delta_every: Duration) -> Router<S> {
+    let demo = Demo {
+        delta_every,
+        calls: Arc::default(),
+    };
+    Router::new()
+        .route("/chat/completions", post(chat))
+        .with_state(demo)
+}
+
+#[derive(serde::Deserialize)]
+struct ChatBody {
+    model: String,
+    #[serde(default)]
+    messages: Vec<super::ChatMessage>,
+}
+
+async fn chat(State(demo): State<Demo>, Json(body): Json<ChatBody>) -> Response {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    body.model.hash(&mut h);
+    for m in &body.messages {
+        m.role.hash(&mut h);
+        m.content.hash(&mut h);
+    }
+    let call = {
+        let mut calls = demo.calls.lock().expect("demo lock");
+        let n = calls.entry(h.finish()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let prompt = body
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "user")
+        .map(|m| m.content.as_str());
+    let reply = reply_for(prompt.unwrap_or(""), &body.model);
+    match body.model.as_str() {
+        "demo-flaky" if call <= 2 => error(
+            503,
+            &[],
+            "server_error",
+            "The demo provider is flaky: try again.",
+        ),
+        "demo-overloaded" => error(
+            529,
+            &[],
+            "overloaded_error",
+            "Overloaded: the demo provider is always busy.",
+        ),
+        "demo-quota" => error(
+            429,
+            &[("retry-after", "3000")],
+            "rate_limit_error",
+            "Rate limited: the demo provider asks you to wait 50 minutes.",
+        ),
+        "demo-auth" => error(401, &[], "invalid_api_key", "Incorrect API key provided."),
+        "demo-overflow" if call <= 1 => error_coded(
+            400,
+            "invalid_request_error",
+            "context_length_exceeded",
+            "This model's maximum context length was exceeded.",
+        ),
+        "demo-drop" => stream(
+            demo.delta_every,
+            words(&reply).into_iter().take(6).collect(),
+            false,
+        ),
+        "demo-long" => stream(demo.delta_every, words(&reply.repeat(8)), true),
+        _ => stream(demo.delta_every, words(&reply), true),
+    }
+}
+
+fn reply_for(prompt: &str, model: &str) -> String {
+    let quoted: String = prompt.chars().take(120).collect();
+    let more = if prompt.chars().count() > 120 {
+        "…"
+    } else {
+        ""
+    };
+    format!(
+        "You said: \u{201c}{quoted}{more}\u{201d}. This reply comes from Mulligan's built-in demo \
+         provider ({model}), streamed word by word over the same HTTP client a real provider \
+         uses. Try the models demo-flaky, demo-overloaded, demo-quota, demo-drop, demo-auth and \
+         demo-overflow to watch a turn fail and recover."
+    )
+}
+
+/// Splits text into word-sized deltas that concatenate back to it.
+fn words(text: &str) -> Vec<String> {
+    text.split_inclusive(' ').map(str::to_string).collect()
+}
+
+fn stream(every: Duration, deltas: Vec<String>, finish: bool) -> Response {
+    let total = deltas.len() as u64;
+    let body = futures::stream::unfold(
+        (deltas.into_iter(), 0u8),
+        move |(mut it, stage)| async move {
+            if stage == 0 {
+                if let Some(text) = it.next() {
+                    tokio::time::sleep(every).await;
+                    let chunk =
+                        serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]});
+                    return Some((
+                        Ok::<_, std::io::Error>(Bytes::from(format!("data: {chunk}\n\n"))),
+                        (it, 0),
+                    ));
+                }
+                if !finish {
+                    // Cut the connection mid-reply, as a dropped upstream would.
+                    return Some((
+                        Err(std::io::Error::other("demo-drop cut the stream")),
+                        (it, 2),
+                    ));
+                }
+                let usage = serde_json::json!({"choices": [], "usage": {"total_tokens": total}});
+                return Some((
+                    Ok(Bytes::from(format!("data: {usage}\n\ndata: [DONE]\n\n"))),
+                    (it, 2),
+                ));
+            }
+            None
+        },
+    );
+    let mut resp = Body::from_stream(body).into_response();
+    resp.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    resp
+}
+
+fn error(
+    status: u16,
+    headers: &[(&'static str, &'static str)],
+    kind: &str,
+    message: &str,
+) -> Response {
+    let mut resp = error_coded(status, kind, kind, message);
+    let h: &mut HeaderMap = resp.headers_mut();
+    for (k, v) in headers {
+        h.insert(*k, HeaderValue::from_static(v));
+    }
+    resp
+}
+
+fn error_coded(status: u16, kind: &str, code: &str, message: &str) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = serde_json::json!({"error": {"type": kind, "code": code, "message": message}});
+    (status, Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn words_concatenate_back_to_the_reply() {
+        let text = super::reply_for("hello there", "demo");
+        assert_eq!(super::words(&text).concat(), text);
+        assert!(text.contains("hello there"));
+    }
+}

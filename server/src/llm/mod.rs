@@ -1,0 +1,101 @@
+//! Providers: one trait, "open a streaming chat completion, then yield deltas".
+pub mod demo;
+pub mod openai;
+mod sse;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use std::time::Duration;
+
+/// What a run asks of a provider.
+#[derive(Clone, Debug)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+/// One item of an opened stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamItem {
+    Delta(String),
+    /// Tokens the provider reports for the whole call.
+    Usage {
+        total_tokens: u64,
+    },
+    /// The provider said the reply is complete.
+    Done,
+}
+
+/// Why opening or reading a provider stream failed, with what the classifier needs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ProviderError {
+    /// A non-2xx answer (or an error event on a 2xx stream, with its status if any).
+    Status {
+        status: u16,
+        /// The provider's error `type` and `code` and its message, when the body had them.
+        error_type: Option<String>,
+        error_code: Option<String>,
+        message: String,
+        retry_after: Option<RetryAfter>,
+        /// `x-should-retry: true|false`.
+        should_retry: Option<bool>,
+    },
+    /// Connect, DNS, reset or timeout before or while reading.
+    Transport { message: String },
+    /// The stream ended or broke before the provider said it was done.
+    StreamCut { message: String },
+    /// No bytes for the idle limit mid-stream.
+    Stalled { idle: Duration },
+    /// No API key is configured for a provider that needs one.
+    NoCredentials,
+}
+
+/// A provider's advised wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// Relative, from `retry-after-ms` or `Retry-After: <seconds>`.
+    Delay(Duration),
+    /// Absolute, from `Retry-After: <HTTP date>` or a reset header, in epoch millis.
+    At(i64),
+}
+
+impl std::fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProviderError::Status {
+                status, message, ..
+            } if *status > 0 => {
+                write!(f, "provider answered {status}: {message}")
+            }
+            ProviderError::Status { message, .. } => write!(f, "provider error: {message}"),
+            ProviderError::Transport { message } => {
+                write!(f, "could not reach the provider: {message}")
+            }
+            ProviderError::StreamCut { message } => {
+                write!(f, "the reply stream was cut off: {message}")
+            }
+            ProviderError::Stalled { idle } => {
+                write!(
+                    f,
+                    "the provider sent nothing for {} s mid-reply",
+                    idle.as_secs()
+                )
+            }
+            ProviderError::NoCredentials => write!(f, "no API key is configured for this provider"),
+        }
+    }
+}
+
+pub type DeltaStream = BoxStream<'static, Result<StreamItem, ProviderError>>;
+
+/// A chat-completion provider. `open` returns once the provider accepted the call (status and
+/// headers read); the stream then yields the reply. Dropping either aborts the request.
+pub trait Provider: Send + Sync + 'static {
+    fn open(&self, req: ChatRequest) -> BoxFuture<'_, Result<DeltaStream, ProviderError>>;
+}

@@ -1,0 +1,177 @@
+//! The `openai` provider: the Chat Completions streaming API of any compatible server
+//! (OpenAI, vLLM, llama.cpp, Ollama, and Mulligan's own demo endpoint).
+use super::sse::status_error;
+use super::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
+use eventsource_stream::Eventsource;
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use std::collections::VecDeque;
+
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+pub struct OpenAi {
+    client: reqwest::Client,
+    url: String,
+    api_key: Option<String>,
+    requires_key: bool,
+}
+
+impl OpenAi {
+    /// `requires_key`: fail as `credentials_unresolved` without a key instead of calling.
+    pub fn new(
+        client: reqwest::Client,
+        base_url: &str,
+        api_key: Option<String>,
+        requires_key: bool,
+    ) -> Self {
+        OpenAi {
+            client,
+            url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            api_key: api_key.filter(|k| !k.is_empty()),
+            requires_key,
+        }
+    }
+}
+
+impl Provider for OpenAi {
+    fn open(&self, req: ChatRequest) -> BoxFuture<'_, Result<DeltaStream, ProviderError>> {
+        Box::pin(async move {
+            if self.requires_key && self.api_key.is_none() {
+                return Err(ProviderError::NoCredentials);
+            }
+            let body = serde_json::json!({
+                "model": req.model,
+                "messages": req.messages,
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            });
+            let mut call = self.client.post(&self.url).json(&body);
+            if let Some(key) = &self.api_key {
+                call = call.bearer_auth(key);
+            }
+            let resp = call.send().await?;
+            let status = resp.status();
+            if !status.is_success() {
+                let headers = resp.headers().clone();
+                let text = resp.text().await.unwrap_or_default();
+                return Err(status_error(
+                    status.as_u16(),
+                    &headers,
+                    &text,
+                    crate::clock::now_ms(),
+                ));
+            }
+            Ok(parse_stream(resp))
+        })
+    }
+}
+
+/// Turns a 2xx SSE body into stream items; ends after `[DONE]`, cut if it ends before.
+fn parse_stream(resp: reqwest::Response) -> DeltaStream {
+    let state = (resp.bytes_stream().eventsource(), VecDeque::new(), false);
+    futures::stream::unfold(state, |(mut events, mut pending, mut done)| async move {
+        loop {
+            if let Some(item) = pending.pop_front() {
+                return Some((Ok(item), (events, pending, done)));
+            }
+            if done {
+                return None;
+            }
+            let failure = match events.next().await {
+                None => ProviderError::StreamCut {
+                    message: "ended before [DONE]".into(),
+                },
+                Some(Err(e)) => ProviderError::StreamCut {
+                    message: e.to_string(),
+                },
+                Some(Ok(ev)) => match chunk_items(&ev.data) {
+                    Ok(ChunkItems::Done) => {
+                        done = true;
+                        pending.push_back(StreamItem::Done);
+                        continue;
+                    }
+                    Ok(ChunkItems::Items(items)) => {
+                        pending.extend(items);
+                        continue;
+                    }
+                    Err(e) => e,
+                },
+            };
+            return Some((Err(failure), (events, pending, true)));
+        }
+    })
+    .boxed()
+}
+
+enum ChunkItems {
+    Done,
+    Items(Vec<StreamItem>),
+}
+
+/// Parses one `data:` payload of a Chat Completions stream.
+fn chunk_items(data: &str) -> Result<ChunkItems, ProviderError> {
+    let data = data.trim();
+    if data == "[DONE]" {
+        return Ok(ChunkItems::Done);
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(data).map_err(|e| ProviderError::StreamCut {
+            message: format!("unreadable chunk: {e}"),
+        })?;
+    if v.get("error").is_some() {
+        let (error_type, error_code, message) = super::sse::error_fields(data);
+        return Err(ProviderError::Status {
+            status: 0,
+            error_type,
+            error_code,
+            message: message.unwrap_or_else(|| "error event in the stream".into()),
+            retry_after: None,
+            should_retry: None,
+        });
+    }
+    let mut items = Vec::new();
+    if let Some(text) = v
+        .pointer("/choices/0/delta/content")
+        .and_then(|c| c.as_str())
+    {
+        if !text.is_empty() {
+            items.push(StreamItem::Delta(text.to_string()));
+        }
+    }
+    if let Some(total) = v.pointer("/usage/total_tokens").and_then(|t| t.as_u64()) {
+        items.push(StreamItem::Usage {
+            total_tokens: total,
+        });
+    }
+    Ok(ChunkItems::Items(items))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_yield_deltas_usage_and_done() {
+        let ChunkItems::Items(items) =
+            chunk_items(r#"{"choices":[{"delta":{"content":"Hel"}}]}"#).unwrap()
+        else {
+            panic!("expected items")
+        };
+        assert_eq!(items, vec![StreamItem::Delta("Hel".into())]);
+        let ChunkItems::Items(items) =
+            chunk_items(r#"{"choices":[],"usage":{"total_tokens":12}}"#).unwrap()
+        else {
+            panic!("expected items")
+        };
+        assert_eq!(items, vec![StreamItem::Usage { total_tokens: 12 }]);
+        assert!(matches!(chunk_items(" [DONE] "), Ok(ChunkItems::Done)));
+    }
+
+    #[test]
+    fn an_error_chunk_is_a_provider_error() {
+        let err = chunk_items(r#"{"error":{"type":"overloaded_error","message":"busy"}}"#);
+        assert!(
+            matches!(err, Err(ProviderError::Status { error_type: Some(t), .. }) if t == "overloaded_error")
+        );
+    }
+}

@@ -1,0 +1,47 @@
+//! `mulligan`: the server (`serve`) and, later, thin clients of its API.
+use clap::{Parser, Subcommand};
+use server::config::Config;
+
+#[derive(Parser)]
+#[command(
+    name = "mulligan",
+    version,
+    about = "LLM agent sessions that recover from provider failures"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the web app and the API (prints the URL to open).
+    Serve(Config),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx=warn,leptos=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Runtime::new().expect("the tokio runtime starts");
+    match cli.command {
+        Command::Serve(config) => rt.block_on(async move {
+            match server::start(config, true).await {
+                Ok(running) => {
+                    println!("Mulligan is running: open {}", running.open_url());
+                    running.wait().await;
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("mulligan: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            }
+        }),
+    }
+}

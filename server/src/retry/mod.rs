@@ -1,0 +1,2 @@
+//! Retry: the failure classifier (pure) and, with Tier 1, its policy and adapter.
+pub mod classify;
