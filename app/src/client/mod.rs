@@ -1,7 +1,10 @@
 //! The browser's side of the API: JSON over fetch (with an optional AbortSignal) and the
 //! session event stream. On the server these are inert: components call them only from
 //! effects and event handlers, which run in the browser.
-use crate::wire::{ApiError, Event};
+use crate::wire::ApiError;
+#[cfg(not(feature = "hydrate"))]
+use crate::wire::Event;
+#[cfg(not(feature = "hydrate"))]
 use serde::de::DeserializeOwned;
 
 #[cfg(feature = "hydrate")]

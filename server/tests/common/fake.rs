@@ -1,0 +1,159 @@
+//! A fake OpenAI-compatible provider for tests: plays queued scripted answers (or a default)
+//! and records every request it gets.
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub enum Script {
+    /// Streams the deltas, each after `every`; `finish` ends with usage and `[DONE]`, else cuts.
+    Stream {
+        deltas: Vec<String>,
+        every: Duration,
+        finish: bool,
+    },
+    /// Answers a status with headers and a JSON body.
+    Status {
+        code: u16,
+        headers: Vec<(&'static str, String)>,
+        body: Value,
+    },
+}
+
+impl Script {
+    pub fn reply(words: &[&str]) -> Script {
+        Script::Stream {
+            deltas: words.iter().map(|w| w.to_string()).collect(),
+            every: Duration::from_millis(5),
+            finish: true,
+        }
+    }
+    pub fn slow(n: usize, every: Duration) -> Script {
+        Script::Stream {
+            deltas: (0..n).map(|i| format!("w{i} ")).collect(),
+            every,
+            finish: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub at: Instant,
+    pub body: Value,
+    pub authorization: Option<String>,
+}
+
+#[derive(Default)]
+struct Inner {
+    queue: VecDeque<Script>,
+    default: Option<Script>,
+    seen: Vec<Seen>,
+}
+
+#[derive(Clone)]
+pub struct FakeProvider {
+    inner: Arc<Mutex<Inner>>,
+    pub url: String,
+}
+
+impl FakeProvider {
+    pub async fn start() -> FakeProvider {
+        let inner: Arc<Mutex<Inner>> = Arc::default();
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        FakeProvider { inner, url }
+    }
+
+    pub fn push(&self, s: Script) -> &Self {
+        self.inner.lock().unwrap().queue.push_back(s);
+        self
+    }
+
+    pub fn set_default(&self, s: Script) {
+        self.inner.lock().unwrap().default = Some(s);
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.inner.lock().unwrap().seen.clone()
+    }
+}
+
+async fn chat(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let script = {
+        let mut i = inner.lock().unwrap();
+        i.seen.push(Seen {
+            at: Instant::now(),
+            body,
+            authorization: headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        });
+        i.queue
+            .pop_front()
+            .or_else(|| i.default.clone())
+            .unwrap_or_else(|| Script::reply(&["ok"]))
+    };
+    match script {
+        Script::Status {
+            code,
+            headers,
+            body,
+        } => {
+            let mut resp = (StatusCode::from_u16(code).unwrap(), Json(body)).into_response();
+            for (k, v) in headers {
+                resp.headers_mut()
+                    .insert(k, HeaderValue::from_str(&v).unwrap());
+            }
+            resp
+        }
+        Script::Stream {
+            deltas,
+            every,
+            finish,
+        } => {
+            let stream = futures::stream::unfold(
+                (deltas.into_iter(), false),
+                move |(mut it, ended)| async move {
+                    if ended {
+                        return None;
+                    }
+                    match it.next() {
+                    Some(text) => {
+                        tokio::time::sleep(every).await;
+                        let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]});
+                        Some((Ok::<_, std::io::Error>(Bytes::from(format!("data: {chunk}\n\n"))), (it, false)))
+                    }
+                    None if finish => Some((
+                        Ok(Bytes::from("data: {\"choices\":[],\"usage\":{\"total_tokens\":7}}\n\ndata: [DONE]\n\n")),
+                        (it, true),
+                    )),
+                    None => Some((Err(std::io::Error::other("cut")), (it, true))),
+                }
+                },
+            );
+            let mut resp = Body::from_stream(stream).into_response();
+            resp.headers_mut().insert(
+                "content-type",
+                HeaderValue::from_static("text/event-stream"),
+            );
+            resp
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Test harness: a real Mulligan server (real SQLite file, real HTTP) in this process, and a
+//! fake OpenAI-compatible provider that plays scripted answers and records every request.
+#![allow(dead_code)]
+pub mod fake;
+
+use app::wire::{Event, Receipt, Run, RunStatus, SessionDetail};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::Value;
+use server::config::{Config, ProviderKind};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const API_KEY: &str = "sk-test-SECRET-never-logged-42";
+
+pub struct TestServer {
+    pub running: Option<server::Running>,
+    pub base: String,
+    pub token: String,
+    pub data_dir: PathBuf,
+    pub http: reqwest::Client,
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "mulligan-test-{tag}-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn config(data_dir: &std::path::Path, provider_url: &str) -> Config {
+    let mut c = Config::for_data_dir(data_dir);
+    c.bind = "127.0.0.1:0".parse().unwrap();
+    c.provider = ProviderKind::Openai;
+    c.base_url = Some(provider_url.to_string());
+    c.api_key = Some(API_KEY.to_string());
+    c.model = Some("fake-model".into());
+    c.token = None;
+    c
+}
+
+impl TestServer {
+    pub async fn start(config: Config) -> TestServer {
+        let data_dir = config.data_dir.clone();
+        let running = server::start(config, false).await.expect("server starts");
+        TestServer {
+            base: format!("http://{}", running.addr),
+            token: running.token.clone(),
+            running: Some(running),
+            data_dir,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop().await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/api/v1{}", self.base, path)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn create_session(&self) -> String {
+        let (status, body) = self
+            .post("/sessions", serde_json::json!({"title": "test"}))
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body["id"].as_str().unwrap().to_string()
+    }
+
+    pub async fn send(&self, sid: &str, content: &str) -> Receipt {
+        let (status, body) = self
+            .post(
+                &format!("/sessions/{sid}/messages"),
+                serde_json::json!({"content": content}),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    pub async fn detail(&self, sid: &str) -> SessionDetail {
+        let (status, body) = self.get(&format!("/sessions/{sid}")).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    pub async fn run(&self, rid: &str) -> Run {
+        let (status, body) = self.get(&format!("/runs/{rid}")).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value(body["run"].clone()).unwrap()
+    }
+
+    /// Polls until the run has ended (10 s at most).
+    pub async fn wait_run_end(&self, rid: &str) -> Run {
+        for _ in 0..400 {
+            let run = self.run(rid).await;
+            if !run.status.is_active() {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("run {rid} did not end");
+    }
+
+    /// Polls until the run has the status.
+    pub async fn wait_run_status(&self, rid: &str, status: RunStatus) -> Run {
+        for _ in 0..400 {
+            let run = self.run(rid).await;
+            if run.status == status {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("run {rid} never became {status:?}");
+    }
+
+    /// Opens the session's SSE stream, optionally resuming after an event id.
+    pub async fn events(&self, sid: &str, last_event_id: Option<i64>) -> Sse {
+        let mut req = self
+            .http
+            .get(self.url(&format!("/sessions/{sid}/events")))
+            .bearer_auth(&self.token);
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id.to_string());
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        Sse {
+            inner: resp.bytes_stream().eventsource().boxed(),
+        }
+    }
+}
+
+type EventBox = futures::stream::BoxStream<
+    'static,
+    Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
+>;
+
+/// A session's event stream as the contract's events.
+pub struct Sse {
+    inner: EventBox,
+}
+
+impl Sse {
+    /// The next event with its id; panics after `within`.
+    pub async fn next(&mut self, within: Duration) -> (i64, Event) {
+        loop {
+            let ev = tokio::time::timeout(within, self.inner.next())
+                .await
+                .expect("an event in time")
+                .expect("the stream is open")
+                .expect("a well-formed event");
+            if let Some(parsed) = Event::parse(&ev.event, &ev.data) {
+                return (ev.id.parse().unwrap(), parsed.unwrap());
+            }
+        }
+    }
+
+    /// Events until `done` says stop (inclusive).
+    pub async fn until(
+        &mut self,
+        within: Duration,
+        mut done: impl FnMut(&Event) -> bool,
+    ) -> Vec<(i64, Event)> {
+        let mut out = Vec::new();
+        loop {
+            let e = self.next(within).await;
+            let stop = done(&e.1);
+            out.push(e);
+            if stop {
+                return out;
+            }
+        }
+    }
+}
+
+/// True for a `run` event of `rid` that has ended.
+pub fn run_ended(rid: &str) -> impl FnMut(&Event) -> bool + '_ {
+    move |e| matches!(e, Event::Run(r) if r.id == rid && !r.status.is_active())
+}
