@@ -79,6 +79,11 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
         EngineConfig {
             stream_idle: Duration::from_millis(config.stream_idle_ms),
             save_every: Duration::from_millis(250),
+            tier1: retry::policy::Policy {
+                max_attempts: config.tier1_max_attempts.max(1),
+                base: Duration::from_millis(config.tier1_base_ms),
+                cap: Duration::from_millis(config.tier1_cap_ms),
+            },
         },
     );
     engine.recover().await.map_err(|e| e.to_string())?;

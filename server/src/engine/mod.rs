@@ -22,6 +22,7 @@ pub struct EngineConfig {
     pub stream_idle: Duration,
     /// How often streamed text is saved (the stored reply is never further behind).
     pub save_every: Duration,
+    pub tier1: crate::retry::policy::Policy,
 }
 
 #[derive(Clone)]

@@ -4,10 +4,12 @@
 use super::{Active, Engine};
 use crate::clock::now_ms;
 use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem};
-use crate::retry::classify;
+use crate::retry::{classify, tier1};
 use crate::store::Outcome;
-use app::wire::{Delta, Event, Message, Role, Run, RunStatus};
+use app::wire::{AttemptEvent, Delta, Event, Message, Role, Run, RunStatus};
+use futures::future::BoxFuture;
 use futures::StreamExt;
+use std::time::Duration;
 use std::time::Instant;
 
 /// How a run's stream ended, before it is recorded.
@@ -95,18 +97,33 @@ async fn stream_reply(
             })
         }
     };
-    let mut stream = match engine.inner.provider.open(request).await {
-        Ok(s) => s,
+    let idle = engine.inner.cfg.stream_idle;
+    let mut attempts = RunAttempts { engine, run };
+    let provider = &*engine.inner.provider;
+    let opened = match tier1::open(
+        provider,
+        &request,
+        &engine.inner.cfg.tier1,
+        idle,
+        &mut attempts,
+    )
+    .await
+    {
+        Ok(o) => o,
         Err(e) => return End::Failed(e),
     };
-    let idle = engine.inner.cfg.stream_idle;
+    let mut stream = opened.stream;
+    let mut head = opened.head.into_iter();
     let save_every = engine.inner.cfg.save_every;
     let mut last_save = Instant::now();
     let mut unsaved = false;
     loop {
-        let item = match tokio::time::timeout(idle, stream.next()).await {
-            Err(_) => Some(Err(ProviderError::Stalled { idle })),
-            Ok(item) => item,
+        let item = match head.next() {
+            Some(item) => Some(Ok(item)),
+            None => match tokio::time::timeout(idle, stream.next()).await {
+                Err(_) => Some(Err(ProviderError::Stalled { idle })),
+                Ok(item) => item,
+            },
         };
         match item {
             Some(Ok(StreamItem::Delta(text))) => {
@@ -137,6 +154,53 @@ async fn stream_reply(
             last_save = Instant::now();
             unsaved = false;
         }
+    }
+}
+
+/// Records each Tier 1 attempt of a run and announces each wait on SSE.
+struct RunAttempts<'a> {
+    engine: &'a Engine,
+    run: &'a Run,
+}
+
+impl tier1::Observer for RunAttempts<'_> {
+    fn started(&mut self, n: u32) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Err(e) = self.engine.store().attempt_started(&self.run.id, n).await {
+                tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
+            }
+        })
+    }
+
+    fn failed<'a>(
+        &'a mut self,
+        n: u32,
+        err: &'a ProviderError,
+        retry_in: Option<Duration>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let retry_in_ms = retry_in.map(|d| d.as_millis() as i64);
+            let reason = err.to_string();
+            if let Err(e) = self
+                .engine
+                .store()
+                .attempt_failed(&self.run.id, n, &reason, retry_in_ms)
+                .await
+            {
+                tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
+            }
+            if let Some(ms) = retry_in_ms {
+                tracing::info!(run = %self.run.id, attempt = n, retry_in_ms = ms, error = %err, "provider call failed; Tier 1 retries");
+                let event = AttemptEvent {
+                    run_id: self.run.id.clone(),
+                    n: n + 1,
+                    retry_in_ms: ms,
+                    reason,
+                };
+                self.engine
+                    .publish(&self.run.session_id, Event::Attempt(event));
+            }
+        })
     }
 }
 

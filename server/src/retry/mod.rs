@@ -1,2 +1,5 @@
-//! Retry: the failure classifier (pure) and, with Tier 1, its policy and adapter.
+//! Retry: the failure classifier and Tier 1's policy (both pure), and the Tier 1 adapter
+//! that runs the policy around a provider's opening.
 pub mod classify;
+pub mod policy;
+pub mod tier1;

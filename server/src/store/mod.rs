@@ -241,6 +241,44 @@ impl Store {
             .collect())
     }
 
+    /// Tier 1 attempt `n` of a run starts.
+    pub async fn attempt_started(&self, run_id: &str, n: u32) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT OR REPLACE INTO run_attempts (run_id, n, started_at) VALUES (?, ?, ?)")
+            .bind(run_id)
+            .bind(n as i64)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE runs SET tier1_attempts = ? WHERE id = ?")
+            .bind(n as i64)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Tier 1 attempt `n` of a run failed; `retry_in_ms` when another follows after that wait.
+    pub async fn attempt_failed(
+        &self,
+        run_id: &str,
+        n: u32,
+        error: &str,
+        retry_in_ms: Option<i64>,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE run_attempts SET error = ?, retry_in_ms = ? WHERE run_id = ? AND n = ?",
+        )
+        .bind(error)
+        .bind(retry_in_ms)
+        .bind(run_id)
+        .bind(n as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// In one transaction: the operator message and its queued run.
     pub async fn insert_prompt(&self, session_id: &str, content: &str) -> Result<(Message, Run)> {
         let mut tx = self.pool.begin().await?;

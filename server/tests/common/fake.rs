@@ -144,7 +144,11 @@ async fn chat(
                         Ok(Bytes::from("data: {\"choices\":[],\"usage\":{\"total_tokens\":7}}\n\ndata: [DONE]\n\n")),
                         (it, true),
                     )),
-                    None => Some((Err(std::io::Error::other("cut")), (it, true))),
+                    None => {
+                        // Let what was sent reach the client, then cut the connection.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Some((Err(std::io::Error::other("cut")), (it, true)))
+                    }
                 }
                 },
             );

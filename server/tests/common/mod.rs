@@ -38,6 +38,8 @@ pub fn config(data_dir: &std::path::Path, provider_url: &str) -> Config {
     c.api_key = Some(API_KEY.to_string());
     c.model = Some("fake-model".into());
     c.token = None;
+    // Tier 1 backs off in milliseconds here; advised waits are still honoured exactly.
+    c.tier1_base_ms = 20;
     c
 }
 

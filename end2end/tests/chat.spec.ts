@@ -1,0 +1,70 @@
+import { test, expect, Page } from '@playwright/test';
+import { readFileSync } from 'node:fs';
+import { STATE } from '../global-setup';
+
+const printedUrl = (): string => JSON.parse(readFileSync(STATE, 'utf8')).url;
+
+async function hydrated(page: Page) {
+  await expect(page.locator('html[data-hydrated="true"]')).toHaveCount(1);
+}
+
+test('open the printed URL, chat, watch the reply stream in, reload and find it kept', async ({ page }) => {
+  const errors: string[] = [];
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  page.on('pageerror', (e) => errors.push(String(e)));
+
+  // The printed URL carries the token; opening it sets the cookie and drops the token from the URL.
+  await page.goto(printedUrl());
+  await expect(page).not.toHaveURL(/token=/);
+  await hydrated(page);
+
+  await page.getByLabel('Title').fill('First chat');
+  await page.getByRole('button', { name: 'New session' }).click();
+  await expect(page).toHaveURL(/\/s\/s_/);
+  await expect(page.getByRole('heading', { name: 'First chat' })).toBeVisible();
+
+  const input = page.getByLabel('Message');
+  await expect(input).toBeEnabled();
+  await input.fill('Hello Mulligan');
+  await input.press('Enter');
+  await expect(input).toHaveValue('');
+
+  const operator = page.locator('li.msg.operator').first();
+  await expect(operator).toContainText('Hello Mulligan');
+  // The reply streams: first it is partial and marked as being written, then complete.
+  const reply = page.locator('li.msg.agent').first();
+  await expect(reply).toHaveClass(/streaming/);
+  await expect(reply.locator('.content')).toContainText('You said');
+  const partial = (await reply.locator('.content').innerText()).length;
+  await expect(reply).not.toHaveClass(/streaming/, { timeout: 30_000 });
+  const full = await reply.locator('.content').innerText();
+  expect(full.length).toBeGreaterThan(partial);
+  expect(full).toContain('Hello Mulligan');
+  await page.screenshot({ path: 'test-results/chat.png', fullPage: true });
+
+  // The session list shows it, idle.
+  await expect(page.locator('.sessions a.current')).toContainText('First chat');
+
+  await page.reload();
+  await hydrated(page);
+  await expect(page.locator('li.msg.operator').first()).toContainText('Hello Mulligan');
+  await expect(page.locator('li.msg.agent .content').first()).toHaveText(full);
+
+  expect(errors).toEqual([]);
+});
+
+test('Shift+Enter adds a line instead of sending', async ({ page }) => {
+  await page.goto(printedUrl());
+  await hydrated(page);
+  await page.getByRole('button', { name: 'New session' }).click();
+  await expect(page).toHaveURL(/\/s\/s_/);
+  const input = page.getByLabel('Message');
+  await expect(input).toBeEnabled();
+  await input.fill('line one');
+  await input.press('Shift+Enter');
+  await input.type('line two');
+  await expect(input).toHaveValue('line one\nline two');
+  await expect(page.locator('li.msg')).toHaveCount(0);
+  await page.getByRole('button', { name: 'Send' }).click();
+  await expect(page.locator('li.msg.operator .content')).toHaveText('line one\nline two');
+});

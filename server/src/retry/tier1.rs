@@ -1,0 +1,89 @@
+//! Tier 1's adapter: opens a provider stream under the [`Policy`], retrying only the opening
+//! (connect, status, headers and any stream events before the first content delta). Once a
+//! delta is in hand it returns, and nothing is retried in-run after that. Dropping the
+//! future (the run's cancel) aborts a sleep or an in-flight request at once.
+use super::policy::{Decision, Policy};
+use crate::clock::now_ms;
+use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use std::time::{Duration, Instant};
+
+/// What Tier 1 reports while it works; the runner records and announces it.
+pub trait Observer: Send {
+    /// Attempt `n` (1-based) starts now.
+    fn started(&mut self, n: u32) -> BoxFuture<'_, ()>;
+    /// Attempt `n` failed; `retry_in` is set when Tier 1 tries again after that wait.
+    fn failed<'a>(
+        &'a mut self,
+        n: u32,
+        err: &'a ProviderError,
+        retry_in: Option<Duration>,
+    ) -> BoxFuture<'a, ()>;
+}
+
+/// An opened stream and the items read from it up to its first delta (or its end).
+pub struct Opened {
+    pub stream: DeltaStream,
+    pub head: Vec<StreamItem>,
+}
+
+/// Opens the stream, retrying its opening under the policy. `idle` bounds the wait for
+/// each item before the first delta.
+pub async fn open(
+    provider: &dyn Provider,
+    req: &ChatRequest,
+    policy: &Policy,
+    idle: Duration,
+    obs: &mut dyn Observer,
+) -> Result<Opened, ProviderError> {
+    let window = Instant::now();
+    let mut n = 0;
+    loop {
+        n += 1;
+        obs.started(n).await;
+        let attempt = match provider.open(req.clone()).await {
+            Ok(stream) => read_head(stream, idle).await,
+            Err(e) => Err(e),
+        };
+        let err = match attempt {
+            Ok(opened) => return Ok(opened),
+            Err(e) => e,
+        };
+        let decision = {
+            let mut rng = rand::rng();
+            policy.after_failure(n, &err, window.elapsed(), now_ms(), &mut rng)
+        };
+        match decision {
+            Decision::RetryIn(wait) => {
+                obs.failed(n, &err, Some(wait)).await;
+                tokio::time::sleep(wait).await;
+            }
+            Decision::GiveUp => {
+                obs.failed(n, &err, None).await;
+                return Err(err);
+            }
+        }
+    }
+}
+
+/// Reads items until the first delta or the end; an error before then fails the attempt.
+async fn read_head(mut stream: DeltaStream, idle: Duration) -> Result<Opened, ProviderError> {
+    let mut head = Vec::new();
+    loop {
+        let item = match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => return Err(ProviderError::Stalled { idle }),
+            Ok(None) => {
+                return Err(ProviderError::StreamCut {
+                    message: "ended before any reply".into(),
+                })
+            }
+            Ok(Some(item)) => item?,
+        };
+        let last = matches!(item, StreamItem::Delta(_) | StreamItem::Done);
+        head.push(item);
+        if last {
+            return Ok(Opened { stream, head });
+        }
+    }
+}
