@@ -84,6 +84,8 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
                 base: Duration::from_millis(config.tier1_base_ms),
                 cap: Duration::from_millis(config.tier1_cap_ms),
             },
+            spend_limit_tokens: config.spend_limit_tokens,
+            context_tokens: config.context_tokens,
         },
     );
     engine.recover().await.map_err(|e| e.to_string())?;
@@ -154,18 +156,13 @@ fn provider_for(config: &Config, addr: SocketAddr) -> Arc<dyn llm::Provider> {
                 .unwrap_or_else(|| format!("http://{host}:{}/demo/v1", addr.port()));
             Arc::new(llm::openai::OpenAi::new(client, &base, None, false))
         }
-        // The Anthropic Messages API arrives with Tier 1; until then it speaks Chat Completions.
-        ProviderKind::Openai | ProviderKind::Anthropic => {
-            let base = config
-                .base_url
-                .clone()
-                .unwrap_or_else(|| llm::openai::DEFAULT_BASE_URL.to_string());
-            Arc::new(llm::openai::OpenAi::new(
-                client,
-                &base,
-                config.api_key.clone(),
-                true,
-            ))
+        ProviderKind::Openai => {
+            let base = config.base_url.clone().unwrap_or_else(|| llm::openai::DEFAULT_BASE_URL.to_string());
+            Arc::new(llm::openai::OpenAi::new(client, &base, config.api_key.clone(), true))
+        }
+        ProviderKind::Anthropic => {
+            let base = config.base_url.clone().unwrap_or_else(|| llm::anthropic::DEFAULT_BASE_URL.to_string());
+            Arc::new(llm::anthropic::Anthropic::new(client, &base, config.api_key.clone()))
         }
     }
 }

@@ -2,6 +2,7 @@
 //! run per session), cancel, release, and restart recovery. Every decision about a session's
 //! runs is taken under that session's lock ([`Engine::lock`]), which is what makes "one
 //! active run per session" and the ordering of queued prompts atomic on one instance.
+mod compact;
 mod runner;
 
 use crate::error::{Error, Kind, Result};
@@ -23,6 +24,10 @@ pub struct EngineConfig {
     /// How often streamed text is saved (the stored reply is never further behind).
     pub save_every: Duration,
     pub tier1: crate::retry::policy::Policy,
+    /// Per-session token budget.
+    pub spend_limit_tokens: Option<u64>,
+    /// Context window used for compaction (`None`: drop the older half).
+    pub context_tokens: Option<u64>,
 }
 
 #[derive(Clone)]

@@ -1,7 +1,7 @@
 //! Executes one run: sends the conversation to the provider, relays each delta to the
 //! session's subscribers as it arrives, saves the text on a timer (never per delta), and
 //! records how the run ended.
-use super::{Active, Engine};
+use super::{compact, Active, Engine};
 use crate::clock::now_ms;
 use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem};
 use crate::retry::{classify, tier1};
@@ -19,6 +19,11 @@ enum End {
     Cancelled,
     /// The server is stopping: the run is recorded as interrupted.
     Stopping,
+    /// Failed before or without the provider (spend limit, the server itself).
+    Refused {
+        class: &'static str,
+        message: String,
+    },
 }
 
 pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Active) {
@@ -50,6 +55,17 @@ pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Ac
             Some(classify::of(classify::class::INTERRUPTED, None)),
             tokens,
         ),
+        End::Refused { class, message } => {
+            tracing::info!(run = %run.id, class, "run refused: {message}");
+            let class = classify::of(class, None);
+            outcome(
+                RunStatus::Failed,
+                content,
+                Some(message),
+                Some(class),
+                tokens,
+            )
+        }
         End::Failed(err) => {
             let class = classify::classify(&err, started, now_ms());
             tracing::info!(run = %run.id, class = %class.retry_class, error = %err, "run failed");
@@ -89,29 +105,30 @@ async fn stream_reply(
     tokens: &mut u64,
 ) -> End {
     let store = engine.store();
-    let request = match request_for(engine, run).await {
+    let (request, spent) = match request_for(engine, run).await {
         Ok(r) => r,
         Err(e) => {
-            return End::Failed(ProviderError::Transport {
+            return End::Refused {
+                class: classify::class::SERVER_ERROR,
                 message: e.to_string(),
-            })
+            }
         }
     };
-    let idle = engine.inner.cfg.stream_idle;
-    let mut attempts = RunAttempts { engine, run };
-    let provider = &*engine.inner.provider;
-    let opened = match tier1::open(
-        provider,
-        &request,
-        &engine.inner.cfg.tier1,
-        idle,
-        &mut attempts,
-    )
-    .await
-    {
+    if let Some(limit) = engine.inner.cfg.spend_limit_tokens {
+        if spent >= limit {
+            return End::Refused {
+                class: classify::class::SPEND_LIMIT_EXCEEDED,
+                message: format!(
+                    "this session has used {spent} tokens of its {limit}-token budget: raise MULLIGAN_SPEND_LIMIT_TOKENS or start a new session"
+                ),
+            };
+        }
+    }
+    let opened = match open(engine, run, request).await {
         Ok(o) => o,
         Err(e) => return End::Failed(e),
     };
+    let idle = engine.inner.cfg.stream_idle;
     let mut stream = opened.stream;
     let mut head = opened.head.into_iter();
     let save_every = engine.inner.cfg.save_every;
@@ -157,16 +174,80 @@ async fn stream_reply(
     }
 }
 
+/// Opens the provider stream through Tier 1; after a context overflow, compacts the
+/// conversation once and tries again (a second overflow fails the run).
+async fn open(
+    engine: &Engine,
+    run: &Run,
+    mut request: ChatRequest,
+) -> Result<tier1::Opened, ProviderError> {
+    let cfg = &engine.inner.cfg;
+    let provider = &*engine.inner.provider;
+    let mut attempts = RunAttempts {
+        engine,
+        run,
+        offset: 0,
+    };
+    let mut compacted = false;
+    loop {
+        let err = match tier1::open(
+            provider,
+            &request,
+            &cfg.tier1,
+            cfg.stream_idle,
+            &mut attempts,
+        )
+        .await
+        {
+            Ok(opened) => return Ok(opened),
+            Err(e) => e,
+        };
+        let overflow =
+            classify::classify(&err, false, 0).retry_class == classify::class::CONTEXT_OVERFLOW;
+        let smaller = if overflow && !compacted {
+            compact::compact(&request.messages, cfg.context_tokens)
+        } else {
+            None
+        };
+        let Some(messages) = smaller else {
+            return Err(err);
+        };
+        tracing::info!(run = %run.id, from = request.messages.len(), to = messages.len(), "context overflow: compacting once");
+        if let Err(e) = engine.store().mark_compacted(&run.id).await {
+            tracing::warn!(run = %run.id, error = %e, "could not record the compaction");
+        }
+        request.messages = messages;
+        compacted = true;
+        attempts.offset = run_attempts_so_far(engine, run).await;
+    }
+}
+
+async fn run_attempts_so_far(engine: &Engine, run: &Run) -> u32 {
+    engine
+        .store()
+        .attempts(&run.id)
+        .await
+        .map(|a| a.len() as u32)
+        .unwrap_or(0)
+}
+
 /// Records each Tier 1 attempt of a run and announces each wait on SSE.
 struct RunAttempts<'a> {
     engine: &'a Engine,
     run: &'a Run,
+    /// Attempts made before this Tier 1 round (a compaction starts a new round).
+    offset: u32,
 }
 
 impl tier1::Observer for RunAttempts<'_> {
     fn started(&mut self, n: u32) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Err(e) = self.engine.store().attempt_started(&self.run.id, n).await {
+            if let Err(e) = self
+                .engine
+                .store()
+                .attempt_started(&self.run.id, self.offset + n)
+                .await
+            {
                 tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
             }
         })
@@ -205,9 +286,10 @@ impl tier1::Observer for RunAttempts<'_> {
 }
 
 /// The provider request of a run: its session's model and the history up to its anchor.
-async fn request_for(engine: &Engine, run: &Run) -> crate::error::Result<ChatRequest> {
+async fn request_for(engine: &Engine, run: &Run) -> crate::error::Result<(ChatRequest, u64)> {
     let store = engine.store();
-    let session = store.session(&run.session_id).await?.session;
+    let record = store.session(&run.session_id).await?;
+    let session = record.session;
     let messages = store
         .history(&run.anchor_message_id)
         .await?
@@ -221,8 +303,5 @@ async fn request_for(engine: &Engine, run: &Run) -> crate::error::Result<ChatReq
             content,
         })
         .collect();
-    Ok(ChatRequest {
-        model: session.model,
-        messages,
-    })
+    Ok((ChatRequest { model: session.model, messages }, record.tokens_used.max(0) as u64))
 }

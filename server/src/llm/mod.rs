@@ -1,4 +1,5 @@
 //! Providers: one trait, "open a streaming chat completion, then yield deltas".
+pub mod anthropic;
 pub mod demo;
 pub mod openai;
 mod sse;
@@ -14,7 +15,7 @@ pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
 }
 
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,

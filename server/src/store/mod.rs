@@ -241,6 +241,15 @@ impl Store {
             .collect())
     }
 
+    /// Records that a run's conversation was compacted after a context overflow.
+    pub async fn mark_compacted(&self, run_id: &str) -> Result<()> {
+        sqlx::query("UPDATE runs SET compacted = 1 WHERE id = ?")
+            .bind(run_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Tier 1 attempt `n` of a run starts.
     pub async fn attempt_started(&self, run_id: &str, n: u32) -> Result<()> {
         let mut tx = self.pool.begin().await?;

@@ -6,6 +6,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use futures::StreamExt;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,8 @@ pub enum Script {
         every: Duration,
         finish: bool,
     },
+    /// Streams the deltas quickly, then sends nothing for `stall` (the connection stays open).
+    StallAfter { deltas: Vec<String>, stall: Duration },
     /// Answers a status with headers and a JSON body.
     Status {
         code: u16,
@@ -121,6 +124,22 @@ async fn chat(
                 resp.headers_mut()
                     .insert(k, HeaderValue::from_str(&v).unwrap());
             }
+            resp
+        }
+        Script::StallAfter { deltas, stall } => {
+            let chunks: Vec<Result<Bytes, std::io::Error>> = deltas
+                .iter()
+                .map(|t| {
+                    let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"content": t}}]});
+                    Ok(Bytes::from(format!("data: {chunk}\n\n")))
+                })
+                .collect();
+            let stream = futures::stream::iter(chunks).chain(futures::stream::once(async move {
+                tokio::time::sleep(stall).await;
+                Ok(Bytes::from("data: [DONE]\n\n"))
+            }));
+            let mut resp = Body::from_stream(stream).into_response();
+            resp.headers_mut().insert("content-type", HeaderValue::from_static("text/event-stream"));
             resp
         }
         Script::Stream {

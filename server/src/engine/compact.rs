@@ -1,0 +1,90 @@
+//! Compaction after a context overflow: drops the oldest turns so the conversation fits the
+//! context window, never the anchor prompt (the last message). Pure.
+use crate::llm::ChatMessage;
+
+/// A rough token estimate: four characters a token, plus a few for the message frame.
+pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
+    messages
+        .iter()
+        .map(|m| m.content.chars().count() as u64 / 4 + 4)
+        .sum()
+}
+
+/// The messages to send after an overflow. With a known window, the newest messages that fit
+/// (the anchor always kept); without one, the older half is dropped. `None` when nothing can
+/// be dropped.
+pub fn compact(messages: &[ChatMessage], window_tokens: Option<u64>) -> Option<Vec<ChatMessage>> {
+    let (anchor, earlier) = messages.split_last()?;
+    if earlier.is_empty() {
+        return None;
+    }
+    let keep_from = match window_tokens {
+        Some(window) => {
+            let mut used = estimate_tokens(std::slice::from_ref(anchor));
+            let mut from = earlier.len();
+            while from > 0 {
+                let cost = estimate_tokens(&earlier[from - 1..from]);
+                if used + cost > window {
+                    break;
+                }
+                used += cost;
+                from -= 1;
+            }
+            from.max(1)
+        }
+        None => earlier.len().div_ceil(2),
+    };
+    let mut kept: Vec<ChatMessage> = earlier[keep_from..].to_vec();
+    // A conversation starts with the operator: drop a leading agent reply.
+    while kept.first().is_some_and(|m| m.role == "assistant") {
+        kept.remove(0);
+    }
+    kept.push(anchor.clone());
+    Some(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(role: &str, words: usize) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: "word ".repeat(words),
+        }
+    }
+
+    fn convo(turns: usize) -> Vec<ChatMessage> {
+        let mut v = Vec::new();
+        for _ in 0..turns {
+            v.push(msg("user", 100));
+            v.push(msg("assistant", 100));
+        }
+        v.push(msg("user", 10));
+        v
+    }
+
+    #[test]
+    fn keeps_the_anchor_and_the_newest_turns_that_fit() {
+        let all = convo(10);
+        let out = compact(&all, Some(700)).unwrap();
+        assert_eq!(out.last(), all.last(), "anchor kept");
+        assert!(estimate_tokens(&out) <= 700);
+        assert!(out.len() < all.len());
+        assert_eq!(out[0].role, "user");
+    }
+
+    #[test]
+    fn without_a_window_the_older_half_goes() {
+        let all = convo(4);
+        let out = compact(&all, None).unwrap();
+        assert!(out.len() <= all.len() / 2 + 1);
+        assert_eq!(out.last(), all.last());
+    }
+
+    #[test]
+    fn a_lone_prompt_cannot_be_compacted() {
+        assert!(compact(&[msg("user", 5)], Some(1)).is_none());
+        assert!(compact(&[], None).is_none());
+    }
+}
