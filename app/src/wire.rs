@@ -168,6 +168,9 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryClassification>,
     pub created_at: Millis,
+    /// Why this run exists when it is not the operator's own prompt (regenerate, retry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Millis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,6 +249,21 @@ pub struct Attempt {
 pub struct RunDetail {
     pub run: Run,
     pub attempts: Vec<Attempt>,
+}
+
+/// `POST /sessions/:sid/retry` answers this.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryReceipt {
+    /// `<prompt id>~resume-<n>`: which attempt of which prompt this is.
+    pub prompt_id: String,
+    pub run_id: String,
+    pub kind: RunKind,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Regenerate {
+    #[serde(default)]
+    pub if_last_run: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -3,6 +3,7 @@
 //! runs is taken under that session's lock ([`Engine::lock`]), which is what makes "one
 //! active run per session" and the ordering of queued prompts atomic on one instance.
 mod compact;
+mod dispatch;
 mod runner;
 
 use crate::error::{Error, Kind, Result};
@@ -10,7 +11,7 @@ use crate::events::EventHub;
 use crate::llm::Provider;
 use crate::retry::classify;
 use crate::store::{Outcome, Store};
-use app::wire::{Event, Message, Receipt, Run, RunStatus, MAX_CONTENT_CHARS};
+use app::wire::{Event, Message, Run, RunStatus, MAX_CONTENT_CHARS};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -106,27 +107,6 @@ impl Engine {
 
     fn publish(&self, session_id: &str, event: Event) {
         self.inner.hub.publish(session_id, &event);
-    }
-
-    /// Posts an operator message: stores it with a queued run, releases prompts held behind
-    /// a failed turn (they go first, in order), and starts the next run if none is active.
-    pub async fn post_message(&self, session_id: &str, content: &str) -> Result<Receipt> {
-        let content = validate_content(content)?;
-        self.inner.store.session(session_id).await?;
-        let _guard = self.lock(session_id).await;
-        for run in self.inner.store.release_held(session_id).await? {
-            self.publish(session_id, Event::Run(run));
-        }
-        let (message, run) = self.inner.store.insert_prompt(session_id, content).await?;
-        self.publish(session_id, Event::Message(message.clone()));
-        self.publish(session_id, Event::Run(run.clone()));
-        let started = self.pump(session_id).await?;
-        Ok(Receipt {
-            message_id: message.id,
-            queued: started.as_deref() != Some(run.id.as_str()),
-            run_id: run.id,
-            superseded: Vec::new(),
-        })
     }
 
     /// Lets the prompts held behind a failed turn go on.
@@ -251,10 +231,19 @@ impl Engine {
                     self.publish(session_id, Event::Message(reply));
                 }
                 self.publish(session_id, Event::Run(run.clone()));
-                if run.status == RunStatus::Failed {
-                    for held in self.inner.store.hold_queued(session_id, &run.id).await? {
-                        self.publish(session_id, Event::Run(held));
+                match run.status {
+                    RunStatus::Failed => {
+                        for held in self.inner.store.hold_queued(session_id, &run.id).await? {
+                            self.publish(session_id, Event::Run(held));
+                        }
                     }
+                    // A turn that completes lets the prompts held behind a failure go on.
+                    RunStatus::Completed => {
+                        for released in self.inner.store.release_held(session_id).await? {
+                            self.publish(session_id, Event::Run(released));
+                        }
+                    }
+                    _ => {}
                 }
             }
             Ok(())
@@ -322,7 +311,7 @@ fn ended() -> Error {
 }
 
 /// The contract's content rule: 1..=100,000 chars after trim.
-fn validate_content(content: &str) -> Result<&str> {
+pub(crate) fn validate_content(content: &str) -> Result<&str> {
     let trimmed = content.trim();
     if trimmed.is_empty() {
         return Err(Error::invalid("content is empty: write a message"));

@@ -303,5 +303,11 @@ async fn request_for(engine: &Engine, run: &Run) -> crate::error::Result<(ChatRe
             content,
         })
         .collect();
-    Ok((ChatRequest { model: session.model, messages }, record.tokens_used.max(0) as u64))
+    Ok((
+        ChatRequest {
+            model: session.model,
+            messages,
+        },
+        record.tokens_used.max(0) as u64,
+    ))
 }

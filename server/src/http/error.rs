@@ -76,3 +76,42 @@ fn json_rejection(r: JsonRejection) -> Response {
         _ => respond(StatusCode::BAD_REQUEST, "invalid_request", reason),
     }
 }
+
+/// An optional JSON body: empty means `None`; anything else must be valid JSON for `T`.
+impl<S, T> axum::extract::OptionalFromRequest<S> for ApiJson<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Option<Self>, Self::Rejection> {
+        let bytes = match axum::body::Bytes::from_request(req, state).await {
+            Ok(b) => b,
+            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                return Err(respond(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    format!(
+                        "request bodies are limited to {} bytes",
+                        app::wire::MAX_BODY_BYTES
+                    ),
+                ))
+            }
+            Err(r) => {
+                return Err(respond(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    r.body_text(),
+                ))
+            }
+        };
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
+        }
+        match axum::Json::<T>::from_bytes(&bytes) {
+            Ok(axum::Json(v)) => Ok(Some(ApiJson(v))),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}

@@ -42,6 +42,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sessions/{sid}/messages", post(sessions::post_message))
         .route("/sessions/{sid}/release", post(sessions::release))
+        .route("/sessions/{sid}/retry", post(sessions::retry))
+        .route(
+            "/sessions/{sid}/messages/{mid}/regenerate",
+            post(sessions::regenerate),
+        )
         .route("/sessions/{sid}/runs/{rid}/cancel", post(runs::cancel))
         .route("/sessions/{sid}/events", get(sse::events))
         .route("/runs/{rid}", get(runs::detail))

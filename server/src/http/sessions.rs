@@ -152,3 +152,23 @@ pub async fn release(
     let released = state.engine.release(&sid).await?;
     Ok(Json(serde_json::json!({ "released": released })))
 }
+
+pub async fn regenerate(
+    State(state): State<AppState>,
+    Path((sid, mid)): Path<(String, String)>,
+    body: Option<ApiJson<app::wire::Regenerate>>,
+) -> Result<(StatusCode, Json<Receipt>)> {
+    let if_last_run = body.and_then(|ApiJson(b)| b.if_last_run);
+    let receipt = state
+        .engine
+        .regenerate(&sid, &mid, if_last_run.as_deref())
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(receipt)))
+}
+
+pub async fn retry(
+    State(state): State<AppState>,
+    Path(sid): Path<String>,
+) -> Result<Json<app::wire::RetryReceipt>> {
+    Ok(Json(state.engine.retry(&sid, None).await?))
+}

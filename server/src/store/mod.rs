@@ -37,6 +37,21 @@ pub struct LoggedEvent {
     pub data: String,
 }
 
+/// A run to queue: on a new operator message (a prompt, a continuation) or on an existing one.
+pub struct NewRun<'a> {
+    pub session_id: &'a str,
+    /// The content of a new operator message to anchor on.
+    pub new_message: Option<&'a str>,
+    pub message_provenance: Option<Provenance>,
+    /// The existing anchor, when there is no new message.
+    pub anchor_id: Option<&'a str>,
+    pub kind: RunKind,
+    pub attempt: u32,
+    pub provenance: Option<Provenance>,
+    /// Supersede every visible message after the anchor (queued and held prompts excepted).
+    pub supersede_after_anchor: bool,
+}
+
 /// How a run ended.
 pub struct Outcome {
     pub status: RunStatus,
@@ -288,27 +303,125 @@ impl Store {
         Ok(())
     }
 
-    /// In one transaction: the operator message and its queued run.
-    pub async fn insert_prompt(&self, session_id: &str, content: &str) -> Result<(Message, Run)> {
+    /// In one transaction: an optional new operator message, the supersession of what follows
+    /// the anchor (queued and held prompts excepted) and a queued run. Answers the new
+    /// message, the run and the superseded message ids.
+    pub async fn dispatch(&self, d: NewRun<'_>) -> Result<(Option<Message>, Run, Vec<String>)> {
         let mut tx = self.pool.begin().await?;
         let now = now_ms();
-        let message_id = new_id("m");
-        sqlx::query(
-            "INSERT INTO messages (id, session_id, seq, role, content, created_at)
-             VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?),
-                     'operator', ?, ?)",
+        let anchor_id = match &d.new_message {
+            Some(content) => {
+                let id = new_id("m");
+                sqlx::query(
+                    "INSERT INTO messages (id, session_id, seq, role, content, created_at, provenance)
+                     VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?),
+                             'operator', ?, ?, ?)",
+                )
+                .bind(&id)
+                .bind(d.session_id)
+                .bind(d.session_id)
+                .bind(content)
+                .bind(now)
+                .bind(rows::provenance_json(&d.message_provenance))
+                .execute(&mut *tx)
+                .await?;
+                id
+            }
+            None => d
+                .anchor_id
+                .ok_or_else(|| Error::internal("a dispatch needs an anchor"))?
+                .to_string(),
+        };
+        let run_id = insert_run(
+            &mut tx,
+            d.session_id,
+            &anchor_id,
+            d.kind,
+            d.attempt,
+            &d.provenance,
         )
-        .bind(&message_id)
-        .bind(session_id)
-        .bind(session_id)
-        .bind(content)
-        .bind(now)
-        .execute(&mut *tx)
         .await?;
-        let run_id =
-            insert_run(&mut tx, session_id, &message_id, RunKind::Prompt, 1, &None).await?;
+        let superseded: Vec<String> = if d.supersede_after_anchor {
+            sqlx::query_scalar(
+                "INSERT INTO supersessions (message_id, by_run_id, at)
+                 SELECT m.id, ?, ? FROM messages m
+                 WHERE m.session_id = ? AND m.seq > (SELECT seq FROM messages WHERE id = ?)
+                   AND NOT EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id)
+                   AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.anchor_message_id = m.id AND r.status = 'queued')
+                 RETURNING message_id",
+            )
+            .bind(&run_id)
+            .bind(now)
+            .bind(d.session_id)
+            .bind(&anchor_id)
+            .fetch_all(&mut *tx)
+            .await?
+        } else {
+            Vec::new()
+        };
         tx.commit().await?;
-        Ok((self.message(&message_id).await?, self.run(&run_id).await?))
+        let message = match d.new_message {
+            Some(_) => Some(self.message(&anchor_id).await?),
+            None => None,
+        };
+        Ok((message, self.run(&run_id).await?, superseded))
+    }
+
+    /// The latest run anchored on a message.
+    pub async fn latest_run_for(&self, anchor_message_id: &str) -> Result<Option<Run>> {
+        let row =
+            sqlx::query("SELECT * FROM runs WHERE anchor_message_id = ? ORDER BY seq DESC LIMIT 1")
+                .bind(anchor_message_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.as_ref().map(rows::run))
+    }
+
+    /// How many runs a prompt has had: on itself, and as the origin of automatic resumes.
+    pub async fn tries_of(&self, prompt_id: &str) -> Result<u32> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM runs WHERE anchor_message_id = ?
+                OR json_extract(provenance, '$.prompt_id') = ?",
+        )
+        .bind(prompt_id)
+        .bind(prompt_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u32)
+    }
+
+    /// How many automatic resumes (manual retries included) a prompt has had.
+    pub async fn resumes_of(&self, prompt_id: &str) -> Result<u32> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM runs WHERE json_extract(provenance, '$.kind') = 'auto_resume'
+                AND json_extract(provenance, '$.prompt_id') = ?",
+        )
+        .bind(prompt_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u32)
+    }
+
+    /// The session's last turn: its latest run not held behind a failure.
+    pub async fn last_turn(&self, session_id: &str) -> Result<Option<Run>> {
+        let row = sqlx::query(
+            "SELECT * FROM runs WHERE session_id = ? AND held_by IS NULL ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.as_ref().map(rows::run))
+    }
+
+    /// Whether the session has a run running or queued (held prompts excepted).
+    pub async fn has_active_run(&self, session_id: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = ?
+                AND (status = 'running' OR (status = 'queued' AND held_by IS NULL)))",
+        )
+        .bind(session_id)
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     pub async fn has_running_run(&self, session_id: &str) -> Result<bool> {
@@ -339,14 +452,15 @@ impl Store {
         let now = now_ms();
         let reply_id = new_id("m");
         sqlx::query(
-            "INSERT INTO messages (id, session_id, seq, role, content, created_at, run_id, status)
+            "INSERT INTO messages (id, session_id, seq, role, content, created_at, run_id, status, provenance)
              VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?),
-                     'agent', '', ?, ?, 'streaming')",
+                     'agent', '', ?, ?, 'streaming', (SELECT provenance FROM runs WHERE id = ?))",
         )
         .bind(&reply_id)
         .bind(&run.session_id)
         .bind(&run.session_id)
         .bind(now)
+        .bind(run_id)
         .bind(run_id)
         .execute(&mut *tx)
         .await?;
@@ -472,19 +586,29 @@ impl Store {
         Ok(rows.iter().map(rows::run).collect())
     }
 
-    /// The conversation a run sends: every visible operator message and finished reply up
-    /// to and including its anchor, as `(role, content)`.
+    /// The conversation a run sends: every visible message up to and including its anchor,
+    /// as `(role, content)`; operator prompts that have not run yet and empty or still
+    /// streaming replies are left out.
     pub async fn history(&self, anchor_message_id: &str) -> Result<Vec<(app::wire::Role, String)>> {
         let anchor = self.message(anchor_message_id).await?;
         let msgs = self.messages(&anchor.session_id, false).await?;
+        let not_yet_run: std::collections::HashSet<String> = sqlx::query_scalar(
+            "SELECT anchor_message_id FROM runs WHERE session_id = ?
+             GROUP BY anchor_message_id HAVING MAX(started_at) IS NULL",
+        )
+        .bind(&anchor.session_id)
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .collect();
         let anchor_pos = msgs.iter().position(|m| m.id == anchor.id);
         Ok(msgs
             .into_iter()
             .take(anchor_pos.map_or(usize::MAX, |p| p + 1))
             .filter(|m| match m.role {
-                app::wire::Role::Operator => true,
+                app::wire::Role::Operator => m.id == anchor.id || !not_yet_run.contains(&m.id),
                 app::wire::Role::Agent => {
-                    m.status == Some(MessageStatus::Complete) && !m.content.is_empty()
+                    m.status != Some(MessageStatus::Streaming) && !m.content.is_empty()
                 }
             })
             .map(|m| (m.role, m.content))

@@ -120,6 +120,7 @@ pub fn run(row: &SqliteRow) -> Run {
         error_message: row.get("error_message"),
         retry: retry(row),
         created_at: row.get("created_at"),
+        provenance: provenance(row),
         started_at: row.get("started_at"),
         finished_at: row.get("finished_at"),
     }

@@ -1,0 +1,209 @@
+//! Dispatch: the one path by which a run is queued — a posted prompt, Regenerate (and so
+//! Tier 2) and retry-now. Each takes the session's lock, checks its precondition and queues
+//! the run in one store transaction, then starts it if the session is free. The lock is what
+//! makes `if_last_run` and the retry claim atomic: N concurrent calls see one winner.
+use super::{validate_content, Engine};
+use crate::error::{Error, Result};
+use crate::store::NewRun;
+use app::wire::{Event, Provenance, Receipt, RetryReceipt, Role, RunKind, RunStatus};
+
+impl Engine {
+    /// Queues a run and starts it if the session is free. Call under the session's lock.
+    async fn queue(&self, new: NewRun<'_>) -> Result<Receipt> {
+        let session_id = new.session_id.to_string();
+        let (message, run, superseded) = self.store().dispatch(new).await?;
+        for id in &superseded {
+            if let Ok(m) = self.store().message(id).await {
+                self.publish(&session_id, Event::Message(m));
+            }
+        }
+        let message_id = match message {
+            Some(m) => {
+                let id = m.id.clone();
+                self.publish(&session_id, Event::Message(m));
+                id
+            }
+            None => run.anchor_message_id.clone(),
+        };
+        self.publish(&session_id, Event::Run(run.clone()));
+        let started = self.pump(&session_id).await?;
+        Ok(Receipt {
+            message_id,
+            queued: started.as_deref() != Some(run.id.as_str()),
+            run_id: run.id,
+            superseded,
+        })
+    }
+
+    /// Posts an operator message: releases prompts held behind a failed turn (they go first,
+    /// in order), then queues this one behind them.
+    pub async fn post_message(&self, session_id: &str, content: &str) -> Result<Receipt> {
+        let content = validate_content(content)?;
+        self.store().session(session_id).await?;
+        let _guard = self.lock(session_id).await;
+        for run in self.store().release_held(session_id).await? {
+            self.publish(session_id, Event::Run(run));
+        }
+        self.queue(NewRun {
+            session_id,
+            new_message: Some(content),
+            message_provenance: None,
+            anchor_id: None,
+            kind: RunKind::Prompt,
+            attempt: 1,
+            provenance: None,
+            supersede_after_anchor: false,
+        })
+        .await
+    }
+
+    /// Supersedes everything after operator message `mid` (queued and held prompts excepted)
+    /// and runs again from it. With `if_last_run`, only while that run is still the anchor's
+    /// latest and `failed` (else `regenerate.stale`), checked under the same lock as the queueing.
+    pub async fn regenerate(
+        &self,
+        session_id: &str,
+        mid: &str,
+        if_last_run: Option<&str>,
+    ) -> Result<Receipt> {
+        let anchor = self.store().message(mid).await?;
+        if anchor.session_id != session_id {
+            return Err(Error::not_found("message", mid));
+        }
+        if anchor.role != Role::Operator {
+            return Err(Error::invalid(
+                "only an operator message can be regenerated: pass the prompt's id",
+            ));
+        }
+        let _guard = self.lock(session_id).await;
+        let latest = self.store().latest_run_for(mid).await?;
+        if let Some(expected) = if_last_run {
+            let fresh = latest
+                .as_ref()
+                .is_some_and(|r| r.id == expected && r.status == RunStatus::Failed);
+            if !fresh {
+                let now = latest
+                    .map(|r| format!("{} ({:?})", r.id, r.status))
+                    .unwrap_or_else(|| "none".into());
+                return Err(Error::refused(
+                    "regenerate.stale",
+                    format!("run {expected} is no longer this prompt's latest failed run (latest: {now}); someone already retried it"),
+                ));
+            }
+        }
+        let attempt = self.store().tries_of(mid).await? + 1;
+        self.queue(NewRun {
+            session_id,
+            new_message: None,
+            message_provenance: None,
+            anchor_id: Some(mid),
+            kind: RunKind::Regenerate,
+            attempt,
+            provenance: Some(Provenance {
+                kind: "regenerate".into(),
+                prompt_id: Some(mid.to_string()),
+                attempt: Some(attempt),
+                manual: None,
+                from: None,
+            }),
+            supersede_after_anchor: true,
+        })
+        .await
+    }
+
+    /// Retries the session's failed last turn now: resends the prompt when the failed reply
+    /// holds no model output, else keeps the partial reply and sends a continuation. The
+    /// claim (the session still ends on a failed run, nothing runs or waits) and the queueing
+    /// are one step under the session's lock.
+    pub async fn retry(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
+        self.store().session(session_id).await?;
+        let guard = self.lock(session_id).await;
+        let store = self.store();
+        if store.has_active_run(session_id).await? {
+            return Err(Error::refused(
+                "retry.busy",
+                "a run is running or queued in this session: wait for it or cancel it",
+            ));
+        }
+        let failed = match store.last_turn(session_id).await? {
+            Some(r) if r.status == RunStatus::Failed => r,
+            Some(r) => {
+                return Err(Error::refused(
+                    "retry.nothing_failed",
+                    format!("the last turn did not fail (it is {:?})", r.status).to_lowercase(),
+                ))
+            }
+            None => {
+                return Err(Error::refused(
+                    "retry.nothing_failed",
+                    "this session has no turn to retry",
+                ))
+            }
+        };
+        let anchor = store.message(&failed.anchor_message_id).await?;
+        // The prompt this turn answers: a continuation's origin, else its anchor.
+        let prompt_id = match &anchor.provenance {
+            Some(p) if p.kind == "auto_resume" => {
+                p.prompt_id.clone().unwrap_or_else(|| anchor.id.clone())
+            }
+            _ => anchor.id.clone(),
+        };
+        let n = store.resumes_of(&prompt_id).await? + 1;
+        let provenance = Provenance {
+            kind: "auto_resume".into(),
+            prompt_id: Some(prompt_id.clone()),
+            attempt: Some(n),
+            manual: Some(true),
+            from: from.map(str::to_string),
+        };
+        let partial = match &failed.reply_message_id {
+            Some(id) => !store.message(id).await?.content.is_empty(),
+            None => false,
+        };
+        let why = failed
+            .retry
+            .as_ref()
+            .map(|c| c.retry_class.replace('_', " "))
+            .unwrap_or_else(|| "an error".into());
+        let continuation = format!(
+            "Your previous turn was cut off by {why}{}. Check what already finished before going on, then continue from where you stopped.",
+            failed.error_message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
+        );
+        let (kind, new) = if partial {
+            (
+                RunKind::Continuation,
+                NewRun {
+                    session_id,
+                    new_message: Some(&continuation),
+                    message_provenance: Some(provenance.clone()),
+                    anchor_id: None,
+                    kind: RunKind::Continuation,
+                    attempt: n + 1,
+                    provenance: Some(provenance),
+                    supersede_after_anchor: false,
+                },
+            )
+        } else {
+            (
+                RunKind::Resend,
+                NewRun {
+                    session_id,
+                    new_message: None,
+                    message_provenance: None,
+                    anchor_id: Some(&failed.anchor_message_id),
+                    kind: RunKind::Resend,
+                    attempt: n + 1,
+                    provenance: Some(provenance),
+                    supersede_after_anchor: true,
+                },
+            )
+        };
+        let receipt = self.queue(new).await?;
+        drop(guard);
+        Ok(RetryReceipt {
+            prompt_id: format!("{prompt_id}~resume-{n}"),
+            run_id: receipt.run_id,
+            kind,
+        })
+    }
+}
