@@ -157,12 +157,27 @@ fn provider_for(config: &Config, addr: SocketAddr) -> Arc<dyn llm::Provider> {
             Arc::new(llm::openai::OpenAi::new(client, &base, None, false))
         }
         ProviderKind::Openai => {
-            let base = config.base_url.clone().unwrap_or_else(|| llm::openai::DEFAULT_BASE_URL.to_string());
-            Arc::new(llm::openai::OpenAi::new(client, &base, config.api_key.clone(), true))
+            let base = config
+                .base_url
+                .clone()
+                .unwrap_or_else(|| llm::openai::DEFAULT_BASE_URL.to_string());
+            Arc::new(llm::openai::OpenAi::new(
+                client,
+                &base,
+                config.api_key.clone(),
+                true,
+            ))
         }
         ProviderKind::Anthropic => {
-            let base = config.base_url.clone().unwrap_or_else(|| llm::anthropic::DEFAULT_BASE_URL.to_string());
-            Arc::new(llm::anthropic::Anthropic::new(client, &base, config.api_key.clone()))
+            let base = config
+                .base_url
+                .clone()
+                .unwrap_or_else(|| llm::anthropic::DEFAULT_BASE_URL.to_string());
+            Arc::new(llm::anthropic::Anthropic::new(
+                client,
+                &base,
+                config.api_key.clone(),
+            ))
         }
     }
 }

@@ -32,8 +32,17 @@ async fn an_overflow_compacts_once_and_reruns() {
     let before = seen[3].body["messages"].as_array().unwrap().clone();
     let after = seen[4].body["messages"].as_array().unwrap().clone();
     assert_eq!(before.len(), 7);
-    assert!(after.len() < before.len(), "compacted: {} → {}", before.len(), after.len());
-    assert_eq!(after.last().unwrap()["content"], "the anchor prompt", "the anchor prompt is kept");
+    assert!(
+        after.len() < before.len(),
+        "compacted: {} → {}",
+        before.len(),
+        after.len()
+    );
+    assert_eq!(
+        after.last().unwrap()["content"],
+        "the anchor prompt",
+        "the anchor prompt is kept"
+    );
 }
 
 #[tokio::test]
@@ -48,7 +57,10 @@ async fn a_second_overflow_fails_the_run_as_context_overflow() {
     let run = server.wait_run_end(&r.run_id).await;
     assert_eq!(run.status, RunStatus::Failed);
     let retry = run.retry.unwrap();
-    assert_eq!((retry.retry_class.as_str(), retry.retryable), ("context_overflow", false));
+    assert_eq!(
+        (retry.retry_class.as_str(), retry.retryable),
+        ("context_overflow", false)
+    );
     assert_eq!(fake.seen().len(), 3, "one call, one compacted call");
 }
 
@@ -60,11 +72,17 @@ async fn a_run_over_the_spend_limit_fails_without_calling_the_provider() {
     let server = TestServer::start(cfg).await;
     let sid = server.create_session().await;
     let first = server.send(&sid, "uses seven tokens").await;
-    assert_eq!(server.wait_run_end(&first.run_id).await.status, RunStatus::Completed);
+    assert_eq!(
+        server.wait_run_end(&first.run_id).await.status,
+        RunStatus::Completed
+    );
     let second = server.send(&sid, "one more").await;
     let run = server.wait_run_end(&second.run_id).await;
     let retry = run.retry.unwrap();
-    assert_eq!((retry.retry_class.as_str(), retry.retryable), ("spend_limit_exceeded", false));
+    assert_eq!(
+        (retry.retry_class.as_str(), retry.retryable),
+        ("spend_limit_exceeded", false)
+    );
     assert!(run.error_message.unwrap().contains("budget"));
     assert_eq!(fake.seen().len(), 1, "the provider was not contacted");
 }
@@ -75,12 +93,18 @@ async fn a_stalled_stream_fails_as_stream_interrupted() {
     let mut cfg = config(&temp_dir("stall"), &fake.url);
     cfg.stream_idle_ms = 300;
     let server = TestServer::start(cfg).await;
-    fake.push(Script::StallAfter { deltas: vec!["started ".into()], stall: Duration::from_secs(30) });
+    fake.push(Script::StallAfter {
+        deltas: vec!["started ".into()],
+        stall: Duration::from_secs(30),
+    });
     let sid = server.create_session().await;
     let r = server.send(&sid, "hi").await;
     let run = server.wait_run_end(&r.run_id).await;
     assert_eq!(run.status, RunStatus::Failed);
     assert_eq!(run.retry.unwrap().retry_class, "stream_interrupted");
-    assert_eq!(server.detail(&sid).await.messages.pop().unwrap().content, "started ");
+    assert_eq!(
+        server.detail(&sid).await.messages.pop().unwrap().content,
+        "started "
+    );
     assert_eq!(fake.seen().len(), 1);
 }

@@ -21,7 +21,10 @@ pub enum Script {
         finish: bool,
     },
     /// Streams the deltas quickly, then sends nothing for `stall` (the connection stays open).
-    StallAfter { deltas: Vec<String>, stall: Duration },
+    StallAfter {
+        deltas: Vec<String>,
+        stall: Duration,
+    },
     /// Answers a status with headers and a JSON body.
     Status {
         code: u16,
@@ -130,7 +133,8 @@ async fn chat(
             let chunks: Vec<Result<Bytes, std::io::Error>> = deltas
                 .iter()
                 .map(|t| {
-                    let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"content": t}}]});
+                    let chunk =
+                        serde_json::json!({"choices": [{"index": 0, "delta": {"content": t}}]});
                     Ok(Bytes::from(format!("data: {chunk}\n\n")))
                 })
                 .collect();
@@ -139,7 +143,10 @@ async fn chat(
                 Ok(Bytes::from("data: [DONE]\n\n"))
             }));
             let mut resp = Body::from_stream(stream).into_response();
-            resp.headers_mut().insert("content-type", HeaderValue::from_static("text/event-stream"));
+            resp.headers_mut().insert(
+                "content-type",
+                HeaderValue::from_static("text/event-stream"),
+            );
             resp
         }
         Script::Stream {
