@@ -2,6 +2,7 @@
 //! server (SSR) and for the browser (hydrate).
 pub mod client;
 pub mod components;
+pub mod tier2;
 pub mod wire;
 
 use components::{chat::SessionView, session_list::SessionList};

@@ -1,0 +1,646 @@
+//! Tier 2, the browser's visible retry, as a pure state machine: a failed run whose
+//! classification is retryable arms a countdown (base ×2 up to the cap, unlimited) or a
+//! scheduled retry at the provider's `retry_after_until`; when it fires, it dispatches a
+//! Regenerate carrying `if_last_run`. Every arm bumps a generation token so stale timers and
+//! answers change nothing. No clock, no timers, no I/O: the adapter feeds it inputs and
+//! carries out the effects it returns.
+use crate::wire::{Millis, RetryClassification};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub base_ms: u64,
+    pub cap_ms: u64,
+}
+
+impl Policy {
+    /// The countdown before retry `attempt` (1-based): `min(cap, base·2^(attempt-1))`.
+    pub fn delay_ms(&self, attempt: u32) -> u64 {
+        let shift = attempt.saturating_sub(1).min(40);
+        self.base_ms
+            .saturating_mul(1u64 << shift)
+            .min(self.cap_ms)
+            .max(self.base_ms.min(self.cap_ms))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArmKind {
+    /// A ticking countdown.
+    Countdown,
+    /// "Retry after HH:MM": the provider asked to wait.
+    Scheduled,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    Idle,
+    Armed {
+        generation: u64,
+        attempt: u32,
+        fires_at: Millis,
+        kind: ArmKind,
+    },
+    Dispatching {
+        generation: u64,
+        attempt: u32,
+    },
+    Cancelled,
+}
+
+/// The failed run Tier 2 retries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub run_id: String,
+    /// The operator message to regenerate from.
+    pub anchor_id: String,
+    pub retry: Option<RetryClassification>,
+    pub finished_at: Millis,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The regenerate was accepted: this run now carries the turn.
+    Receipt { run_id: String },
+    /// The server refused with this code (`regenerate.stale`: someone else already retried).
+    Refused { code: String },
+    /// The request did not get an answer.
+    NetworkError,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// A run failed. `live`: seen as it happened (not restored from a snapshot after a reload).
+    RunFailed {
+        failure: Failure,
+        live: bool,
+        now: Millis,
+    },
+    /// A run of the session started or is queued (this tab's, another tab's, a CLI's).
+    RunActive,
+    RunCompleted,
+    TimerFired {
+        generation: u64,
+        now: Millis,
+    },
+    DispatchAnswered {
+        generation: u64,
+        answer: Answer,
+        now: Millis,
+    },
+    OperatorCancel,
+    OperatorRetryNow {
+        now: Millis,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// (Re)start the one timer to fire at `at` for this generation (ticks are the adapter's).
+    StartTimer {
+        generation: u64,
+        at: Millis,
+    },
+    StopTimer,
+    /// `POST …/messages/:anchor/regenerate {if_last_run}`.
+    Dispatch {
+        generation: u64,
+        anchor_id: String,
+        if_last_run: String,
+    },
+    /// Abort the in-flight regenerate request.
+    AbortDispatch,
+    /// The fallback: a receipt arrived after the operator cancelled; stop that run.
+    CancelRun {
+        run_id: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Tier2 {
+    policy: Policy,
+    state: State,
+    generation: u64,
+    /// Retries armed since the last completed run.
+    attempt: u32,
+    failure: Option<Failure>,
+    /// Failures already handled, so a replayed event never re-arms.
+    seen_run: Option<String>,
+    /// The generation whose dispatch the operator cancelled mid-flight.
+    cancelled_dispatch: Option<u64>,
+}
+
+impl Tier2 {
+    pub fn new(policy: Policy) -> Self {
+        Tier2 {
+            policy,
+            state: State::Idle,
+            generation: 0,
+            attempt: 0,
+            failure: None,
+            seen_run: None,
+            cancelled_dispatch: None,
+        }
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub fn failure(&self) -> Option<&Failure> {
+        self.failure.as_ref()
+    }
+
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+    }
+
+    /// Whether a failure arms Tier 2: retryable, and (after a reload) recent or still waited on.
+    pub fn arms_for(&self, failure: &Failure, live: bool, now: Millis) -> bool {
+        let Some(retry) = &failure.retry else {
+            return false;
+        };
+        if !retry.retryable {
+            return false;
+        }
+        live || now - failure.finished_at < self.policy.cap_ms as Millis
+            || retry.retry_after_until.is_some_and(|t| t > now)
+    }
+
+    pub fn step(&mut self, input: Input) -> Vec<Effect> {
+        match input {
+            Input::RunFailed { failure, live, now } => {
+                if self.seen_run.as_deref() == Some(failure.run_id.as_str()) {
+                    return Vec::new();
+                }
+                self.seen_run = Some(failure.run_id.clone());
+                let arms = self.arms_for(&failure, live, now);
+                self.failure = Some(failure);
+                if !arms {
+                    self.attempt = 0;
+                    return self.go_idle();
+                }
+                self.arm(now)
+            }
+            Input::RunActive => match self.state {
+                State::Armed { .. } => self.go_idle(),
+                _ => Vec::new(),
+            },
+            Input::RunCompleted => {
+                self.attempt = 0;
+                self.failure = None;
+                match self.state {
+                    State::Armed { .. } | State::Cancelled => self.go_idle(),
+                    _ => Vec::new(),
+                }
+            }
+            Input::TimerFired { generation, .. } => match self.state {
+                State::Armed {
+                    generation: g,
+                    attempt,
+                    ..
+                } if g == generation => self.dispatch(generation, attempt),
+                _ => Vec::new(),
+            },
+            Input::DispatchAnswered {
+                generation,
+                answer,
+                now,
+            } => self.answered(generation, answer, now),
+            Input::OperatorCancel => {
+                let effects = match self.state {
+                    State::Armed { .. } => vec![Effect::StopTimer],
+                    State::Dispatching { generation, .. } => {
+                        self.cancelled_dispatch = Some(generation);
+                        vec![Effect::AbortDispatch]
+                    }
+                    _ => return Vec::new(),
+                };
+                self.state = State::Cancelled;
+                effects
+            }
+            Input::OperatorRetryNow { .. } => match self.state {
+                State::Armed { attempt, .. } => {
+                    self.generation += 1;
+                    let mut effects = vec![Effect::StopTimer];
+                    effects.extend(self.dispatch(self.generation, attempt));
+                    effects
+                }
+                State::Idle | State::Cancelled if self.failure.is_some() => {
+                    self.attempt += 1;
+                    self.generation += 1;
+                    self.dispatch(self.generation, self.attempt)
+                }
+                _ => Vec::new(),
+            },
+        }
+    }
+
+    fn arm(&mut self, now: Millis) -> Vec<Effect> {
+        self.attempt += 1;
+        self.generation += 1;
+        let countdown = now + self.policy.delay_ms(self.attempt) as Millis;
+        let after = self
+            .failure
+            .as_ref()
+            .and_then(|f| f.retry.as_ref())
+            .and_then(|r| r.retry_after_until);
+        let (fires_at, kind) = match after {
+            Some(t) if t > countdown => (t, ArmKind::Scheduled),
+            _ => (countdown, ArmKind::Countdown),
+        };
+        self.state = State::Armed {
+            generation: self.generation,
+            attempt: self.attempt,
+            fires_at,
+            kind,
+        };
+        vec![Effect::StartTimer {
+            generation: self.generation,
+            at: fires_at,
+        }]
+    }
+
+    fn dispatch(&mut self, generation: u64, attempt: u32) -> Vec<Effect> {
+        let Some(f) = &self.failure else {
+            return self.go_idle();
+        };
+        self.state = State::Dispatching {
+            generation,
+            attempt,
+        };
+        vec![Effect::Dispatch {
+            generation,
+            anchor_id: f.anchor_id.clone(),
+            if_last_run: f.run_id.clone(),
+        }]
+    }
+
+    fn answered(&mut self, generation: u64, answer: Answer, now: Millis) -> Vec<Effect> {
+        if self.state == State::Cancelled && self.cancelled_dispatch == Some(generation) {
+            self.cancelled_dispatch = None;
+            return match answer {
+                Answer::Receipt { run_id } => vec![Effect::CancelRun { run_id }],
+                _ => Vec::new(),
+            };
+        }
+        let State::Dispatching { generation: g, .. } = self.state else {
+            return Vec::new();
+        };
+        if g != generation {
+            return Vec::new();
+        }
+        match answer {
+            // Follow the dispatched run (or, when stale, the one someone else started).
+            Answer::Receipt { .. } | Answer::Refused { .. } => {
+                self.state = State::Idle;
+                Vec::new()
+            }
+            // No answer: count down again (the next delay is longer).
+            Answer::NetworkError => self.arm(now),
+        }
+    }
+
+    fn go_idle(&mut self) -> Vec<Effect> {
+        let was_armed = matches!(self.state, State::Armed { .. });
+        self.state = State::Idle;
+        if was_armed {
+            vec![Effect::StopTimer]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: Policy = Policy {
+        base_ms: 2000,
+        cap_ms: 300_000,
+    };
+
+    fn failure(run: &str, retryable: bool, after: Option<Millis>) -> Failure {
+        Failure {
+            run_id: run.into(),
+            anchor_id: "m1".into(),
+            retry: Some(RetryClassification {
+                retryable,
+                retry_class: "overloaded".into(),
+                retry_after_until: after,
+            }),
+            finished_at: 0,
+        }
+    }
+
+    fn failed(run: &str, now: Millis) -> Input {
+        Input::RunFailed {
+            failure: failure(run, true, None),
+            live: true,
+            now,
+        }
+    }
+
+    #[test]
+    fn delays_double_from_base_to_cap() {
+        let d: Vec<u64> = (1..=10).map(|a| P.delay_ms(a)).collect();
+        assert_eq!(
+            d,
+            vec![2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 300000, 300000]
+        );
+        assert_eq!(P.delay_ms(10_000), 300_000);
+    }
+
+    #[test]
+    fn a_retryable_failure_arms_fires_and_dispatches_with_if_last_run() {
+        let mut t = Tier2::new(P);
+        assert_eq!(
+            t.step(failed("r1", 1000)),
+            vec![Effect::StartTimer {
+                generation: 1,
+                at: 3000
+            }]
+        );
+        assert!(matches!(
+            t.state(),
+            State::Armed {
+                kind: ArmKind::Countdown,
+                attempt: 1,
+                ..
+            }
+        ));
+        let e = t.step(Input::TimerFired {
+            generation: 1,
+            now: 3000,
+        });
+        assert_eq!(
+            e,
+            vec![Effect::Dispatch {
+                generation: 1,
+                anchor_id: "m1".into(),
+                if_last_run: "r1".into()
+            }]
+        );
+        t.step(Input::DispatchAnswered {
+            generation: 1,
+            answer: Answer::Receipt {
+                run_id: "r2".into(),
+            },
+            now: 0,
+        });
+        assert_eq!(t.state(), &State::Idle);
+        // That run fails too: the next countdown is twice as long.
+        assert_eq!(
+            t.step(failed("r2", 10_000)),
+            vec![Effect::StartTimer {
+                generation: 2,
+                at: 14_000
+            }]
+        );
+    }
+
+    #[test]
+    fn never_arms_for_permanent_failures_or_replays() {
+        let mut t = Tier2::new(P);
+        for class in ["context_overflow", "auth_failed", "quota_exhausted"] {
+            let mut f = failure(class, false, None);
+            f.retry.as_mut().unwrap().retry_class = class.into();
+            assert_eq!(
+                t.step(Input::RunFailed {
+                    failure: f,
+                    live: true,
+                    now: 0
+                }),
+                vec![]
+            );
+            assert_eq!(t.state(), &State::Idle);
+        }
+        let mut none = failure("rc", true, None);
+        none.retry = None;
+        assert_eq!(
+            t.step(Input::RunFailed {
+                failure: none,
+                live: true,
+                now: 0
+            }),
+            vec![],
+            "cancelled runs carry no class"
+        );
+        t.step(failed("r9", 0));
+        t.step(Input::OperatorCancel);
+        assert_eq!(
+            t.step(failed("r9", 5)),
+            vec![],
+            "a replayed failure does not re-arm"
+        );
+    }
+
+    #[test]
+    fn a_far_retry_after_schedules_instead_of_counting_down() {
+        let mut t = Tier2::new(P);
+        let f = failure("r1", true, Some(3_000_000));
+        assert_eq!(
+            t.step(Input::RunFailed {
+                failure: f,
+                live: true,
+                now: 0
+            }),
+            vec![Effect::StartTimer {
+                generation: 1,
+                at: 3_000_000
+            }]
+        );
+        assert!(matches!(
+            t.state(),
+            State::Armed {
+                kind: ArmKind::Scheduled,
+                ..
+            }
+        ));
+        // A retry_after_until sooner than the countdown changes nothing.
+        let mut t = Tier2::new(P);
+        let f = failure("r1", true, Some(500));
+        t.step(Input::RunFailed {
+            failure: f,
+            live: true,
+            now: 0,
+        });
+        assert!(matches!(
+            t.state(),
+            State::Armed {
+                kind: ArmKind::Countdown,
+                fires_at: 2000,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn after_a_reload_only_recent_or_waited_on_failures_arm() {
+        let t = Tier2::new(P);
+        let old = failure("r1", true, None);
+        assert!(!t.arms_for(&old, false, 400_000));
+        assert!(t.arms_for(&old, false, 100_000));
+        assert!(t.arms_for(&failure("r1", true, Some(500_000)), false, 400_000));
+        assert!(t.arms_for(&old, true, 400_000));
+    }
+
+    #[test]
+    fn cancel_while_dispatching_aborts_and_a_late_receipt_is_cancelled() {
+        let mut t = Tier2::new(P);
+        t.step(failed("r1", 0));
+        t.step(Input::TimerFired {
+            generation: 1,
+            now: 2000,
+        });
+        assert_eq!(t.step(Input::OperatorCancel), vec![Effect::AbortDispatch]);
+        assert_eq!(t.state(), &State::Cancelled);
+        let e = t.step(Input::DispatchAnswered {
+            generation: 1,
+            answer: Answer::Receipt {
+                run_id: "r2".into(),
+            },
+            now: 0,
+        });
+        assert_eq!(
+            e,
+            vec![Effect::CancelRun {
+                run_id: "r2".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn stale_timers_and_answers_change_nothing() {
+        let mut t = Tier2::new(P);
+        t.step(failed("r1", 0));
+        t.step(Input::OperatorRetryNow { now: 10 });
+        assert!(matches!(
+            t.state(),
+            State::Dispatching { generation: 2, .. }
+        ));
+        assert_eq!(
+            t.step(Input::TimerFired {
+                generation: 1,
+                now: 2000
+            }),
+            vec![]
+        );
+        assert_eq!(
+            t.step(Input::DispatchAnswered {
+                generation: 1,
+                answer: Answer::NetworkError,
+                now: 0
+            }),
+            vec![]
+        );
+        assert!(matches!(
+            t.state(),
+            State::Dispatching { generation: 2, .. }
+        ));
+    }
+
+    #[test]
+    fn another_tab_or_client_retrying_disarms_this_one() {
+        let mut t = Tier2::new(P);
+        t.step(failed("r1", 0));
+        assert_eq!(t.step(Input::RunActive), vec![Effect::StopTimer]);
+        assert_eq!(t.state(), &State::Idle);
+    }
+
+    /// A tiny deterministic generator for the property test (no extra crates).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    #[test]
+    fn property_no_doubled_dispatch_nothing_after_cancel_delays_in_bounds() {
+        for seed in 0..300 {
+            let mut rng = Lcg(seed);
+            let mut t = Tier2::new(P);
+            let mut now: Millis = 0;
+            let mut dispatched = std::collections::HashSet::new();
+            let mut cancelled = false;
+            let mut run_no = 0;
+            for _ in 0..200 {
+                now += rng.next(5000) as Millis;
+                let gen = t.generation.saturating_sub(rng.next(2));
+                let input = match rng.next(8) {
+                    0 => {
+                        run_no += 1;
+                        let after = (rng.next(3) == 0).then(|| now + rng.next(1_000_000) as Millis);
+                        let mut f = failure(&format!("r{run_no}"), rng.next(4) != 0, after);
+                        f.finished_at = now;
+                        Input::RunFailed {
+                            failure: f,
+                            live: rng.next(2) == 0,
+                            now,
+                        }
+                    }
+                    1 => Input::RunActive,
+                    2 => Input::RunCompleted,
+                    3 | 4 => Input::TimerFired {
+                        generation: gen,
+                        now,
+                    },
+                    5 => Input::DispatchAnswered {
+                        generation: gen,
+                        answer: match rng.next(3) {
+                            0 => Answer::Receipt {
+                                run_id: format!("x{gen}"),
+                            },
+                            1 => Answer::Refused {
+                                code: "regenerate.stale".into(),
+                            },
+                            _ => Answer::NetworkError,
+                        },
+                        now,
+                    },
+                    6 => Input::OperatorCancel,
+                    _ => Input::OperatorRetryNow { now },
+                };
+                let new_failure = matches!(input, Input::RunFailed { .. });
+                let operator_retry = matches!(input, Input::OperatorRetryNow { .. });
+                if new_failure || operator_retry {
+                    cancelled = false;
+                }
+                let is_cancel = matches!(input, Input::OperatorCancel);
+                for effect in t.step(input) {
+                    match effect {
+                        Effect::Dispatch { generation, .. } => {
+                            assert!(
+                                dispatched.insert(generation),
+                                "seed {seed}: generation {generation} dispatched twice"
+                            );
+                            assert!(!cancelled, "seed {seed}: dispatched after a cancel");
+                        }
+                        Effect::StartTimer { at, .. } => {
+                            if let State::Armed {
+                                kind: ArmKind::Countdown,
+                                ..
+                            } = t.state()
+                            {
+                                let d = (at - now) as u64;
+                                assert!(
+                                    (P.base_ms..=P.cap_ms).contains(&d),
+                                    "seed {seed}: delay {d}"
+                                );
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                if is_cancel && t.state() == &State::Cancelled {
+                    cancelled = true;
+                }
+            }
+        }
+    }
+}
