@@ -1,4 +1,6 @@
-//! `mulligan`: the server (`serve`) and, later, thin clients of its API.
+//! `mulligan`: the server (`serve`) and the CONTRACT §4 thin clients of its API (see `cli`).
+mod cli;
+
 use clap::{Parser, Subcommand};
 use server::config::Config;
 
@@ -17,10 +19,15 @@ struct Cli {
 enum Command {
     /// Serve the web app and the API (prints the URL to open).
     Serve(Config),
+    #[command(flatten)]
+    Client(cli::Command),
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let config = match Cli::parse().command {
+        Command::Serve(config) => config,
+        Command::Client(cmd) => return cli::run(cmd),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -29,19 +36,17 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let rt = tokio::runtime::Runtime::new().expect("the tokio runtime starts");
-    match cli.command {
-        Command::Serve(config) => rt.block_on(async move {
-            match server::start(config, true).await {
-                Ok(running) => {
-                    println!("Mulligan is running: open {}", running.open_url());
-                    running.wait().await;
-                    std::process::ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("mulligan: {e}");
-                    std::process::ExitCode::FAILURE
-                }
+    rt.block_on(async move {
+        match server::start(config, true).await {
+            Ok(running) => {
+                println!("Mulligan is running: open {}", running.open_url());
+                running.wait().await;
+                std::process::ExitCode::SUCCESS
             }
-        }),
-    }
+            Err(e) => {
+                eprintln!("mulligan: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        }
+    })
 }

@@ -1,0 +1,254 @@
+//! CONTRACT §4 client commands: the built `mulligan` binary run as a child process against a
+//! real server in this process (with the fake provider): output, `--json`, exit codes.
+mod common;
+
+use app::wire::{ApiError, Receipt, Role, RunStatus, SessionList};
+use common::fake::{FakeProvider, Script};
+use common::{config, temp_dir, TestServer};
+use std::path::Path;
+
+async fn setup(tag: &str) -> (FakeProvider, TestServer) {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir(tag), &fake.url)).await;
+    (fake, server)
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `mulligan <args>` with a clean `MULLIGAN_*` environment plus `env`, in `cwd`.
+async fn mulligan_in(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Out {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_mulligan"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MULLIGAN_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(cwd)
+        .output()
+        .await
+        .expect("the binary runs");
+    Out {
+        code: out.status.code().expect("exited"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// Runs `mulligan <args>` against the server with its token.
+async fn mulligan(server: &TestServer, args: &[&str]) -> Out {
+    mulligan_in(
+        &temp_dir("cli-cwd"),
+        &[
+            ("MULLIGAN_URL", &server.base),
+            ("MULLIGAN_TOKEN", &server.token),
+        ],
+        args,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn sessions_prints_a_table_and_json_is_the_apis_answer() {
+    let (_fake, server) = setup("cli-sessions").await;
+    let empty = mulligan(&server, &["sessions"]).await;
+    assert_eq!(empty.code, 0, "{}", empty.stderr);
+    assert_eq!(empty.stdout.trim(), "no sessions");
+
+    let sid = server.create_session().await;
+    let receipt = server.send(&sid, "hello").await;
+    server.wait_run_end(&receipt.run_id).await;
+
+    let out = mulligan(&server, &["sessions"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.is_empty(), "no logs: {}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("ID"), "{}", out.stdout);
+    for col in ["TITLE", "MODEL", "STATUS", "LAST RUN"] {
+        assert!(lines[0].contains(col), "{}", out.stdout);
+    }
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with(&sid))
+        .expect("a row for the session");
+    for cell in ["test", "fake-model", "idle", "completed"] {
+        assert!(row.contains(cell), "{row}");
+    }
+
+    let out = mulligan(&server, &["sessions", "--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.lines().count(), 1, "one line: {}", out.stdout);
+    let list: SessionList = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(list.sessions.len(), 1);
+    assert_eq!(list.sessions[0].id, sid);
+    let (_, api) = server.get("/sessions").await;
+    let printed: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(printed, api, "--json prints the API's answer as is");
+}
+
+#[tokio::test]
+async fn send_posts_an_operator_message() {
+    let (_fake, server) = setup("cli-send").await;
+    let sid = server.create_session().await;
+    let out = mulligan(&server, &["send", &sid, "hello", "from the CLI"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let line = out.stdout.trim();
+    assert!(
+        line.starts_with(&format!("sent to {sid}: message ")),
+        "{line}"
+    );
+    assert!(line.ends_with("(started)"), "{line}");
+    let detail = server.detail(&sid).await;
+    let first = &detail.messages[0];
+    assert_eq!(first.role, Role::Operator);
+    assert_eq!(first.content, "hello from the CLI");
+    assert!(line.contains(&format!("message {}", first.id)), "{line}");
+
+    let out = mulligan(&server, &["send", &sid, "again", "--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let receipt: Receipt = serde_json::from_str(out.stdout.trim()).unwrap();
+    let run = server.wait_run_end(&receipt.run_id).await;
+    assert_eq!(run.anchor_message_id, receipt.message_id);
+}
+
+#[tokio::test]
+async fn cancel_of_an_ended_run_is_a_refusal() {
+    let (_fake, server) = setup("cli-cancel").await;
+    let sid = server.create_session().await;
+    let receipt = server.send(&sid, "quick").await;
+    let run = server.wait_run_end(&receipt.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed);
+
+    let out = mulligan(&server, &["cancel", &sid, &receipt.run_id]).await;
+    assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
+    assert!(out.stderr.starts_with("conflict: "), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
+
+    let out = mulligan(&server, &["cancel", &sid, &receipt.run_id, "--json"]).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    let err: ApiError = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(err.error.code, "conflict");
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_exit_1_and_says_so() {
+    let (_fake, server) = setup("cli-token").await;
+    let out = mulligan_in(
+        &temp_dir("cli-cwd"),
+        &[("MULLIGAN_URL", &server.base), ("MULLIGAN_TOKEN", "nope")],
+        &["sessions"],
+    )
+    .await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("the token was rejected (401)"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("MULLIGAN_TOKEN"), "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn the_token_comes_from_data_token_or_the_error_says_how_to_set_it() {
+    let (_fake, server) = setup("cli-token-file").await;
+    let cwd = temp_dir("cli-cwd");
+    let url = [("MULLIGAN_URL", server.base.as_str())];
+    let out = mulligan_in(&cwd, &url, &["sessions"]).await;
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("set MULLIGAN_TOKEN"), "{}", out.stderr);
+
+    std::fs::create_dir_all(cwd.join("data")).unwrap();
+    std::fs::write(cwd.join("data/token"), format!("{}\n", server.token)).unwrap();
+    let out = mulligan_in(&cwd, &url, &["sessions"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_exit_1_and_says_so() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let out = mulligan_in(
+        &temp_dir("cli-cwd"),
+        &[("MULLIGAN_URL", &url), ("MULLIGAN_TOKEN", "t")],
+        &["sessions", "--json"],
+    )
+    .await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("unreachable"), "{}", out.stderr);
+    assert!(out.stderr.contains(&url), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test]
+async fn regenerate_and_retry_start_runs() {
+    let (fake, server) = setup("cli-regen-retry").await;
+    let sid = server.create_session().await;
+    let first = server.send(&sid, "prompt").await;
+    server.wait_run_end(&first.run_id).await;
+    let out = mulligan(&server, &["regenerate", &sid, &first.message_id]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let line = out.stdout.trim();
+    assert!(
+        line.starts_with(&format!(
+            "regenerated {sid} from message {}: run ",
+            first.message_id
+        )),
+        "{line}"
+    );
+    let detail = server.detail(&sid).await;
+    let again = detail.runs.last().unwrap();
+    assert!(line.contains(&again.id), "{line}");
+    server.wait_run_end(&again.id).await;
+
+    // A turn that fails with no output: retry resends the same prompt.
+    fake.push(Script::Status {
+        code: 401,
+        headers: vec![],
+        body: serde_json::json!({"error": {"message": "bad key"}}),
+    });
+    let failing = server.send(&sid, "will fail").await;
+    assert_eq!(
+        server.wait_run_end(&failing.run_id).await.status,
+        RunStatus::Failed
+    );
+    let out = mulligan(&server, &["retry", &sid]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let line = out.stdout.trim();
+    assert!(
+        line.starts_with(&format!("retried {sid}: resend, run ")),
+        "{line}"
+    );
+    let rid = line.rsplit(' ').next().unwrap();
+    assert_eq!(server.wait_run_end(rid).await.status, RunStatus::Completed);
+}
+
+#[tokio::test]
+async fn retry_refusals_print_the_code_and_exit_2() {
+    let (_fake, server) = setup("cli-retry").await;
+    let sid = server.create_session().await;
+    // Nothing failed (or, before the route exists, no such route): a refusal either way.
+    let out = mulligan(&server, &["retry", &sid]).await;
+    assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
+    let code = out.stderr.split(": ").next().unwrap();
+    assert!(
+        code == "not_found" || code.starts_with("retry."),
+        "{}",
+        out.stderr
+    );
+
+    let out = mulligan(&server, &["retry", "--cancel", &sid, "--json"]).await;
+    assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
+    let err: ApiError = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert!(
+        err.error.code == "not_found" || err.error.code == "conflict",
+        "{}",
+        out.stdout
+    );
+}
