@@ -150,6 +150,10 @@ impl Tier2 {
         self.failure.as_ref()
     }
 
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
     pub fn set_policy(&mut self, policy: Policy) {
         self.policy = policy;
     }

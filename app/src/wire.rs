@@ -270,6 +270,9 @@ pub struct Regenerate {
 pub struct ClientConfig {
     pub tier2_base_ms: u64,
     pub tier2_cap_ms: u64,
+    /// Tier 1's attempts per run, for "attempt 2 of 3".
+    #[serde(default)]
+    pub tier1_max_attempts: u32,
 }
 
 // ---- request bodies ----

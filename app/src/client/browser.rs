@@ -12,13 +12,30 @@ fn js_text(v: &JsValue) -> String {
         .unwrap_or_else(|| "unknown error".into())
 }
 
-/// Calls the API with a JSON body; parses a 2xx answer as `T`, else the contract's error.
-pub async fn fetch_json<T: DeserializeOwned>(
+/// An `AbortController` for one request.
+#[derive(Clone)]
+pub struct Abort(web_sys::AbortController);
+
+impl Abort {
+    pub fn new() -> Option<Abort> {
+        web_sys::AbortController::new().ok().map(Abort)
+    }
+    pub fn abort(&self) {
+        self.0.abort();
+    }
+}
+
+/// Calls the API with a JSON body, abortable; parses a 2xx answer as `T`, else the error.
+pub async fn fetch_json_with<T: DeserializeOwned>(
     method: &str,
     url: &str,
     body: Option<String>,
+    abort: Option<&Abort>,
 ) -> Result<T, ClientError> {
     let init = web_sys::RequestInit::new();
+    if let Some(a) = abort {
+        init.set_signal(Some(&a.0.signal()));
+    }
     init.set_method(method);
     init.set_credentials(web_sys::RequestCredentials::SameOrigin);
     let headers = web_sys::Headers::new().map_err(|e| ClientError::network(js_text(&e)))?;

@@ -10,7 +10,16 @@ use serde::de::DeserializeOwned;
 #[cfg(feature = "hydrate")]
 mod browser;
 #[cfg(feature = "hydrate")]
-pub use browser::{fetch_json, EventStream};
+pub use browser::{fetch_json_with, Abort, EventStream};
+
+/// Calls the API with an optional JSON body; parses a 2xx answer as `T`, else the error.
+pub async fn fetch_json<T: serde::de::DeserializeOwned>(
+    method: &str,
+    url: &str,
+    body: Option<String>,
+) -> Result<T, ClientError> {
+    fetch_json_with(method, url, body, None).await
+}
 
 /// Why a call failed: the API's refusal, or the network.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,12 +65,26 @@ impl ClientError {
 }
 
 #[cfg(not(feature = "hydrate"))]
-pub async fn fetch_json<T: DeserializeOwned>(
+pub async fn fetch_json_with<T: DeserializeOwned>(
     _method: &str,
     _url: &str,
     _body: Option<String>,
+    _abort: Option<&Abort>,
 ) -> Result<T, ClientError> {
     Err(ClientError::network("not in a browser"))
+}
+
+/// Aborts an in-flight request (inert on the server).
+#[cfg(not(feature = "hydrate"))]
+#[derive(Clone)]
+pub struct Abort;
+
+#[cfg(not(feature = "hydrate"))]
+impl Abort {
+    pub fn new() -> Option<Abort> {
+        Some(Abort)
+    }
+    pub fn abort(&self) {}
 }
 
 /// The session event stream (inert on the server).

@@ -2,10 +2,12 @@
 //! (messages, deltas, runs) live; holds the composer.
 use super::composer::Composer;
 use super::reply::MessageView;
+use super::retry_banner::{Retrier, RetryBanner};
 use super::use_sessions;
 use crate::client::{api, fetch_json, EventStream};
 use crate::wire::{
-    Event, Message, Run, RunStatus, RunSummary, Session, SessionDetail, SessionStatus,
+    AttemptEvent, ClientConfig, Event, Message, Run, RunStatus, RunSummary, Session, SessionDetail,
+    SessionStatus,
 };
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
@@ -18,6 +20,10 @@ pub struct Chat {
     pub messages: RwSignal<Vec<(String, RwSignal<Message>)>>,
     pub runs: RwSignal<Vec<Run>>,
     pub error: RwSignal<Option<String>>,
+    /// The latest Tier 1 wait announced for a run ("attempt 2 in 4 s").
+    pub attempt: RwSignal<Option<AttemptEvent>>,
+    pub retrier: Retrier,
+    pub config: RwSignal<Option<ClientConfig>>,
 }
 
 impl Chat {
@@ -27,6 +33,9 @@ impl Chat {
             messages: RwSignal::new(Vec::new()),
             runs: RwSignal::new(Vec::new()),
             error: RwSignal::new(None),
+            attempt: RwSignal::new(None),
+            retrier: Retrier::new(),
+            config: RwSignal::new(None),
         }
     }
 
@@ -38,8 +47,12 @@ impl Chat {
                 .map(|m| (m.id.clone(), RwSignal::new(m)))
                 .collect(),
         );
+        let last_turn = d.runs.iter().rev().find(|r| r.held_by.is_none()).cloned();
         self.runs.set(d.runs);
         self.error.set(None);
+        if let Some(run) = last_turn {
+            self.retrier.observe(&run, false);
+        }
     }
 
     /// Applies one live event.
@@ -84,7 +97,7 @@ impl Chat {
                 self.session.set(Some(s));
                 self.refresh_session_state();
             }
-            Event::Attempt(_) => {}
+            Event::Attempt(a) => self.attempt.set(Some(a)),
         }
     }
 
@@ -123,10 +136,19 @@ pub fn SessionView() -> impl IntoView {
     let sid = Memo::new(move |_| params.read().get("id").unwrap_or_default());
     let chat = Chat::new();
     provide_context(chat);
+    provide_context(chat.retrier);
+    Effect::new(move |_| {
+        leptos::task::spawn_local(async move {
+            if let Ok(c) = fetch_json::<ClientConfig>("GET", &api("/config"), None).await {
+                chat.config.set(Some(c));
+            }
+        });
+    });
     let stream = StoredValue::new_local(None::<EventStream>);
     Effect::new(move |_| {
         let id = sid.get();
         stream.set_value(None);
+        chat.retrier.reset(&id);
         chat.messages.set(Vec::new());
         chat.session.set(None);
         leptos::task::spawn_local(async move {
@@ -160,6 +182,7 @@ pub fn SessionView() -> impl IntoView {
             <Show when=move || chat.session.get().is_some() && chat.messages.with(|m| m.is_empty())>
                 <p class="empty">"Send the first message below."</p>
             </Show>
+            <RetryBanner/>
             <Composer session_id=sid/>
         </section>
     }

@@ -2,6 +2,7 @@
 pub mod chat;
 pub mod composer;
 pub mod reply;
+pub mod retry_banner;
 pub mod session_list;
 
 use crate::wire::Session;

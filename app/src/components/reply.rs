@@ -2,7 +2,7 @@
 //! (streaming, complete, failed with its classification, or stopped).
 use super::chat::Chat;
 use crate::client::{api, fetch_json, ClientError};
-use crate::wire::{Message, MessageStatus, Role, Run, RunStatus};
+use crate::wire::{Message, MessageStatus, Receipt, Role, Run, RunStatus};
 use leptos::prelude::*;
 
 #[component]
@@ -76,12 +76,36 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
             }
         });
     };
+    let regenerate = move |_| {
+        let Some(run_id) = message.with_untracked(|m| m.run_id.clone()) else {
+            return;
+        };
+        let Some(sid) = chat
+            .session
+            .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
+        else {
+            return;
+        };
+        let anchor = chat.runs.with_untracked(|rs| {
+            rs.iter()
+                .find(|r| r.id == run_id)
+                .map(|r| r.anchor_message_id.clone())
+        });
+        let Some(anchor) = anchor else { return };
+        leptos::task::spawn_local(async move {
+            let url = api(&format!("/sessions/{sid}/messages/{anchor}/regenerate"));
+            if let Err(e) = fetch_json::<Receipt>("POST", &url, Some("{}".into())).await {
+                stop_error.set(Some(e.explain()));
+            }
+        });
+    };
     move || {
         let m = message.get();
         match m.status {
             Some(MessageStatus::Streaming) => view! {
                 <div class="reply-state">
                     <span class="typing" aria-label="writing">"▍"</span>
+                    {move || tier1_wait(&chat, message.with(|m| m.run_id.clone()))}
                     <button class="stop" on:click=stop>"Stop"</button>
                     <span class="error">{move || stop_error.get()}</span>
                 </div>
@@ -99,16 +123,55 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
                         <strong>"This reply failed"</strong>
                         <span class="class">{class}</span>
                         <span class="retryable">{if retryable { "retryable" } else { "not retryable" }}</span>
-                        <p>{m.error_message.unwrap_or_default()}</p>
+                        <p>{m.error_message.clone().unwrap_or_default()}</p>
+                        <button class="secondary" on:click=regenerate>"Regenerate"</button>
                     </div>
                 }
                 .into_any()
             }
             Some(MessageStatus::Cancelled) => view! {
-                <div class="reply-state"><span class="tag">"Stopped"</span></div>
+                <div class="reply-state">
+                    <span class="tag">"Stopped"</span>
+                    <button class="secondary" on:click=regenerate>"Regenerate"</button>
+                </div>
             }
             .into_any(),
-            _ => ().into_any(),
+            _ => view! {
+                <div class="reply-state">
+                    {provenance_tag(&m)}
+                    <button class="secondary" on:click=regenerate>"Regenerate"</button>
+                </div>
+            }
+            .into_any(),
         }
     }
+}
+
+/// "Provider busy — attempt 2 of 3 in 4 s" while Tier 1 waits before this run's next attempt.
+fn tier1_wait(chat: &Chat, run_id: Option<String>) -> Option<String> {
+    let a = chat.attempt.get()?;
+    if Some(&a.run_id) != run_id.as_ref() {
+        return None;
+    }
+    let of = chat
+        .config
+        .with(|c| c.as_ref().map(|c| c.tier1_max_attempts))
+        .unwrap_or(0);
+    let secs = (a.retry_in_ms + 999) / 1000;
+    Some(if of > 0 {
+        format!("Provider busy — attempt {} of {of} in {secs} s", a.n)
+    } else {
+        format!("Provider busy — attempt {} in {secs} s", a.n)
+    })
+}
+
+/// Marks a reply that a retry produced: resend, continuation or regenerate.
+fn provenance_tag(m: &Message) -> Option<AnyView> {
+    let p = m.provenance.as_ref()?;
+    let label = match (p.kind.as_str(), p.attempt) {
+        ("auto_resume", Some(n)) => format!("retried (attempt {n})"),
+        ("regenerate", Some(n)) => format!("regenerated (attempt {n})"),
+        (kind, _) => kind.to_string(),
+    };
+    Some(view! { <span class="tag">{label}</span> }.into_any())
 }

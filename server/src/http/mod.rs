@@ -81,8 +81,10 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn client_config(State(state): State<AppState>) -> Json<ClientConfig> {
+    let c = &state.config;
     Json(ClientConfig {
-        tier2_base_ms: state.config.tier2_base_ms,
-        tier2_cap_ms: state.config.tier2_cap_ms,
+        tier2_base_ms: c.tier2_base_ms,
+        tier2_cap_ms: c.tier2_cap_ms,
+        tier1_max_attempts: c.tier1_max_attempts,
     })
 }
