@@ -1,0 +1,127 @@
+//! The real `mulligan` binary as an operator runs it: killed with SIGKILL mid-stream and
+//! started again, its run ends `interrupted` with the partial text kept; the API key never
+//! reaches its logs.
+mod common;
+
+use common::fake::{FakeProvider, Script};
+use common::{temp_dir, API_KEY};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Starts `mulligan serve` and answers the child, its base URL and its token.
+async fn serve(dir: &Path, provider: &str, log: &Path) -> (Child, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mulligan"))
+        .arg("serve")
+        .env("MULLIGAN_BIND", "127.0.0.1:0")
+        .env("MULLIGAN_DATA_DIR", dir)
+        .env("MULLIGAN_PROVIDER", "openai")
+        .env("MULLIGAN_BASE_URL", provider)
+        .env("MULLIGAN_API_KEY", API_KEY)
+        .env("RUST_LOG", "trace")
+        .stdout(Stdio::piped())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let url = line
+        .split("open ")
+        .nth(1)
+        .expect("the printed URL")
+        .trim()
+        .to_string();
+    let (base, token) = url.split_once("/?token=").unwrap();
+    (child, base.to_string(), token.to_string())
+}
+
+#[tokio::test]
+async fn kill_9_mid_stream_then_restart_marks_the_run_interrupted_and_logs_no_secret() {
+    let fake = FakeProvider::start().await;
+    fake.push(Script::slow(400, Duration::from_millis(10)));
+    let dir = temp_dir("kill9");
+    let log = dir.join("server.log");
+    let (mut child, base, token) = serve(&dir, &fake.url, &log).await;
+    let http = reqwest::Client::new();
+    let api = |p: &str| format!("{base}/api/v1{p}");
+    let session: Value = http
+        .post(api("/sessions"))
+        .bearer_auth(&token)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sid = session["id"].as_str().unwrap().to_string();
+    let receipt: Value = http
+        .post(api(&format!("/sessions/{sid}/messages")))
+        .bearer_auth(&token)
+        .json(&json!({"content": "stream for a while"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rid = receipt["run_id"].as_str().unwrap().to_string();
+    // Let it stream past a save (every 250 ms), then kill it without warning.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+
+    let (_child, base, token) = serve(&dir, &fake.url, &log).await;
+    let api = |p: &str| format!("{base}/api/v1{p}");
+    let run: Value = http
+        .get(api(&format!("/runs/{rid}")))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["run"]["status"], "failed");
+    assert_eq!(
+        run["run"]["retry"],
+        json!({"retryable": true, "retry_class": "interrupted"})
+    );
+    let detail: Value = http
+        .get(api(&format!("/sessions/{sid}")))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let reply = detail["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let text = reply["content"].as_str().unwrap();
+    assert!(text.starts_with("w0 w1 w2 "), "partial text kept: {text:?}");
+    assert_eq!(reply["status"], "failed");
+
+    let logs = std::fs::read_to_string(&log).unwrap();
+    assert!(logs.contains("interrupted"), "the log says what happened");
+    assert!(!logs.contains(API_KEY), "the API key reached the log");
+    assert!(!logs.contains(&token), "the operator token reached the log");
+}
