@@ -32,6 +32,9 @@ export default async function globalSetup() {
       MULLIGAN_DATA_DIR: dataDir,
       MULLIGAN_PROVIDER: 'demo',
       MULLIGAN_DEMO_DELTA_MS: process.env.MULLIGAN_DEMO_DELTA_MS || '30',
+      // Fast Tier 1 backoff and a short Tier 2 countdown keep the suite quick.
+      MULLIGAN_TIER1_BASE_MS: '100',
+      MULLIGAN_TIER2_BASE_MS: '3000',
       LEPTOS_SITE_ROOT: join(root, 'target', 'site'),
       RUST_LOG: 'info',
     },

@@ -1,12 +1,5 @@
-import { test, expect, Page } from '@playwright/test';
-import { readFileSync } from 'node:fs';
-import { STATE } from '../global-setup';
-
-const printedUrl = (): string => JSON.parse(readFileSync(STATE, 'utf8')).url;
-
-async function hydrated(page: Page) {
-  await expect(page.locator('html[data-hydrated="true"]')).toHaveCount(1);
-}
+import { test, expect } from '@playwright/test';
+import { hydrated, printedUrl } from './helpers';
 
 test('open the printed URL, chat, watch the reply stream in, reload and find it kept', async ({ page }) => {
   const errors: string[] = [];

@@ -208,6 +208,8 @@ async fn bad_input_gets_the_contract_error_and_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
+    let receipt: app::wire::Receipt = r.json().await.unwrap();
+    server.wait_run_end(&receipt.run_id).await;
     assert_eq!(
         fake.seen().len(),
         2,

@@ -63,6 +63,10 @@ impl Chat {
                     .messages
                     .with_untracked(|ms| ms.iter().find(|(id, _)| *id == m.id).map(|(_, s)| *s));
                 match slot {
+                    // A superseded message leaves the view (it is kept on the server).
+                    Some(_) if m.superseded => {
+                        self.messages.update(|ms| ms.retain(|(id, _)| *id != m.id))
+                    }
                     Some(s) => s.set(m),
                     None if !m.superseded => self
                         .messages
@@ -86,6 +90,7 @@ impl Chat {
                 }
             }
             Event::Run(r) => {
+                self.retrier.observe(&r, true);
                 self.runs
                     .update(|rs| match rs.iter_mut().find(|x| x.id == r.id) {
                         Some(slot) => *slot = r,

@@ -18,6 +18,8 @@ pub struct Retrier {
     pub failure: RwSignal<Option<Failure>>,
     timer: StoredValue<Option<TimeoutHandle>, LocalStorage>,
     abort: StoredValue<Option<Abort>, LocalStorage>,
+    /// The regenerate in flight: its anchor and the failed run it retries.
+    pending: StoredValue<Option<(String, String)>>,
     session_id: StoredValue<String>,
     pub error: RwSignal<Option<String>>,
 }
@@ -34,6 +36,7 @@ impl Retrier {
             failure: RwSignal::new(None),
             timer: StoredValue::new_local(None),
             abort: StoredValue::new_local(None),
+            pending: StoredValue::new(None),
             session_id: StoredValue::new(String::new()),
             error: RwSignal::new(None),
         }
@@ -131,6 +134,8 @@ impl Retrier {
                 let sid = self.session_id.get_value();
                 let abort = Abort::new();
                 self.abort.set_value(abort.clone());
+                self.pending
+                    .set_value(Some((anchor_id.clone(), if_last_run.clone())));
                 let url = api(&format!("/sessions/{sid}/messages/{anchor_id}/regenerate"));
                 let body = serde_json::json!({ "if_last_run": if_last_run }).to_string();
                 leptos::task::spawn_local(async move {
@@ -157,6 +162,31 @@ impl Retrier {
                 if let Some(Some(a)) = self.abort.try_update_value(|a| a.take()) {
                     a.abort();
                 }
+                // The server may have accepted the request before the abort: stop any run
+                // that replaced the failed one (the fallback cancel).
+                let Some(Some((anchor, failed))) = self.pending.try_update_value(|p| p.take())
+                else {
+                    return;
+                };
+                let sid = self.session_id.get_value();
+                leptos::task::spawn_local(async move {
+                    let url = api(&format!("/sessions/{sid}"));
+                    let Ok(detail) =
+                        fetch_json::<crate::wire::SessionDetail>("GET", &url, None).await
+                    else {
+                        return;
+                    };
+                    let stray = detail
+                        .runs
+                        .iter()
+                        .rev()
+                        .find(|r| r.anchor_message_id == anchor)
+                        .filter(|r| r.id != failed && r.status.is_active());
+                    if let Some(run) = stray {
+                        let url = api(&format!("/sessions/{sid}/runs/{}/cancel", run.id));
+                        let _ = fetch_json::<Run>("POST", &url, Some("{}".into())).await;
+                    }
+                });
             }
             tier2::Effect::CancelRun { run_id } => {
                 let sid = self.session_id.get_value();
@@ -222,13 +252,19 @@ pub fn RetryBanner() -> impl IntoView {
     let retry_now = move |_| retrier.feed(Input::OperatorRetryNow { now: now_ms() });
     let cancel = move |_| retrier.feed(Input::OperatorCancel);
     move || {
-        let run = failed_turn()?;
-        let class = run
-            .retry
+        // The failed turn, or (while a retry is on its way) the failure being retried.
+        let retry = match failed_turn() {
+            Some(run) => run.retry,
+            None if matches!(retrier.state.get(), State::Dispatching { .. }) => {
+                retrier.failure.get()?.retry
+            }
+            None => return None,
+        };
+        let class = retry
             .as_ref()
             .map(|r| r.retry_class.clone())
             .unwrap_or_default();
-        let retryable = run.retry.as_ref().is_some_and(|r| r.retryable);
+        let retryable = retry.as_ref().is_some_and(|r| r.retryable);
         let body = match retrier.state.get() {
             State::Armed { kind: ArmKind::Countdown, fires_at, attempt, .. } => {
                 let secs = move || ((fires_at - now.get()).max(0) + 999) / 1000;

@@ -154,6 +154,7 @@ fn NewSession() -> impl IntoView {
                 <option value="demo"/>
                 <option value="demo-flaky"/>
                 <option value="demo-overloaded"/>
+                <option value="demo-busy"/>
                 <option value="demo-quota"/>
                 <option value="demo-drop"/>
                 <option value="demo-auth"/>

@@ -17,6 +17,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("demo", "healthy: streams a readable reply"),
     ("demo-flaky", "503 twice for a conversation, then fine"),
     ("demo-overloaded", "always 529 overloaded"),
+    (
+        "demo-busy",
+        "529 for a conversation's first three calls (one turn's Tier 1 attempts), then fine",
+    ),
     ("demo-quota", "429 with Retry-After: 3000"),
     ("demo-drop", "cuts the stream after a few deltas"),
     ("demo-auth", "401 invalid API key"),
@@ -84,6 +88,12 @@ async fn chat(State(demo): State<Demo>, Json(body): Json<ChatBody>) -> Response 
             &[],
             "overloaded_error",
             "Overloaded: the demo provider is always busy.",
+        ),
+        "demo-busy" if call <= 3 => error(
+            529,
+            &[],
+            "overloaded_error",
+            "Overloaded: the demo provider is busy for one turn.",
         ),
         "demo-quota" => error(
             429,
