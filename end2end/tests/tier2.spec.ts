@@ -92,6 +92,14 @@ test('Regenerate on an old reply supersedes everything after it', async ({ page 
   await page.reload();
   await hydrated(page);
   await expect(page.locator('li.msg')).toHaveCount(2);
+  // The earlier attempts are folded away, and viewable.
+  const fold = page.getByRole('button', { name: '2 earlier attempts' });
+  await fold.click();
+  await expect(page.locator('li.msg')).toHaveCount(5);
+  await expect(page.locator('li.msg.superseded')).toHaveCount(3);
+  await shot(page, 'superseded-unfolded');
+  await page.getByRole('button', { name: 'Hide earlier attempts' }).click();
+  await expect(page.locator('li.msg')).toHaveCount(2);
   const all = await runs(page, sid);
   expect(all.map((r: any) => r.kind)).toEqual(['prompt', 'prompt', 'regenerate']);
 });

@@ -1,4 +1,5 @@
 //! The browser entry: hydrates the server-rendered Mulligan shell.
+#![recursion_limit = "256"]
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();

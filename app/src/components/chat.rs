@@ -24,6 +24,8 @@ pub struct Chat {
     pub attempt: RwSignal<Option<AttemptEvent>>,
     pub retrier: Retrier,
     pub config: RwSignal<Option<ClientConfig>>,
+    /// Whether superseded messages (earlier attempts) are shown.
+    pub show_superseded: RwSignal<bool>,
 }
 
 impl Chat {
@@ -36,6 +38,7 @@ impl Chat {
             attempt: RwSignal::new(None),
             retrier: Retrier::new(),
             config: RwSignal::new(None),
+            show_superseded: RwSignal::new(false),
         }
     }
 
@@ -63,15 +66,11 @@ impl Chat {
                     .messages
                     .with_untracked(|ms| ms.iter().find(|(id, _)| *id == m.id).map(|(_, s)| *s));
                 match slot {
-                    // A superseded message leaves the view (it is kept on the server).
-                    Some(_) if m.superseded => {
-                        self.messages.update(|ms| ms.retain(|(id, _)| *id != m.id))
-                    }
+                    // A superseded message stays, folded away (see `show_superseded`).
                     Some(s) => s.set(m),
-                    None if !m.superseded => self
+                    None => self
                         .messages
                         .update(|ms| ms.push((m.id.clone(), RwSignal::new(m)))),
-                    None => {}
                 }
             }
             Event::Delta(d) => {
@@ -128,6 +127,15 @@ impl Chat {
         }
     }
 
+    /// How many agent replies were superseded (earlier attempts).
+    pub fn superseded_replies(&self) -> usize {
+        self.messages.with(|ms| {
+            ms.iter()
+                .filter(|(_, m)| m.with(|m| m.superseded && m.role == crate::wire::Role::Agent))
+                .count()
+        })
+    }
+
     /// The run that is executing now, if any.
     pub fn running_run(&self) -> Option<Run> {
         self.runs
@@ -157,7 +165,13 @@ pub fn SessionView() -> impl IntoView {
         chat.messages.set(Vec::new());
         chat.session.set(None);
         leptos::task::spawn_local(async move {
-            match fetch_json::<SessionDetail>("GET", &api(&format!("/sessions/{id}")), None).await {
+            match fetch_json::<SessionDetail>(
+                "GET",
+                &api(&format!("/sessions/{id}?include_superseded=true")),
+                None,
+            )
+            .await
+            {
                 Ok(detail) => {
                     let after = detail.last_event_id;
                     chat.load(detail);
@@ -175,6 +189,20 @@ pub fn SessionView() -> impl IntoView {
             <header class="chat-head">
                 <h1>{move || chat.session.get().map(|s| s.title).unwrap_or_else(|| "Loading…".into())}</h1>
                 <span class="model">{move || chat.session.get().map(|s| s.model)}</span>
+                {move || {
+                    let n = chat.superseded_replies();
+                    (n > 0).then(|| {
+                        let label = move || match (chat.show_superseded.get(), n) {
+                            (true, _) => "Hide earlier attempts".to_string(),
+                            (false, 1) => "1 earlier attempt".to_string(),
+                            (false, n) => format!("{n} earlier attempts"),
+                        };
+                        view! {
+                            <button class="secondary fold" aria-pressed=move || chat.show_superseded.get().to_string()
+                                on:click=move |_| chat.show_superseded.update(|v| *v = !*v)>{label}</button>
+                        }
+                    })
+                }}
             </header>
             <Show when=move || chat.error.get().is_some()>
                 <p class="error" role="alert">{move || chat.error.get()}</p>

@@ -2,7 +2,7 @@
 //! (streaming, complete, failed with its classification, or stopped).
 use super::chat::Chat;
 use crate::client::{api, fetch_json, ClientError};
-use crate::wire::{Message, MessageStatus, Receipt, Role, Run, RunStatus};
+use crate::wire::{Message, MessageStatus, Receipt, Role, Run, RunKind, RunStatus};
 use leptos::prelude::*;
 
 #[component]
@@ -22,7 +22,8 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
                 Some(MessageStatus::Cancelled) => " cancelled",
                 _ => "",
             };
-            format!("msg {role}{status}")
+            let folded = if m.superseded { " superseded" } else { "" };
+            format!("msg {role}{status}{folded}")
         })
     };
     // The operator prompt's latest run, for "queued"/"held" tags.
@@ -31,22 +32,47 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
         chat.runs
             .with(|rs| rs.iter().rev().find(|r| r.anchor_message_id == id).cloned())
     };
+    let shown = move || !message.with(|m| m.superseded) || chat.show_superseded.get();
     view! {
+        <Show when=shown>
         <li class=class data-role=move || if role() == Role::Operator { "operator" } else { "agent" }>
             <div class="who">
                 {move || if role() == Role::Operator { "You" } else { "Agent" }}
-                {move || (role() == Role::Operator).then(|| prompt_run().and_then(|r| run_tag(&r)))}
+                {move || (role() == Role::Operator).then(|| prompt_run().and_then(|r| run_tag(chat, &r)))}
             </div>
             <div class="content">{move || message.with(|m| m.content.clone())}</div>
             {move || (role() == Role::Agent).then(|| view! { <ReplyState message/> })}
         </li>
+        </Show>
     }
 }
 
-fn run_tag(r: &Run) -> Option<AnyView> {
+fn run_tag(chat: Chat, r: &Run) -> Option<AnyView> {
     match r.status {
         RunStatus::Queued if r.held_by.is_some() => {
-            Some(view! { <span class="tag held">"held behind a failed turn"</span> }.into_any())
+            let release = move |_| {
+                let Some(sid) = chat
+                    .session
+                    .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
+                else {
+                    return;
+                };
+                leptos::task::spawn_local(async move {
+                    let url = api(&format!("/sessions/{sid}/release"));
+                    if let Err(e) =
+                        fetch_json::<serde_json::Value>("POST", &url, Some("{}".into())).await
+                    {
+                        chat.error.set(Some(e.explain()));
+                    }
+                });
+            };
+            Some(
+                view! {
+                    <span class="tag held">"held behind a failed turn"</span>
+                    <button class="secondary" on:click=release>"Run them now"</button>
+                }
+                .into_any(),
+            )
         }
         RunStatus::Queued => Some(view! { <span class="tag queued">"queued"</span> }.into_any()),
         _ => None,
@@ -138,7 +164,7 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
             .into_any(),
             _ => view! {
                 <div class="reply-state">
-                    {provenance_tag(&m)}
+                    {provenance_tag(&chat, &m)}
                     <button class="secondary" on:click=regenerate>"Regenerate"</button>
                 </div>
             }
@@ -165,13 +191,23 @@ fn tier1_wait(chat: &Chat, run_id: Option<String>) -> Option<String> {
     })
 }
 
-/// Marks a reply that a retry produced: resend, continuation or regenerate.
-fn provenance_tag(m: &Message) -> Option<AnyView> {
+/// Marks a reply that a retry produced: resend, continuation or regenerate, with its attempt.
+fn provenance_tag(chat: &Chat, m: &Message) -> Option<AnyView> {
     let p = m.provenance.as_ref()?;
-    let label = match (p.kind.as_str(), p.attempt) {
-        ("auto_resume", Some(n)) => format!("retried (attempt {n})"),
-        ("regenerate", Some(n)) => format!("regenerated (attempt {n})"),
-        (kind, _) => kind.to_string(),
+    let kind = chat.runs.with_untracked(|rs| {
+        rs.iter()
+            .find(|r| Some(&r.id) == m.run_id.as_ref())
+            .map(|r| r.kind)
+    });
+    let what = match kind {
+        Some(RunKind::Resend) => "resent",
+        Some(RunKind::Continuation) => "continued",
+        Some(RunKind::Regenerate) => "regenerated",
+        _ => "retried",
+    };
+    let label = match p.attempt {
+        Some(n) => format!("{what} (attempt {n})"),
+        None => what.to_string(),
     };
     Some(view! { <span class="tag">{label}</span> }.into_any())
 }
