@@ -1,12 +1,14 @@
-//! CONTRACT §4 client commands (`sessions`, `send`, `regenerate`, `cancel`, `retry`): thin
-//! clients of a running server's HTTP API. This module owns their arguments, how they find
+//! CONTRACT §4 client commands (`sessions`, `send`, `regenerate`, `cancel`, `retry`, `mcp`):
+//! thin clients of a running server's HTTP API (`mcp` bridges stdio to its `/mcp`, see
+//! `server::mcp`). This module owns their arguments, how they find
 //! the server and the token, their human and `--json` output, and their exit codes
 //! (0 success, 2 the server refused with the contract's error, 1 anything else).
 use app::wire::{ApiError, Receipt, RetryReceipt, Run, Session, SessionList};
 use clap::{Args, Subcommand};
 use reqwest::{Method, StatusCode, Url};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Where the server is, how to authenticate, and how to print.
@@ -69,6 +71,12 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// MCP over stdio: bridges to the running server's `/mcp` with MULLIGAN_TOKEN (the
+    /// operator's token, or a session's agent token to act on its sub-sessions).
+    Mcp {
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 /// Why a command failed.
@@ -88,6 +96,13 @@ pub fn run(cmd: Command) -> ExitCode {
         .enable_all()
         .build()
         .expect("the tokio runtime starts");
+    if let Command::Mcp { conn } = &cmd {
+        let bridged = Client::new(conn).and_then(|c| rt.block_on(bridge_stdio(c)));
+        return match bridged {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(f) => fail(f, false),
+        };
+    }
     match rt.block_on(execute(cmd)) {
         Ok(out) => {
             println!("{out}");
@@ -103,7 +118,8 @@ fn conn_of(cmd: &Command) -> &Conn {
         | Command::Send { conn, .. }
         | Command::Regenerate { conn, .. }
         | Command::Cancel { conn, .. }
-        | Command::Retry { conn, .. } => conn,
+        | Command::Retry { conn, .. }
+        | Command::Mcp { conn } => conn,
     }
 }
 
@@ -157,6 +173,7 @@ async fn execute(cmd: Command) -> Outcome<String> {
             None,
         ),
         Command::Retry { session, .. } => (vec!["sessions", session, "retry"], Method::POST, None),
+        Command::Mcp { .. } => return Err(Failure::Other("`mcp` speaks MCP on stdio".into())),
     };
     let (raw, value) = client.call(method, &path, body).await?;
     if json {
@@ -214,6 +231,7 @@ fn human(cmd: &Command, value: Value) -> Outcome<String> {
             let r: RetryReceipt = parse(value)?;
             format!("retried {session}: {}, run {}", to_wire(&r.kind), r.run_id)
         }
+        Command::Mcp { .. } => return Err(Failure::Other("`mcp` speaks MCP on stdio".into())),
     })
 }
 
@@ -408,5 +426,172 @@ fn resolve_token(given: Option<&str>) -> Outcome<String> {
              (the one in the URL `mulligan serve` prints); found none in {}",
             path.display()
         ))),
+    }
+}
+
+// ---- `mulligan mcp`: a bridge, not a second MCP server (see `server::mcp`) ----
+
+/// MCP over stdio, bridged to `<url>/mcp`: each JSON-RPC line read on stdin is posted there
+/// with the token; each message of the answer (JSON or SSE) is written back as one line on
+/// stdout. Ends when stdin closes and every request has been answered.
+async fn bridge_stdio(client: Client) -> Outcome<()> {
+    let mut endpoint = client.base.clone();
+    if let Ok(mut path) = endpoint.path_segments_mut() {
+        path.pop_if_empty().push("mcp");
+    }
+    let bridge = Arc::new(Bridge {
+        client,
+        endpoint,
+        headers: Mutex::default(),
+    });
+    // Plain threads for stdin and stdout: blocking reads and writes, one line each.
+    let (out, lines_out) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let writer = std::thread::spawn(move || write_lines(lines_out));
+    let (lines_in, mut stdin) = tokio::sync::mpsc::unbounded_channel::<std::io::Result<String>>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::stdin().lock().lines() {
+            if lines_in.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut inflight = tokio::task::JoinSet::new();
+    while let Some(line) = stdin.recv().await {
+        let line = line.map_err(|e| Failure::Other(format!("reading stdin failed: {e}")))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (bridge, out) = (bridge.clone(), out.clone());
+        inflight.spawn(async move { bridge.forward(line, out).await });
+    }
+    while inflight.join_next().await.is_some() {}
+    drop(out);
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    Ok(())
+}
+
+/// Writes each message as one line on stdout, flushed, until the channel closes.
+fn write_lines(mut lines: tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    while let Some(line) = lines.blocking_recv() {
+        let line = line.replace(['\n', '\r'], "") + "\n";
+        if stdout.write_all(line.as_bytes()).is_err() || stdout.flush().is_err() {
+            break;
+        }
+    }
+}
+
+struct Bridge {
+    client: Client,
+    endpoint: Url,
+    /// `MCP-Protocol-Version` and `Mcp-Session-Id` to send once the server has named them.
+    headers: Mutex<Vec<(&'static str, String)>>,
+}
+
+impl Bridge {
+    async fn forward(&self, line: String, out: tokio::sync::mpsc::UnboundedSender<String>) {
+        let msg: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        let id = msg
+            .get("id")
+            .cloned()
+            .filter(|_| msg.get("method").is_some());
+        let fail = |why: String| {
+            eprintln!("mulligan mcp: {why}");
+            if let Some(id) = &id {
+                let err =
+                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": why}});
+                let _ = out.send(err.to_string());
+            }
+        };
+        let mut req = self
+            .client
+            .http
+            .post(self.endpoint.clone())
+            .bearer_auth(&self.client.token)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(
+                reqwest::header::ACCEPT,
+                "application/json, text/event-stream",
+            )
+            .body(line);
+        for (name, value) in self.headers.lock().expect("headers").iter() {
+            req = req.header(*name, value);
+        }
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                return fail(format!(
+                    "the server is unreachable at {}: {}",
+                    self.client.base,
+                    root_cause(&e)
+                ))
+            }
+        };
+        if let Some(sid) = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            self.remember("mcp-session-id", sid.to_string());
+        }
+        let status = resp.status();
+        let sse = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let mut answers = Vec::new();
+        if sse {
+            use eventsource_stream::Eventsource;
+            use futures::StreamExt;
+            let mut events = resp.bytes_stream().eventsource();
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(ev) if !ev.data.trim().is_empty() => answers.push(ev.data),
+                    Ok(_) => {}
+                    Err(e) => return fail(format!("the server's event stream broke: {e}")),
+                }
+            }
+        } else {
+            match resp.text().await {
+                Ok(body) if !body.trim().is_empty() => answers.push(body),
+                Ok(_) => {}
+                Err(e) => return fail(format!("reading the server's answer failed: {e}")),
+            }
+        }
+        let parsed: Vec<Value> = answers
+            .iter()
+            .filter_map(|a| serde_json::from_str(a).ok())
+            .flat_map(|v| match v {
+                Value::Array(batch) => batch,
+                one => vec![one],
+            })
+            .filter(|v| v.get("jsonrpc").is_some())
+            .collect();
+        if !status.is_success() && parsed.is_empty() {
+            let detail = answers.join(" ");
+            return fail(if status == StatusCode::UNAUTHORIZED {
+                format!("the token was rejected (401): set MULLIGAN_TOKEN to the operator's or a session's agent token ({detail})")
+            } else {
+                format!("the server answered {status}: {detail}")
+            });
+        }
+        for v in parsed {
+            let version = v.pointer("/result/protocolVersion").and_then(Value::as_str);
+            if let (Some(version), Some("initialize")) =
+                (version, msg.get("method").and_then(Value::as_str))
+            {
+                self.remember("mcp-protocol-version", version.to_string());
+            }
+            let _ = out.send(v.to_string());
+        }
+    }
+
+    fn remember(&self, name: &'static str, value: String) {
+        let mut headers = self.headers.lock().expect("headers");
+        headers.retain(|(n, _)| *n != name);
+        headers.push((name, value));
     }
 }

@@ -170,6 +170,26 @@ impl Engine {
         }
     }
 
+    /// Stops what a session is doing: its running run, else its next queued one (prompts
+    /// held behind a failure are not "doing" anything). `conflict` when there is neither.
+    pub async fn stop(&self, session_id: &str) -> Result<Run> {
+        self.inner.store.session(session_id).await?;
+        let runs = self.inner.store.runs(session_id).await?;
+        let target = runs
+            .iter()
+            .find(|r| r.status == RunStatus::Running)
+            .or_else(|| {
+                runs.iter()
+                    .find(|r| r.status == RunStatus::Queued && r.held_by.is_none())
+            });
+        match target {
+            Some(run) => self.cancel(session_id, &run.id).await,
+            None => Err(Error::conflict(
+                "nothing is running or queued in this session",
+            )),
+        }
+    }
+
     /// The streamed text of a run executing here, for snapshots of a streaming reply.
     pub fn live_text(&self, run_id: &str) -> Option<(String, u64)> {
         let active = self

@@ -1,5 +1,6 @@
-//! The HTTP surface: `/api/v1` (CONTRACT §2), `/healthz`, the demo provider's endpoint and
-//! the server-rendered Leptos app. Handlers parse, call the engine, map to the contract.
+//! The HTTP surface: `/api/v1` (CONTRACT §2), `/mcp` (§5, see `crate::mcp`), `/healthz`, the
+//! demo provider's endpoint and the server-rendered Leptos app. Handlers parse, call the
+//! engine, map to the contract.
 pub mod auth;
 pub mod error;
 mod runs;
@@ -60,10 +61,18 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
 
+    let mcp = Router::new()
+        .route_service("/mcp", crate::mcp::service(state.engine.clone()))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::mcp::authenticate,
+        ));
+
     let routes = generate_route_list(app::App);
     let leptos = state.leptos.clone();
     Router::new()
         .nest("/api/v1", api)
+        .merge(mcp)
         .nest(
             "/demo/v1",
             crate::llm::demo::routes(std::time::Duration::from_millis(state.config.demo_delta_ms)),

@@ -1,11 +1,8 @@
 //! The `anthropic` provider: the Anthropic Messages streaming API (`POST {base}/messages`).
 use super::sse::{error_fields, status_error};
 use super::{ChatRequest, DeltaStream, Provider, ProviderError, RetryAfter, StreamItem};
-use eventsource_stream::Eventsource;
 use futures::future::BoxFuture;
-use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue};
-use std::collections::VecDeque;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com/v1";
 const API_VERSION: &str = "2023-06-01";
@@ -109,39 +106,10 @@ fn request_body(req: &ChatRequest) -> serde_json::Value {
 
 /// Turns a 2xx SSE body into stream items; ends after `message_stop`, cut if it ends before.
 fn parse_stream(resp: reqwest::Response) -> DeltaStream {
-    let state = (
-        resp.bytes_stream().eventsource(),
-        VecDeque::new(),
-        UsageState::default(),
-    );
-    futures::stream::unfold(state, |(mut events, mut pending, mut usage)| async move {
-        loop {
-            if let Some(item) = pending.pop_front() {
-                return Some((Ok(item), (events, pending, usage)));
-            }
-            if usage.done {
-                return None;
-            }
-            let failure = match events.next().await {
-                None => ProviderError::StreamCut {
-                    message: "ended before message_stop".into(),
-                },
-                Some(Err(e)) => ProviderError::StreamCut {
-                    message: e.to_string(),
-                },
-                Some(Ok(ev)) => match event_items(&ev.event, &ev.data, &mut usage) {
-                    Ok(items) => {
-                        pending.extend(items);
-                        continue;
-                    }
-                    Err(e) => e,
-                },
-            };
-            usage.done = true;
-            return Some((Err(failure), (events, pending, usage)));
-        }
+    let mut usage = UsageState::default();
+    super::sse::item_stream(resp, "message_stop", move |event, data| {
+        event_items(event, data, &mut usage)
     })
-    .boxed()
 }
 
 /// Token counts seen so far in one stream, and whether `message_stop` arrived.

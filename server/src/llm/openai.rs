@@ -2,10 +2,7 @@
 //! (OpenAI, vLLM, llama.cpp, Ollama, and Mulligan's own demo endpoint).
 use super::sse::status_error;
 use super::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
-use eventsource_stream::Eventsource;
 use futures::future::BoxFuture;
-use futures::StreamExt;
-use std::collections::VecDeque;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
@@ -68,39 +65,10 @@ impl Provider for OpenAi {
 
 /// Turns a 2xx SSE body into stream items; ends after `[DONE]`, cut if it ends before.
 fn parse_stream(resp: reqwest::Response) -> DeltaStream {
-    let state = (resp.bytes_stream().eventsource(), VecDeque::new(), false);
-    futures::stream::unfold(state, |(mut events, mut pending, mut done)| async move {
-        loop {
-            if let Some(item) = pending.pop_front() {
-                return Some((Ok(item), (events, pending, done)));
-            }
-            if done {
-                return None;
-            }
-            let failure = match events.next().await {
-                None => ProviderError::StreamCut {
-                    message: "ended before [DONE]".into(),
-                },
-                Some(Err(e)) => ProviderError::StreamCut {
-                    message: e.to_string(),
-                },
-                Some(Ok(ev)) => match chunk_items(&ev.data) {
-                    Ok(ChunkItems::Done) => {
-                        done = true;
-                        pending.push_back(StreamItem::Done);
-                        continue;
-                    }
-                    Ok(ChunkItems::Items(items)) => {
-                        pending.extend(items);
-                        continue;
-                    }
-                    Err(e) => e,
-                },
-            };
-            return Some((Err(failure), (events, pending, true)));
-        }
+    super::sse::item_stream(resp, "[DONE]", |_event, data| match chunk_items(data)? {
+        ChunkItems::Done => Ok(vec![StreamItem::Done]),
+        ChunkItems::Items(items) => Ok(items),
     })
-    .boxed()
 }
 
 enum ChunkItems {

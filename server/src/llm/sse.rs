@@ -1,6 +1,9 @@
 //! Reading provider responses: SSE parsing (eventsource-stream) and the error answer's fields.
-use super::{ProviderError, RetryAfter};
+use super::{DeltaStream, ProviderError, RetryAfter, StreamItem};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
 use reqwest::header::HeaderMap;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// The advised wait from `retry-after-ms`, `Retry-After` (seconds or HTTP date).
@@ -83,4 +86,50 @@ impl From<reqwest::Error> for ProviderError {
         }
         ProviderError::Transport { message }
     }
+}
+
+/// Turns a 2xx SSE body into stream items with a provider's per-event parser
+/// (`parse(event_name, data)`). The stream ends after the parser yields `Done`; a body that
+/// ends or breaks before that is a `StreamCut` ("ended before `what_ends`").
+pub fn item_stream<F>(resp: reqwest::Response, what_ends: &'static str, parse: F) -> DeltaStream
+where
+    F: FnMut(&str, &str) -> Result<Vec<StreamItem>, ProviderError> + Send + 'static,
+{
+    let state = (
+        resp.bytes_stream().eventsource(),
+        VecDeque::new(),
+        false,
+        parse,
+    );
+    futures::stream::unfold(
+        state,
+        move |(mut events, mut pending, mut done, mut parse)| async move {
+            loop {
+                if let Some(item) = pending.pop_front() {
+                    return Some((Ok(item), (events, pending, done, parse)));
+                }
+                if done {
+                    return None;
+                }
+                let failure = match events.next().await {
+                    None => ProviderError::StreamCut {
+                        message: format!("ended before {what_ends}"),
+                    },
+                    Some(Err(e)) => ProviderError::StreamCut {
+                        message: e.to_string(),
+                    },
+                    Some(Ok(ev)) => match parse(&ev.event, &ev.data) {
+                        Ok(items) => {
+                            done = items.contains(&StreamItem::Done);
+                            pending.extend(items);
+                            continue;
+                        }
+                        Err(e) => e,
+                    },
+                };
+                return Some((Err(failure), (events, pending, true, parse)));
+            }
+        },
+    )
+    .boxed()
 }

@@ -146,6 +146,16 @@ impl Store {
         Ok(out)
     }
 
+    /// Every session's `(id, parent_id, agent_token_hash)`, in one light query: what MCP's
+    /// caller authority needs (who holds this token, which sessions descend from it).
+    pub async fn session_tree(&self) -> Result<Vec<(String, Option<String>, String)>> {
+        Ok(
+            sqlx::query_as("SELECT id, parent_id, agent_token_hash FROM sessions")
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
     pub async fn update_session(
         &self,
         id: &str,
