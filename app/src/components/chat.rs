@@ -136,6 +136,12 @@ impl Chat {
         })
     }
 
+    /// The open session's id, once loaded.
+    pub fn session_id(&self) -> Option<String> {
+        self.session
+            .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
+    }
+
     /// The run that is executing now, if any.
     pub fn running_run(&self) -> Option<Run> {
         self.runs

@@ -51,10 +51,7 @@ fn run_tag(chat: Chat, r: &Run) -> Option<AnyView> {
     match r.status {
         RunStatus::Queued if r.held_by.is_some() => {
             let release = move |_| {
-                let Some(sid) = chat
-                    .session
-                    .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
-                else {
+                let Some(sid) = chat.session_id() else {
                     return;
                 };
                 leptos::task::spawn_local(async move {
@@ -87,10 +84,7 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
         let Some(run_id) = message.with_untracked(|m| m.run_id.clone()) else {
             return;
         };
-        let Some(sid) = chat
-            .session
-            .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
-        else {
+        let Some(sid) = chat.session_id() else {
             return;
         };
         leptos::task::spawn_local(async move {
@@ -106,10 +100,7 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
         let Some(run_id) = message.with_untracked(|m| m.run_id.clone()) else {
             return;
         };
-        let Some(sid) = chat
-            .session
-            .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
-        else {
+        let Some(sid) = chat.session_id() else {
             return;
         };
         let anchor = chat.runs.with_untracked(|rs| {

@@ -1,5 +1,5 @@
 //! The `anthropic` provider: the Anthropic Messages streaming API (`POST {base}/messages`).
-use super::sse::{error_fields, status_error};
+use super::sse::status_error;
 use super::{ChatRequest, DeltaStream, Provider, ProviderError, RetryAfter, StreamItem};
 use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -181,17 +181,7 @@ fn event_items(
                 StreamItem::Done,
             ]
         }
-        "error" => {
-            let (error_type, error_code, message) = error_fields(data);
-            return Err(ProviderError::Status {
-                status: 0,
-                error_type,
-                error_code,
-                message: message.unwrap_or_else(|| "error event in the stream".into()),
-                retry_after: None,
-                should_retry: None,
-            });
-        }
+        "error" => return Err(super::sse::stream_error(data)),
         _ => Vec::new(),
     })
 }

@@ -87,15 +87,7 @@ fn chunk_items(data: &str) -> Result<ChunkItems, ProviderError> {
             message: format!("unreadable chunk: {e}"),
         })?;
     if v.get("error").is_some() {
-        let (error_type, error_code, message) = super::sse::error_fields(data);
-        return Err(ProviderError::Status {
-            status: 0,
-            error_type,
-            error_code,
-            message: message.unwrap_or_else(|| "error event in the stream".into()),
-            retry_after: None,
-            should_retry: None,
-        });
+        return Err(super::sse::stream_error(data));
     }
     let mut items = Vec::new();
     if let Some(text) = v

@@ -67,6 +67,20 @@ pub fn error_fields(body: &str) -> (Option<String>, Option<String>, Option<Strin
     (s("type"), code, s("message"))
 }
 
+/// The error an open stream reports in one of its events (Anthropic's `event: error`, an
+/// OpenAI-compatible chunk with `error`): no status, the body's type, code and message.
+pub fn stream_error(data: &str) -> ProviderError {
+    let (error_type, error_code, message) = error_fields(data);
+    ProviderError::Status {
+        status: 0,
+        error_type,
+        error_code,
+        message: message.unwrap_or_else(|| "error event in the stream".into()),
+        retry_after: None,
+        should_retry: None,
+    }
+}
+
 fn short(body: &str) -> String {
     let t = body.trim();
     if t.is_empty() {
