@@ -1,7 +1,13 @@
-//! The event log: every event gets the next id, goes out at once to the session's SSE
-//! subscribers as one shared, pre-rendered frame, and is written to the store in batches.
-use crate::store::{LoggedEvent, Store};
-use app::wire::Event;
+//! The event log: every event gets the next id, goes out to the session's SSE subscribers as
+//! one shared, pre-rendered frame, and is written to the store in batches.
+//!
+//! One instance (SQLite): ids come from this process and events go out at once. Several
+//! instances (PostgreSQL, [`Mode::Shared`]): the database's log is the one order; each
+//! instance writes its events in batches and every instance's follower feeds its
+//! subscribers from the log, woken by `LISTEN`, and mirrors streaming replies' text so a
+//! snapshot taken anywhere agrees with the stream.
+use crate::store::{LoggedEvent, Store, EVENTS_CHANNEL};
+use app::wire::{Delta, Event, Run, RunStatus};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,8 +42,20 @@ struct Channel {
 }
 
 struct Inner {
+    /// Local: the next id to give. Shared: one past the last id the follower applied.
     next_id: i64,
     channels: HashMap<String, Channel>,
+    /// Shared: the text streamed so far of each streaming reply seen in the log, by run id.
+    mirror: HashMap<String, (String, u64)>,
+}
+
+/// Where ids and order come from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// This process numbers events and delivers them at once (one instance).
+    Local,
+    /// The database's log numbers them; subscribers are fed from it (several instances).
+    Shared,
 }
 
 #[derive(Clone)]
@@ -45,6 +63,7 @@ pub struct EventHub {
     inner: Arc<Mutex<Inner>>,
     writer: mpsc::UnboundedSender<Write>,
     store: Store,
+    mode: Mode,
     closing: tokio_util::sync::CancellationToken,
 }
 
@@ -57,23 +76,45 @@ pub struct Subscription {
 }
 
 impl EventHub {
-    /// Starts the hub and its batch writer; ids continue after the store's last event.
+    /// Starts the hub and its batch writer (and, on a shared database, its follower); ids
+    /// continue after the store's last event.
     pub async fn start(
         store: Store,
     ) -> crate::error::Result<(EventHub, tokio::task::JoinHandle<()>)> {
         let next_id = store.max_event_id().await? + 1;
+        let mode = if store.is_shared() {
+            Mode::Shared
+        } else {
+            Mode::Local
+        };
         let (writer, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(write_batches(store.clone(), rx));
         let hub = EventHub {
             inner: Arc::new(Mutex::new(Inner {
                 next_id,
                 channels: HashMap::new(),
+                mirror: HashMap::new(),
             })),
             writer,
-            store,
+            store: store.clone(),
+            mode,
             closing: Default::default(),
         };
+        let task = match mode {
+            Mode::Local => tokio::spawn(write_batches(store, rx)),
+            Mode::Shared => {
+                let follower = tokio::spawn(follow(hub.clone(), next_id - 1));
+                let writer = tokio::spawn(write_shared(store, rx));
+                tokio::spawn(async move {
+                    let _ = writer.await;
+                    follower.abort();
+                })
+            }
+        };
         Ok((hub, task))
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     pub fn store(&self) -> &Store {
@@ -98,38 +139,71 @@ impl EventHub {
         }
     }
 
-    /// The id of the last event published so far.
+    /// The id of the last event delivered to this instance's subscribers so far.
     pub fn last_id(&self) -> i64 {
         self.inner.lock().expect("event hub lock").next_id - 1
     }
 
-    /// Publishes one event of a session: id, in-memory log, subscribers, batch writer.
-    pub fn publish(&self, session_id: &str, event: &Event) -> i64 {
+    /// A streaming reply's text and delta count as the shared log has delivered them here.
+    pub fn mirrored_text(&self, run_id: &str) -> Option<(String, u64)> {
+        self.inner
+            .lock()
+            .expect("event hub lock")
+            .mirror
+            .get(run_id)
+            .cloned()
+    }
+
+    /// Publishes one event of a session. Local: numbered, delivered and queued for the log
+    /// at once. Shared: queued for the log; the follower delivers it once it is there.
+    pub fn publish(&self, session_id: &str, event: &Event) {
         let name = event.name();
         let data = event.data_json();
+        if self.mode == Mode::Shared {
+            let _ = self
+                .writer
+                .send(Write::Pending(session_id.to_string(), name, data));
+            return;
+        }
         let mut inner = self.inner.lock().expect("event hub lock");
         let id = inner.next_id;
         inner.next_id += 1;
-        let published = Arc::new(Published {
-            frame: bytes_frame::render(id, name, &data),
-            logged: LoggedEvent {
+        let published = deliver(
+            &mut inner,
+            LoggedEvent {
                 id,
                 session_id: session_id.to_string(),
                 name,
                 data,
             },
-        });
-        let chan = channel(&mut inner, session_id, id);
-        if chan.recent.len() == RECENT {
-            if let Some(old) = chan.recent.pop_front() {
-                chan.floor = old.logged.id + 1;
-            }
-        }
-        chan.recent.push_back(published.clone());
-        let _ = chan.tx.send(published.clone());
+        );
         drop(inner);
         let _ = self.writer.send(Write::Event(published));
-        id
+    }
+
+    /// Delivers events read from the shared log, in order, to this instance's subscribers.
+    fn apply(&self, events: Vec<LoggedEvent>) {
+        // Parsed outside the lock: what the mirror of streaming replies needs.
+        let parsed: Vec<Mirror> = events.iter().map(Mirror::of).collect();
+        let mut inner = self.inner.lock().expect("event hub lock");
+        for (e, m) in events.into_iter().zip(parsed) {
+            inner.next_id = e.id + 1;
+            match m {
+                Mirror::Delta(d) => {
+                    let entry = inner.mirror.entry(d.run_id).or_default();
+                    // Only a mirror that saw the reply from its first delta is whole.
+                    if d.seq == entry.1 + 1 {
+                        entry.0.push_str(&d.text);
+                        entry.1 = d.seq;
+                    }
+                }
+                Mirror::Ended(run_id) => {
+                    inner.mirror.remove(&run_id);
+                }
+                Mirror::None => {}
+            }
+            deliver(&mut inner, e);
+        }
     }
 
     /// Subscribes to a session's events after `after` (`None`: only new ones).
@@ -160,6 +234,46 @@ impl EventHub {
     }
 }
 
+/// Puts an event in its session's recent ring and sends it to the live subscribers.
+fn deliver(inner: &mut Inner, logged: LoggedEvent) -> Arc<Published> {
+    let id = logged.id;
+    let published = Arc::new(Published {
+        frame: bytes_frame::render(id, logged.name, &logged.data),
+        logged,
+    });
+    let chan = channel(inner, &published.logged.session_id, id);
+    if chan.recent.len() == RECENT {
+        if let Some(old) = chan.recent.pop_front() {
+            chan.floor = old.logged.id + 1;
+        }
+    }
+    chan.recent.push_back(published.clone());
+    let _ = chan.tx.send(published.clone());
+    published
+}
+
+/// What the follower's mirror of streaming replies takes from an event.
+enum Mirror {
+    Delta(Delta),
+    Ended(String),
+    None,
+}
+
+impl Mirror {
+    fn of(e: &LoggedEvent) -> Mirror {
+        match e.name {
+            "delta" => serde_json::from_str(&e.data).map_or(Mirror::None, Mirror::Delta),
+            "run" => match serde_json::from_str::<Run>(&e.data) {
+                Ok(r) if !matches!(r.status, RunStatus::Queued | RunStatus::Running) => {
+                    Mirror::Ended(r.id)
+                }
+                _ => Mirror::None,
+            },
+            _ => Mirror::None,
+        }
+    }
+}
+
 fn channel<'a>(inner: &'a mut Inner, session_id: &str, floor: i64) -> &'a mut Channel {
     inner
         .channels
@@ -173,6 +287,8 @@ fn channel<'a>(inner: &'a mut Inner, session_id: &str, floor: i64) -> &'a mut Ch
 
 enum Write {
     Event(Arc<Published>),
+    /// Shared mode: an event the log will number (session, name, data).
+    Pending(String, &'static str, String),
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
@@ -188,6 +304,7 @@ async fn write_batches(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
         match w {
             Write::Event(e) => batch.push(e),
             Write::Flush(done) => waiting.push(done),
+            Write::Pending(..) => unreachable!("local hubs publish numbered events"),
         }
     }
     while let Some(first) = rx.recv().await {
@@ -207,6 +324,82 @@ async fn write_batches(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
         }
         for done in waiting.drain(..) {
             let _ = done.send(());
+        }
+    }
+}
+
+/// Shared mode: writes queued events to the database's log as they come, one transaction per
+/// batch (whatever queued while the last one was written), until the hub is dropped.
+async fn write_shared(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
+    let mut batch: Vec<(String, &'static str, String)> = Vec::new();
+    let mut waiting = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(w) = next {
+            match w {
+                Write::Pending(session, name, data) => batch.push((session, name, data)),
+                Write::Flush(done) => waiting.push(done),
+                Write::Event(_) => unreachable!("shared hubs let the log number events"),
+            }
+            next = rx.try_recv().ok();
+        }
+        if !batch.is_empty() {
+            let mut tries = 0;
+            while let Err(e) = store.append_shared_events(&batch).await {
+                tries += 1;
+                if tries == 3 {
+                    tracing::error!(error = %e, count = batch.len(), "could not write events to the shared log");
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            batch.clear();
+        }
+        for done in waiting.drain(..) {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// Shared mode: follows the database's log from `last`, woken by `LISTEN` (and every 250 ms
+/// in case a notification was lost), and delivers what it reads to this instance.
+async fn follow(hub: EventHub, mut last: i64) {
+    let Some(pool) = hub.store.pg_pool().cloned() else {
+        return;
+    };
+    let mut listener = None;
+    loop {
+        if listener.is_none() {
+            match sqlx::postgres::PgListener::connect_with(&pool).await {
+                Ok(mut l) => match l.listen(EVENTS_CHANNEL).await {
+                    Ok(()) => listener = Some(l),
+                    Err(e) => tracing::warn!(error = %e, "cannot listen for events"),
+                },
+                Err(e) => tracing::warn!(error = %e, "cannot listen for events"),
+            }
+        }
+        match hub.store.events_after(last, 1000).await {
+            Ok(events) => {
+                let full = events.len() == 1000;
+                if let Some(e) = events.last() {
+                    last = e.id;
+                }
+                hub.apply(events);
+                if full {
+                    continue;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the shared event log"),
+        }
+        let wait = Duration::from_millis(250);
+        match listener.as_mut() {
+            Some(l) => {
+                if let Ok(Err(e)) = tokio::time::timeout(wait, l.recv()).await {
+                    tracing::warn!(error = %e, "event listener dropped; reconnecting");
+                    listener = None;
+                }
+            }
+            None => tokio::time::sleep(wait).await,
         }
     }
 }

@@ -90,6 +90,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
         },
     );
     engine.recover().await.map_err(|e| e.to_string())?;
+    engine.keep_leases().await.map_err(|e| e.to_string())?;
 
     let leptos = leptos::prelude::LeptosOptions::builder()
         .output_name("mulligan")

@@ -298,17 +298,7 @@ async fn streamed_text_is_stored_within_half_a_second() {
         unreachable!()
     };
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let pool = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}",
-        server.data_dir.join("mulligan.db").display()
-    ))
-    .await
-    .unwrap();
-    let stored: String = sqlx::query_scalar("SELECT content FROM messages WHERE id = ?")
-        .bind(&d.message_id)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let stored = server.stored_content(&d.message_id).await;
     let first20: String = (0..20).map(|i| format!("w{i} ")).collect();
     assert!(stored.starts_with(&first20), "stored {:?}", stored);
     let run = server.run(&receipt.run_id).await;

@@ -4,6 +4,7 @@ mod common;
 use common::fake::FakeProvider;
 use common::{config, temp_dir, TestServer};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 async fn snapshot(server: &TestServer, sid: &str) -> (Value, Value) {
     let (_, list) = server.get("/sessions").await;
@@ -30,7 +31,13 @@ async fn bad_input_gets_the_contract_error_and_changes_nothing() {
     let server = TestServer::start(config(&temp_dir("bad"), &fake.url)).await;
     let sid = server.create_session().await;
     let receipt = server.send(&sid, "hello").await;
-    server.wait_run_end(&receipt.run_id).await;
+    // Settled: the run's end has reached this instance's event stream too (on PostgreSQL
+    // events arrive through the shared log, a moment after the state).
+    server
+        .events(&sid, Some(0))
+        .await
+        .until(Duration::from_secs(10), common::run_ended(&receipt.run_id))
+        .await;
     let before = snapshot(&server, &sid).await;
     let http = &server.http;
     let messages = server.url(&format!("/sessions/{sid}/messages"));

@@ -4,50 +4,9 @@
 mod common;
 
 use common::fake::{FakeProvider, Script};
-use common::{temp_dir, API_KEY};
+use common::{database_url, serve, temp_dir, API_KEY};
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-
-/// Starts `mulligan serve` and answers the child, its base URL and its token.
-async fn serve(dir: &Path, provider: &str, log: &Path) -> (Child, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mulligan"))
-        .arg("serve")
-        .env("MULLIGAN_BIND", "127.0.0.1:0")
-        .env("MULLIGAN_DATA_DIR", dir)
-        .env("MULLIGAN_PROVIDER", "openai")
-        .env("MULLIGAN_BASE_URL", provider)
-        .env("MULLIGAN_API_KEY", API_KEY)
-        .env("RUST_LOG", "trace")
-        .stdout(Stdio::piped())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let url = line
-        .split("open ")
-        .nth(1)
-        .expect("the printed URL")
-        .trim()
-        .to_string();
-    let (base, token) = url.split_once("/?token=").unwrap();
-    (child, base.to_string(), token.to_string())
-}
 
 #[tokio::test]
 async fn kill_9_mid_stream_then_restart_marks_the_run_interrupted_and_logs_no_secret() {
@@ -55,7 +14,7 @@ async fn kill_9_mid_stream_then_restart_marks_the_run_interrupted_and_logs_no_se
     fake.push(Script::slow(400, Duration::from_millis(10)));
     let dir = temp_dir("kill9");
     let log = dir.join("server.log");
-    let (mut child, base, token) = serve(&dir, &fake.url, &log).await;
+    let (mut child, base, token) = serve(&dir, &fake.url, &log, database_url(&dir)).await;
     let http = reqwest::Client::new();
     let api = |p: &str| format!("{base}/api/v1{p}");
     let session: Value = http
@@ -85,17 +44,25 @@ async fn kill_9_mid_stream_then_restart_marks_the_run_interrupted_and_logs_no_se
     child.start_kill().unwrap();
     child.wait().await.unwrap();
 
-    let (_child, base, token) = serve(&dir, &fake.url, &log).await;
+    let (_child, base, token) = serve(&dir, &fake.url, &log, database_url(&dir)).await;
     let api = |p: &str| format!("{base}/api/v1{p}");
-    let run: Value = http
-        .get(api(&format!("/runs/{rid}")))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    // SQLite: recorded at start. PostgreSQL: once the killed instance's lease lapses.
+    let mut run = Value::Null;
+    for _ in 0..150 {
+        run = http
+            .get(api(&format!("/runs/{rid}")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if run["run"]["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(run["run"]["status"], "failed");
     assert_eq!(
         run["run"]["retry"],

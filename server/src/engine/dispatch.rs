@@ -40,7 +40,7 @@ impl Engine {
     pub async fn post_message(&self, session_id: &str, content: &str) -> Result<Receipt> {
         let content = validate_content(content)?;
         self.store().session(session_id).await?;
-        let _guard = self.lock(session_id).await;
+        let _guard = self.lock(session_id).await?;
         for run in self.store().release_held(session_id).await? {
             self.publish(session_id, Event::Run(run));
         }
@@ -75,7 +75,7 @@ impl Engine {
                 "only an operator message can be regenerated: pass the prompt's id",
             ));
         }
-        let _guard = self.lock(session_id).await;
+        let _guard = self.lock(session_id).await?;
         let latest = self.store().latest_run_for(mid).await?;
         if let Some(expected) = if_last_run {
             let fresh = latest
@@ -117,7 +117,7 @@ impl Engine {
     /// are one step under the session's lock.
     pub async fn retry(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
         self.store().session(session_id).await?;
-        let guard = self.lock(session_id).await;
+        let guard = self.lock(session_id).await?;
         let store = self.store();
         if store.has_active_run(session_id).await? {
             return Err(Error::refused(

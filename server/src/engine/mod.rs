@@ -1,16 +1,18 @@
 //! The run engine: dispatch (post a prompt → queued run), the per-session queue (one active
 //! run per session), cancel, release, and restart recovery. Every decision about a session's
-//! runs is taken under that session's lock ([`Engine::lock`]), which is what makes "one
-//! active run per session" and the ordering of queued prompts atomic on one instance.
+//! runs is taken under that session's lock ([`Engine::lock`]) — in-process, and on a shared
+//! database also an advisory lock across instances — which is what makes "one active run
+//! per session", the claims and the ordering of queued prompts atomic.
 mod compact;
 mod dispatch;
+mod lease;
 mod runner;
 
 use crate::error::{Error, Kind, Result};
 use crate::events::EventHub;
 use crate::llm::Provider;
 use crate::retry::classify;
-use crate::store::{Outcome, Store};
+use crate::store::{Outcome, SessionLock, Store};
 use app::wire::{Event, Message, Run, RunStatus, MAX_CONTENT_CHARS};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -41,6 +43,8 @@ struct Inner {
     hub: EventHub,
     provider: Arc<dyn Provider>,
     cfg: EngineConfig,
+    /// This instance's id: the owner recorded on the runs it executes.
+    instance: String,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     active: Mutex<HashMap<String, Active>>,
     tasks: TaskTracker,
@@ -76,6 +80,7 @@ impl Engine {
                 hub,
                 provider,
                 cfg,
+                instance: crate::clock::new_id("i"),
                 locks: Mutex::default(),
                 active: Mutex::default(),
                 tasks: TaskTracker::new(),
@@ -92,8 +97,15 @@ impl Engine {
         &self.inner.hub
     }
 
-    /// The session's lock: held for every decision about its runs.
-    async fn lock(&self, session_id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+    /// This instance's id.
+    pub fn instance(&self) -> &str {
+        &self.inner.instance
+    }
+
+    /// The session's lock: held for every decision about its runs. On a shared database it
+    /// is also held across instances, and released only once the events published under it
+    /// are in the shared log (so no instance acts on a state its events have not reached).
+    async fn lock(&self, session_id: &str) -> Result<SessionGuard> {
         let m = self
             .inner
             .locks
@@ -102,7 +114,12 @@ impl Engine {
             .entry(session_id.to_string())
             .or_default()
             .clone();
-        m.lock_owned().await
+        let local = m.lock_owned().await;
+        let shared = self.inner.store.lock_session(session_id).await?;
+        Ok(SessionGuard {
+            _local: local,
+            shared: shared.map(|s| (s, self.inner.hub.clone())),
+        })
     }
 
     fn publish(&self, session_id: &str, event: Event) {
@@ -112,7 +129,7 @@ impl Engine {
     /// Lets the prompts held behind a failed turn go on.
     pub async fn release(&self, session_id: &str) -> Result<Vec<String>> {
         self.inner.store.session(session_id).await?;
-        let _guard = self.lock(session_id).await;
+        let _guard = self.lock(session_id).await?;
         let released = self.inner.store.release_held(session_id).await?;
         let ids = released.iter().map(|r| r.id.clone()).collect();
         for run in released {
@@ -128,7 +145,7 @@ impl Engine {
         if run.session_id != session_id {
             return Err(Error::not_found("run", run_id));
         }
-        let guard = self.lock(session_id).await;
+        let guard = self.lock(session_id).await?;
         let run = self.inner.store.run(run_id).await?;
         match run.status {
             RunStatus::Queued => {
@@ -157,7 +174,9 @@ impl Engine {
                     .get(run_id)
                     .cloned();
                 let Some(active) = active else {
-                    return Err(Error::conflict("that run is executed by another instance"));
+                    // Executed by another instance: ask it, and wait for it to record the end.
+                    drop(guard);
+                    return self.cancel_elsewhere(run_id).await;
                 };
                 let ended = active.ended.notified();
                 active.cancel.cancel();
@@ -218,7 +237,7 @@ impl Engine {
             let Some(next) = store.next_queued_run(session_id).await? else {
                 return Ok(None);
             };
-            let (run, reply) = store.start_run(&next.id).await?;
+            let (run, reply) = store.start_run(&next.id, &self.inner.instance).await?;
             self.publish(session_id, Event::Run(run.clone()));
             self.publish(session_id, Event::Message(reply.clone()));
             let active = Active {
@@ -244,7 +263,14 @@ impl Engine {
     /// and starts the next run.
     async fn finish(&self, run: &Run, outcome: Outcome) {
         let session_id = &run.session_id;
-        let _guard = self.lock(session_id).await;
+        let _guard = match self.lock(session_id).await {
+            Ok(g) => Some(g),
+            Err(e) => {
+                // Recording the end matters more: it is conditional on the run not having ended.
+                tracing::error!(run = %run.id, error = %e, "could not take the session lock");
+                None
+            }
+        };
         let result: Result<()> = async {
             if let Some((run, reply)) = self.inner.store.finish_run(&run.id, &outcome).await? {
                 if let Some(reply) = reply {
@@ -281,37 +307,53 @@ impl Engine {
     }
 
     /// On start: runs left `running` by a stop become `failed`/`interrupted` with their
-    /// partial text kept; prompts queued behind them are held; free queues start.
+    /// partial text kept; prompts queued behind them are held; free queues start. On a
+    /// shared database only runs whose instance's lease lapsed are left over (the lease
+    /// keeper finds the rest as their leases lapse).
     pub async fn recover(&self) -> Result<()> {
         let store = &self.inner.store;
-        for run in store.runs_left_running().await? {
-            let partial = match &run.reply_message_id {
-                Some(id) => store.message(id).await?.content,
-                None => String::new(),
-            };
-            let outcome = Outcome {
-                status: RunStatus::Failed,
-                content: partial,
-                error_message: Some("the server stopped while this reply was being written".into()),
-                retry: Some(classify::of(classify::class::INTERRUPTED, None)),
-                tokens_used: 0,
-            };
-            tracing::warn!(run = %run.id, "marking a run interrupted by a server stop");
-            if let Some((run, reply)) = store.finish_run(&run.id, &outcome).await? {
-                if let Some(reply) = reply {
-                    self.publish(&run.session_id, Event::Message(reply));
-                }
-                let held = store.hold_queued(&run.session_id, &run.id).await?;
-                let session_id = run.session_id.clone();
-                self.publish(&session_id, Event::Run(run));
-                for h in held {
-                    self.publish(&session_id, Event::Run(h));
-                }
-            }
+        let left = if store.is_shared() {
+            store.orphaned_runs(lease::LEASE.as_millis() as i64).await?
+        } else {
+            store.runs_left_running().await?
+        };
+        for run in left {
+            self.interrupt(&run).await?;
         }
         for session_id in store.sessions_with_queued_runs().await? {
-            let _guard = self.lock(&session_id).await;
+            let _guard = self.lock(&session_id).await?;
             self.pump(&session_id).await?;
+        }
+        Ok(())
+    }
+
+    /// Records a run whose instance stopped or died as `failed`/`interrupted`, partial text
+    /// kept, and holds the prompts queued behind it (unless it already ended).
+    async fn interrupt(&self, run: &Run) -> Result<()> {
+        let store = &self.inner.store;
+        let _guard = self.lock(&run.session_id).await?;
+        let partial = match &run.reply_message_id {
+            Some(id) => store.message(id).await?.content,
+            None => String::new(),
+        };
+        let outcome = Outcome {
+            status: RunStatus::Failed,
+            content: partial,
+            error_message: Some("the server stopped while this reply was being written".into()),
+            retry: Some(classify::of(classify::class::INTERRUPTED, None)),
+            tokens_used: 0,
+        };
+        tracing::warn!(run = %run.id, "marking a run interrupted by a server stop");
+        if let Some((run, reply)) = store.finish_run(&run.id, &outcome).await? {
+            if let Some(reply) = reply {
+                self.publish(&run.session_id, Event::Message(reply));
+            }
+            let held = store.hold_queued(&run.session_id, &run.id).await?;
+            let session_id = run.session_id.clone();
+            self.publish(&session_id, Event::Run(run));
+            for h in held {
+                self.publish(&session_id, Event::Run(h));
+            }
         }
         Ok(())
     }
@@ -323,6 +365,26 @@ impl Engine {
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
         self.inner.hub.flush().await;
+        if let Err(e) = self.inner.store.retire(&self.inner.instance).await {
+            tracing::warn!(error = %e, "could not retire this instance");
+        }
+    }
+}
+
+/// A held session lock (see [`Engine::lock`]).
+struct SessionGuard {
+    _local: tokio::sync::OwnedMutexGuard<()>,
+    shared: Option<(SessionLock, EventHub)>,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        if let Some((lock, hub)) = self.shared.take() {
+            tokio::spawn(async move {
+                hub.flush().await;
+                drop(lock);
+            });
+        }
     }
 }
 
@@ -346,10 +408,21 @@ pub(crate) fn validate_content(content: &str) -> Result<&str> {
     Ok(trimmed)
 }
 
-/// A message snapshot with a streaming reply's live text laid over the stored one.
+/// A message snapshot with a streaming reply's live text laid over the stored one: this
+/// instance's own runs first, else what the shared log delivered here when that is further
+/// on than the stored text (whose `delta_seq` says how far it is).
 pub fn overlay_live(engine: &Engine, mut m: Message) -> Message {
     if m.status == Some(app::wire::MessageStatus::Streaming) {
-        if let Some((text, seq)) = m.run_id.as_deref().and_then(|r| engine.live_text(r)) {
+        let stored = m.delta_seq.unwrap_or(0);
+        let live = m.run_id.as_deref().and_then(|r| {
+            engine.live_text(r).or_else(|| {
+                engine
+                    .hub()
+                    .mirrored_text(r)
+                    .filter(|(_, seq)| *seq > stored)
+            })
+        });
+        if let Some((text, seq)) = live {
             m.content = text;
             m.delta_seq = Some(seq);
         }

@@ -164,8 +164,11 @@ async fn stream_reply(
             Some(Err(e)) => return End::Failed(e),
         }
         if unsaved && last_save.elapsed() >= save_every {
-            let text = active.live.lock().expect("live").text.clone();
-            if let Err(e) = store.save_reply_text(&reply.id, &text).await {
+            let (text, seq) = {
+                let live = active.live.lock().expect("live");
+                (live.text.clone(), live.seq)
+            };
+            if let Err(e) = store.save_reply_text(&reply.id, &text, seq).await {
                 tracing::warn!(run = %run.id, error = %e, "could not save streamed text");
             }
             last_save = Instant::now();

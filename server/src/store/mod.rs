@@ -1,6 +1,9 @@
-//! The store: every read and write of Mulligan's state goes through [`Store`]. Today it is
-//! SQLite through sqlx; a PostgreSQL backend goes beside it without changing callers.
+//! The store: every read and write of Mulligan's state goes through [`Store`], on SQLite (the
+//! embedded default) or PostgreSQL (several instances on one database). The SQL is written
+//! once, in the dialect both accept (`$n` parameters, `ON CONFLICT`, `RETURNING`);
+//! [`with_pool!`] runs a body against whichever pool is open.
 mod rows;
+mod shared;
 
 use crate::clock::{new_id, now_ms};
 use crate::error::{Error, Result};
@@ -8,17 +11,38 @@ use app::wire::{
     Attempt, AutoRetry, Message, MessageStatus, Provenance, RetryClassification, Run, RunKind,
     RunStatus, Session, SessionStatus,
 };
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
-use sqlx::{Row, SqlitePool};
+use rows::Get;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::Row;
 use std::str::FromStr;
 
 pub use rows::{run_kind_str, run_status_str};
+pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
 #[derive(Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pool: Pool,
+}
+
+#[derive(Clone)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the open pool, whichever backend it is (the body is
+/// compiled once per backend, so rows and transactions keep their concrete types).
+macro_rules! with_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match &$store.pool {
+            Pool::Sqlite($pool) => $body,
+            Pool::Postgres($pool) => $body,
+        }
+    };
 }
 
 /// A session row as the server sees it (the wire `Session` plus what never leaves it).
@@ -70,31 +94,55 @@ const MESSAGE_COLUMNS: &str = "m.*,
     EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id) AS superseded";
 
 impl Store {
-    /// Opens (creating if needed) the database and runs the migrations.
+    /// Opens (creating if needed) the database and runs the migrations. PostgreSQL's
+    /// migrator holds an advisory lock, so instances starting together do not race them.
     pub async fn open(url: &str) -> Result<Store> {
-        if !url.starts_with("sqlite:") {
+        let pool = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let pool = PgPoolOptions::new()
+                .max_connections(32)
+                .acquire_timeout(std::time::Duration::from_secs(10))
+                .connect(url)
+                .await?;
+            POSTGRES_MIGRATOR.run(&pool).await?;
+            Pool::Postgres(pool)
+        } else if url.starts_with("sqlite:") {
+            let opts = SqliteConnectOptions::from_str(url)
+                .map_err(|e| Error::invalid(format!("bad database URL: {e}")))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .foreign_keys(true)
+                .busy_timeout(std::time::Duration::from_secs(10))
+                .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(8)
+                .connect_with(opts)
+                .await?;
+            SQLITE_MIGRATOR.run(&pool).await?;
+            Pool::Sqlite(pool)
+        } else {
             return Err(Error::invalid(format!(
-                "unsupported database URL {:?}: use sqlite://path",
+                "unsupported database URL {:?}: use sqlite://path or postgres://host/db",
                 url.split('@').next_back().unwrap_or("")
             )));
-        }
-        let opts = SqliteConnectOptions::from_str(url)
-            .map_err(|e| Error::invalid(format!("bad database URL: {e}")))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .foreign_keys(true)
-            .busy_timeout(std::time::Duration::from_secs(10))
-            .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(opts)
-            .await?;
-        MIGRATOR.run(&pool).await?;
+        };
         Ok(Store { pool })
     }
 
+    /// Whether several instances may share this database (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.pool, Pool::Postgres(_))
+    }
+
     pub async fn close(&self) {
-        self.pool.close().await;
+        with_pool!(self, pool => pool.close().await)
+    }
+
+    /// A field of a JSON text column, in this backend's dialect.
+    fn json_field(&self, column: &str, field: &str) -> String {
+        match self.pool {
+            Pool::Sqlite(_) => format!("json_extract({column}, '$.{field}')"),
+            Pool::Postgres(_) => format!("({column}::jsonb ->> '{field}')"),
+        }
     }
 
     // ---- sessions ----
@@ -106,10 +154,11 @@ impl Store {
         parent_id: Option<&str>,
         agent_token_hash: &str,
     ) -> Result<Session> {
+        with_pool!(self, pool => {
         let id = new_id("s");
         sqlx::query(
             "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at)
-             VALUES (?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(&id)
         .bind(title)
@@ -117,43 +166,50 @@ impl Store {
         .bind(parent_id)
         .bind(agent_token_hash)
         .bind(now_ms())
-        .execute(&self.pool)
+        .execute(pool)
         .await?;
         Ok(self.session(&id).await?.session)
+            })
     }
 
     pub async fn session(&self, id: &str) -> Result<SessionRecord> {
+        with_pool!(self, pool => {
         let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?"
+            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = $1"
         ))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(pool)
         .await?
         .ok_or_else(|| Error::not_found("session", id))?;
         self.session_from_row(&row).await
+            })
     }
 
     pub async fn sessions(&self) -> Result<Vec<Session>> {
+        with_pool!(self, pool => {
         let rows = sqlx::query(&format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s ORDER BY s.created_at DESC, s.id DESC"
         ))
-        .fetch_all(&self.pool)
+        .fetch_all(pool)
         .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             out.push(self.session_from_row(row).await?.session);
         }
         Ok(out)
+            })
     }
 
     /// Every session's `(id, parent_id, agent_token_hash)`, in one light query: what MCP's
     /// caller authority needs (who holds this token, which sessions descend from it).
     pub async fn session_tree(&self) -> Result<Vec<(String, Option<String>, String)>> {
+        with_pool!(self, pool => {
         Ok(
             sqlx::query_as("SELECT id, parent_id, agent_token_hash FROM sessions")
-                .fetch_all(&self.pool)
+                .fetch_all(pool)
                 .await?,
         )
+            })
     }
 
     pub async fn update_session(
@@ -162,43 +218,43 @@ impl Store {
         title: Option<&str>,
         auto_retry: Option<AutoRetry>,
     ) -> Result<Session> {
+        with_pool!(self, pool => {
         sqlx::query(
-            "UPDATE sessions SET title = COALESCE(?, title), auto_retry = COALESCE(?, auto_retry)
-             WHERE id = ?",
+            "UPDATE sessions SET title = COALESCE($1, title), auto_retry = COALESCE($2, auto_retry)
+             WHERE id = $3",
         )
         .bind(title)
         .bind(auto_retry.map(|a| a.as_str()))
         .bind(id)
-        .execute(&self.pool)
+        .execute(pool)
         .await?;
         Ok(self.session(id).await?.session)
+            })
     }
 
-    async fn session_from_row(&self, row: &SqliteRow) -> Result<SessionRecord> {
-        let last_run_id: Option<String> = row.get("last_run_id");
-        let last_run = match last_run_id {
+    async fn session_from_row<R: Get + Sync>(&self, row: &R) -> Result<SessionRecord> {
+        let last_run = match row.opt_text("last_run_id") {
             Some(id) => Some(self.run(&id).await?.summary()),
             None => None,
         };
-        let busy: bool = row.get("busy");
         Ok(SessionRecord {
             session: Session {
-                id: row.get("id"),
-                title: row.get("title"),
-                model: row.get("model"),
-                parent_id: row.get("parent_id"),
-                status: if busy {
+                id: row.text("id"),
+                title: row.text("title"),
+                model: row.text("model"),
+                parent_id: row.opt_text("parent_id"),
+                status: if row.flag("busy") {
                     SessionStatus::Running
                 } else {
                     SessionStatus::Idle
                 },
-                created_at: row.get("created_at"),
+                created_at: row.int("created_at"),
                 last_run,
-                auto_retry: AutoRetry::parse(row.get("auto_retry")).unwrap_or_default(),
+                auto_retry: AutoRetry::parse(&row.text("auto_retry")).unwrap_or_default(),
                 waiting_retry: None,
             },
-            agent_token_hash: row.get("agent_token_hash"),
-            tokens_used: row.get("tokens_used"),
+            agent_token_hash: row.text("agent_token_hash"),
+            tokens_used: row.int("tokens_used"),
         })
     }
 
@@ -209,51 +265,60 @@ impl Store {
         session_id: &str,
         include_superseded: bool,
     ) -> Result<Vec<Message>> {
+        with_pool!(self, pool => {
         let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ? ORDER BY m.seq"
+            "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = $1 ORDER BY m.seq"
         ))
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(pool)
         .await?;
         Ok(rows
             .iter()
             .map(rows::message)
             .filter(|m| include_superseded || !m.superseded)
             .collect())
+            })
     }
 
     pub async fn message(&self, id: &str) -> Result<Message> {
+        with_pool!(self, pool => {
         let row = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = ?"
+            "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = $1"
         ))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(pool)
         .await?
         .ok_or_else(|| Error::not_found("message", id))?;
         Ok(rows::message(&row))
+            })
     }
 
     pub async fn runs(&self, session_id: &str) -> Result<Vec<Run>> {
-        let rows = sqlx::query("SELECT * FROM runs WHERE session_id = ? ORDER BY seq")
+        with_pool!(self, pool => {
+        let rows = sqlx::query("SELECT * FROM runs WHERE session_id = $1 ORDER BY seq")
             .bind(session_id)
-            .fetch_all(&self.pool)
+            .fetch_all(pool)
             .await?;
         Ok(rows.iter().map(rows::run).collect())
+            })
     }
 
     pub async fn run(&self, id: &str) -> Result<Run> {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = ?")
+        with_pool!(self, pool => {
+        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(pool)
             .await?
             .ok_or_else(|| Error::not_found("run", id))?;
         Ok(rows::run(&row))
+            })
     }
 
     pub async fn attempts(&self, run_id: &str) -> Result<Vec<Attempt>> {
-        let rows = sqlx::query("SELECT * FROM run_attempts WHERE run_id = ? ORDER BY n")
+        with_pool!(self, pool => {
+        let rows = sqlx::query("SELECT * FROM run_attempts WHERE run_id = $1 ORDER BY n")
             .bind(run_id)
-            .fetch_all(&self.pool)
+            .fetch_all(pool)
             .await?;
         Ok(rows
             .iter()
@@ -264,33 +329,40 @@ impl Store {
                 retry_in_ms: r.get("retry_in_ms"),
             })
             .collect())
+            })
     }
 
     /// Records that a run's conversation was compacted after a context overflow.
     pub async fn mark_compacted(&self, run_id: &str) -> Result<()> {
-        sqlx::query("UPDATE runs SET compacted = 1 WHERE id = ?")
+        with_pool!(self, pool => {
+        sqlx::query("UPDATE runs SET compacted = TRUE WHERE id = $1")
             .bind(run_id)
-            .execute(&self.pool)
+            .execute(pool)
             .await?;
         Ok(())
+            })
     }
 
     /// Tier 1 attempt `n` of a run starts.
     pub async fn attempt_started(&self, run_id: &str, n: u32) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT OR REPLACE INTO run_attempts (run_id, n, started_at) VALUES (?, ?, ?)")
+        with_pool!(self, pool => {
+        let mut tx = pool.begin().await?;
+        sqlx::query("INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, $2, $3)
+             ON CONFLICT (run_id, n) DO UPDATE
+             SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL")
             .bind(run_id)
             .bind(n as i64)
             .bind(now_ms())
             .execute(&mut *tx)
             .await?;
-        sqlx::query("UPDATE runs SET tier1_attempts = ? WHERE id = ?")
+        sqlx::query("UPDATE runs SET tier1_attempts = $1 WHERE id = $2")
             .bind(n as i64)
             .bind(run_id)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
         Ok(())
+            })
     }
 
     /// Tier 1 attempt `n` of a run failed; `retry_in_ms` when another follows after that wait.
@@ -301,31 +373,34 @@ impl Store {
         error: &str,
         retry_in_ms: Option<i64>,
     ) -> Result<()> {
+        with_pool!(self, pool => {
         sqlx::query(
-            "UPDATE run_attempts SET error = ?, retry_in_ms = ? WHERE run_id = ? AND n = ?",
+            "UPDATE run_attempts SET error = $1, retry_in_ms = $2 WHERE run_id = $3 AND n = $4",
         )
         .bind(error)
         .bind(retry_in_ms)
         .bind(run_id)
         .bind(n as i64)
-        .execute(&self.pool)
+        .execute(pool)
         .await?;
         Ok(())
+            })
     }
 
     /// In one transaction: an optional new operator message, the supersession of what follows
     /// the anchor (queued and held prompts excepted) and a queued run. Answers the new
     /// message, the run and the superseded message ids.
     pub async fn dispatch(&self, d: NewRun<'_>) -> Result<(Option<Message>, Run, Vec<String>)> {
-        let mut tx = self.pool.begin().await?;
+        with_pool!(self, pool => {
+        let mut tx = pool.begin().await?;
         let now = now_ms();
         let anchor_id = match &d.new_message {
             Some(content) => {
                 let id = new_id("m");
                 sqlx::query(
                     "INSERT INTO messages (id, session_id, seq, role, content, created_at, provenance)
-                     VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?),
-                             'operator', ?, ?, ?)",
+                     VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $3),
+                             'operator', $4, $5, $6)",
                 )
                 .bind(&id)
                 .bind(d.session_id)
@@ -342,20 +417,25 @@ impl Store {
                 .ok_or_else(|| Error::internal("a dispatch needs an anchor"))?
                 .to_string(),
         };
-        let run_id = insert_run(
-            &mut tx,
-            d.session_id,
-            &anchor_id,
-            d.kind,
-            d.attempt,
-            &d.provenance,
+        let run_id = new_id("r");
+        sqlx::query(
+            "INSERT INTO runs (id, session_id, seq, anchor_message_id, status, kind, attempt, provenance, created_at)
+             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE session_id = $2), $3, 'queued', $4, $5, $6, $7)",
         )
+        .bind(&run_id)
+        .bind(d.session_id)
+        .bind(&anchor_id)
+        .bind(run_kind_str(d.kind))
+        .bind(d.attempt as i64)
+        .bind(rows::provenance_json(&d.provenance))
+        .bind(now)
+        .execute(&mut *tx)
         .await?;
         let superseded: Vec<String> = if d.supersede_after_anchor {
             sqlx::query_scalar(
                 "INSERT INTO supersessions (message_id, by_run_id, at)
-                 SELECT m.id, ?, ? FROM messages m
-                 WHERE m.session_id = ? AND m.seq > (SELECT seq FROM messages WHERE id = ?)
+                 SELECT m.id, $1, $2 FROM messages m
+                 WHERE m.session_id = $3 AND m.seq > (SELECT seq FROM messages WHERE id = $4)
                    AND NOT EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id)
                    AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.anchor_message_id = m.id AND r.status = 'queued')
                  RETURNING message_id",
@@ -375,96 +455,116 @@ impl Store {
             None => None,
         };
         Ok((message, self.run(&run_id).await?, superseded))
+            })
     }
 
     /// The latest run anchored on a message.
     pub async fn latest_run_for(&self, anchor_message_id: &str) -> Result<Option<Run>> {
+        with_pool!(self, pool => {
         let row =
-            sqlx::query("SELECT * FROM runs WHERE anchor_message_id = ? ORDER BY seq DESC LIMIT 1")
+            sqlx::query("SELECT * FROM runs WHERE anchor_message_id = $1 ORDER BY seq DESC LIMIT 1")
                 .bind(anchor_message_id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(pool)
                 .await?;
         Ok(row.as_ref().map(rows::run))
+            })
     }
 
     /// How many runs a prompt has had: on itself, and as the origin of automatic resumes.
     pub async fn tries_of(&self, prompt_id: &str) -> Result<u32> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM runs WHERE anchor_message_id = ?
-                OR json_extract(provenance, '$.prompt_id') = ?",
-        )
+        with_pool!(self, pool => {
+        let sql = format!(
+            "SELECT COUNT(*) FROM runs WHERE anchor_message_id = $1 OR {} = $2",
+            self.json_field("provenance", "prompt_id")
+        );
+        let n: i64 = sqlx::query_scalar(&sql)
         .bind(prompt_id)
         .bind(prompt_id)
-        .fetch_one(&self.pool)
+        .fetch_one(pool)
         .await?;
         Ok(n as u32)
+            })
     }
 
     /// How many automatic resumes (manual retries included) a prompt has had.
     pub async fn resumes_of(&self, prompt_id: &str) -> Result<u32> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM runs WHERE json_extract(provenance, '$.kind') = 'auto_resume'
-                AND json_extract(provenance, '$.prompt_id') = ?",
-        )
+        with_pool!(self, pool => {
+        let sql = format!(
+            "SELECT COUNT(*) FROM runs WHERE {} = 'auto_resume' AND {} = $1",
+            self.json_field("provenance", "kind"),
+            self.json_field("provenance", "prompt_id")
+        );
+        let n: i64 = sqlx::query_scalar(&sql)
         .bind(prompt_id)
-        .fetch_one(&self.pool)
+        .fetch_one(pool)
         .await?;
         Ok(n as u32)
+            })
     }
 
     /// The session's last turn: its latest run not held behind a failure.
     pub async fn last_turn(&self, session_id: &str) -> Result<Option<Run>> {
+        with_pool!(self, pool => {
         let row = sqlx::query(
-            "SELECT * FROM runs WHERE session_id = ? AND held_by IS NULL ORDER BY seq DESC LIMIT 1",
+            "SELECT * FROM runs WHERE session_id = $1 AND held_by IS NULL ORDER BY seq DESC LIMIT 1",
         )
         .bind(session_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(pool)
         .await?;
         Ok(row.as_ref().map(rows::run))
+            })
     }
 
     /// Whether the session has a run running or queued (held prompts excepted).
     pub async fn has_active_run(&self, session_id: &str) -> Result<bool> {
+        with_pool!(self, pool => {
         Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = ?
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1
                 AND (status = 'running' OR (status = 'queued' AND held_by IS NULL)))",
         )
         .bind(session_id)
-        .fetch_one(&self.pool)
+        .fetch_one(pool)
         .await?)
+            })
     }
 
     pub async fn has_running_run(&self, session_id: &str) -> Result<bool> {
+        with_pool!(self, pool => {
         Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = ? AND status = 'running')",
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1 AND status = 'running')",
         )
         .bind(session_id)
-        .fetch_one(&self.pool)
+        .fetch_one(pool)
         .await?)
+            })
     }
 
     /// The session's next run to start: the oldest queued run that is not held.
     pub async fn next_queued_run(&self, session_id: &str) -> Result<Option<Run>> {
+        with_pool!(self, pool => {
         let row = sqlx::query(
-            "SELECT * FROM runs WHERE session_id = ? AND status = 'queued' AND held_by IS NULL
+            "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NULL
              ORDER BY seq LIMIT 1",
         )
         .bind(session_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(pool)
         .await?;
         Ok(row.as_ref().map(rows::run))
+            })
     }
 
     /// In one transaction: the run becomes `running` and gets an empty streaming reply.
-    pub async fn start_run(&self, run_id: &str) -> Result<(Run, Message)> {
+    /// `owner` is the instance that executes it (its heartbeat is the run's lease).
+    pub async fn start_run(&self, run_id: &str, owner: &str) -> Result<(Run, Message)> {
+        with_pool!(self, pool => {
         let run = self.run(run_id).await?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = pool.begin().await?;
         let now = now_ms();
         let reply_id = new_id("m");
         sqlx::query(
             "INSERT INTO messages (id, session_id, seq, role, content, created_at, run_id, status, provenance)
-             VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?),
-                     'agent', '', ?, ?, 'streaming', (SELECT provenance FROM runs WHERE id = ?))",
+             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $3),
+                     'agent', '', $4, $5, 'streaming', (SELECT provenance FROM runs WHERE id = $6))",
         )
         .bind(&reply_id)
         .bind(&run.session_id)
@@ -475,41 +575,55 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         sqlx::query(
-            "UPDATE runs SET status = 'running', started_at = ?, reply_message_id = ? WHERE id = ?",
+            "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3
+             WHERE id = $4",
         )
         .bind(now)
         .bind(&reply_id)
+        .bind(owner)
         .bind(run_id)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok((self.run(run_id).await?, self.message(&reply_id).await?))
+            })
     }
 
     /// Stores the reply text streamed so far (called on a timer, never per delta).
-    pub async fn save_reply_text(&self, message_id: &str, content: &str) -> Result<()> {
-        sqlx::query("UPDATE messages SET content = ? WHERE id = ? AND role = 'agent'")
+    /// `delta_seq` is how many deltas that text holds.
+    pub async fn save_reply_text(
+        &self,
+        message_id: &str,
+        content: &str,
+        delta_seq: u64,
+    ) -> Result<()> {
+        with_pool!(self, pool => {
+        sqlx::query("UPDATE messages SET content = $1, delta_seq = $2 WHERE id = $3 AND role = 'agent'")
             .bind(content)
+            .bind(delta_seq as i64)
             .bind(message_id)
-            .execute(&self.pool)
+            .execute(pool)
             .await?;
         Ok(())
+            })
     }
 
     /// In one transaction: the run's end, its reply's final text and status, the session's
-    /// spend. A run that already ended is left alone (returns `None`).
+    /// spend, and after a failure the hold on the prompts queued behind it. A run that
+    /// already ended is left alone (returns `None`).
     pub async fn finish_run(
         &self,
         run_id: &str,
         o: &Outcome,
     ) -> Result<Option<(Run, Option<Message>)>> {
-        let mut tx = self.pool.begin().await?;
+        with_pool!(self, pool => {
+        let mut tx = pool.begin().await?;
         let now = now_ms();
         let (retryable, class, until) = retry_columns(&o.retry);
         let done = sqlx::query(
-            "UPDATE runs SET status = ?, error_message = ?, retryable = ?, retry_class = ?,
-                 retry_after_until = ?, finished_at = ?, tokens_used = tokens_used + ?
-             WHERE id = ? AND status IN ('queued', 'running')",
+            "UPDATE runs SET status = $1, error_message = $2, retryable = $3, retry_class = $4,
+                 retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7
+             WHERE id = $8 AND status IN ('queued', 'running')",
         )
         .bind(run_status_str(o.status))
         .bind(&o.error_message)
@@ -530,9 +644,9 @@ impl Store {
             _ => MessageStatus::Failed,
         };
         sqlx::query(
-            "UPDATE messages SET content = ?, status = ?, error_message = ?, retryable = ?,
-                 retry_class = ?, retry_after_until = ?
-             WHERE id = (SELECT reply_message_id FROM runs WHERE id = ?)",
+            "UPDATE messages SET content = $1, status = $2, error_message = $3, retryable = $4,
+                 retry_class = $5, retry_after_until = $6
+             WHERE id = (SELECT reply_message_id FROM runs WHERE id = $7)",
         )
         .bind(&o.content)
         .bind(rows::message_status_str(msg_status))
@@ -544,13 +658,25 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         sqlx::query(
-            "UPDATE sessions SET tokens_used = tokens_used + ?
-             WHERE id = (SELECT session_id FROM runs WHERE id = ?)",
+            "UPDATE sessions SET tokens_used = tokens_used + $1
+             WHERE id = (SELECT session_id FROM runs WHERE id = $2)",
         )
         .bind(o.tokens_used)
         .bind(run_id)
         .execute(&mut *tx)
         .await?;
+        if o.status == RunStatus::Failed {
+            // Prompts queued behind a failed turn are held in the same step, so no reader
+            // sees the failure with them still free to start.
+            sqlx::query(
+                "UPDATE runs SET held_by = $1
+                 WHERE session_id = (SELECT session_id FROM runs WHERE id = $1)
+                   AND status = 'queued' AND held_by IS NULL",
+            )
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         let run = self.run(run_id).await?;
         let reply = match &run.reply_message_id {
@@ -558,56 +684,64 @@ impl Store {
             None => None,
         };
         Ok(Some((run, reply)))
+            })
     }
 
     /// Holds the prompts queued behind a failed run, so a retry of that turn runs first.
     pub async fn hold_queued(&self, session_id: &str, failed_run_id: &str) -> Result<Vec<Run>> {
+        with_pool!(self, pool => {
         sqlx::query(
-            "UPDATE runs SET held_by = ? WHERE session_id = ? AND status = 'queued' AND held_by IS NULL",
+            "UPDATE runs SET held_by = $1 WHERE session_id = $2 AND status = 'queued' AND held_by IS NULL",
         )
         .bind(failed_run_id)
         .bind(session_id)
-        .execute(&self.pool)
+        .execute(pool)
         .await?;
         self.held_runs(session_id).await
+            })
     }
 
     /// Lets every held prompt of the session go on; answers the released runs.
     pub async fn release_held(&self, session_id: &str) -> Result<Vec<Run>> {
+        with_pool!(self, pool => {
         let held = self.held_runs(session_id).await?;
-        sqlx::query("UPDATE runs SET held_by = NULL WHERE session_id = ? AND held_by IS NOT NULL AND status = 'queued'")
+        sqlx::query("UPDATE runs SET held_by = NULL WHERE session_id = $1 AND held_by IS NOT NULL AND status = 'queued'")
             .bind(session_id)
-            .execute(&self.pool)
+            .execute(pool)
             .await?;
         let mut out = Vec::with_capacity(held.len());
         for r in held {
             out.push(self.run(&r.id).await?);
         }
         Ok(out)
+            })
     }
 
     async fn held_runs(&self, session_id: &str) -> Result<Vec<Run>> {
+        with_pool!(self, pool => {
         let rows = sqlx::query(
-            "SELECT * FROM runs WHERE session_id = ? AND status = 'queued' AND held_by IS NOT NULL ORDER BY seq",
+            "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL ORDER BY seq",
         )
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(pool)
         .await?;
         Ok(rows.iter().map(rows::run).collect())
+            })
     }
 
     /// The conversation a run sends: every visible message up to and including its anchor,
     /// as `(role, content)`; operator prompts that have not run yet and empty or still
     /// streaming replies are left out.
     pub async fn history(&self, anchor_message_id: &str) -> Result<Vec<(app::wire::Role, String)>> {
+        with_pool!(self, pool => {
         let anchor = self.message(anchor_message_id).await?;
         let msgs = self.messages(&anchor.session_id, false).await?;
         let not_yet_run: std::collections::HashSet<String> = sqlx::query_scalar(
-            "SELECT anchor_message_id FROM runs WHERE session_id = ?
+            "SELECT anchor_message_id FROM runs WHERE session_id = $1
              GROUP BY anchor_message_id HAVING MAX(started_at) IS NULL",
         )
         .bind(&anchor.session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(pool)
         .await?
         .into_iter()
         .collect();
@@ -623,39 +757,47 @@ impl Store {
             })
             .map(|m| (m.role, m.content))
             .collect())
+            })
     }
 
     /// Runs that were `running` when the server stopped: their ids and session ids.
     pub async fn runs_left_running(&self) -> Result<Vec<Run>> {
+        with_pool!(self, pool => {
         let rows = sqlx::query("SELECT * FROM runs WHERE status = 'running' ORDER BY seq")
-            .fetch_all(&self.pool)
+            .fetch_all(pool)
             .await?;
         Ok(rows.iter().map(rows::run).collect())
+            })
     }
 
     /// Sessions with a queued run that is free to start.
     pub async fn sessions_with_queued_runs(&self) -> Result<Vec<String>> {
+        with_pool!(self, pool => {
         let rows = sqlx::query(
             "SELECT DISTINCT session_id FROM runs WHERE status = 'queued' AND held_by IS NULL",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(pool)
         .await?;
         Ok(rows.iter().map(|r| r.get("session_id")).collect())
+            })
     }
 
     // ---- event log ----
 
     pub async fn max_event_id(&self) -> Result<i64> {
+        with_pool!(self, pool => {
         Ok(
             sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
-                .fetch_one(&self.pool)
+                .fetch_one(pool)
                 .await?,
         )
+            })
     }
 
     /// Appends a batch of events in one transaction.
     pub async fn append_events(&self, batch: &[&LoggedEvent]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        with_pool!(self, pool => {
+        let mut tx = pool.begin().await?;
         for chunk in batch.chunks(200) {
             let mut qb =
                 sqlx::QueryBuilder::new("INSERT INTO events (id, session_id, name, data) ");
@@ -669,6 +811,7 @@ impl Store {
         }
         tx.commit().await?;
         Ok(())
+            })
     }
 
     /// The session's logged events with `after < id < before`, in order.
@@ -678,13 +821,14 @@ impl Store {
         after: i64,
         before: i64,
     ) -> Result<Vec<LoggedEvent>> {
+        with_pool!(self, pool => {
         let rows = sqlx::query(
-            "SELECT id, name, data FROM events WHERE session_id = ? AND id > ? AND id < ? ORDER BY id",
+            "SELECT id, name, data FROM events WHERE session_id = $1 AND id > $2 AND id < $3 ORDER BY id",
         )
         .bind(session_id)
         .bind(after)
         .bind(before)
-        .fetch_all(&self.pool)
+        .fetch_all(pool)
         .await?;
         Ok(rows
             .iter()
@@ -697,34 +841,8 @@ impl Store {
                 })
             })
             .collect())
+            })
     }
-}
-
-/// Inserts a queued run with the session's next run sequence number; answers its id.
-async fn insert_run(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    session_id: &str,
-    anchor_message_id: &str,
-    kind: RunKind,
-    attempt: u32,
-    provenance: &Option<Provenance>,
-) -> Result<String> {
-    let id = new_id("r");
-    sqlx::query(
-        "INSERT INTO runs (id, session_id, seq, anchor_message_id, status, kind, attempt, provenance, created_at)
-         VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE session_id = ?), ?, 'queued', ?, ?, ?, ?)",
-    )
-    .bind(&id)
-    .bind(session_id)
-    .bind(session_id)
-    .bind(anchor_message_id)
-    .bind(run_kind_str(kind))
-    .bind(attempt as i64)
-    .bind(rows::provenance_json(provenance))
-    .bind(now_ms())
-    .execute(&mut **tx)
-    .await?;
-    Ok(id)
 }
 
 fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>, Option<i64>) {

@@ -1,9 +1,47 @@
-//! Mapping between SQLite rows and the wire types.
+//! Mapping between database rows (SQLite or PostgreSQL) and the wire types.
 use app::wire::{
     Message, MessageStatus, Provenance, RetryClassification, Role, Run, RunKind, RunStatus,
 };
+use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
+
+/// Typed column reads that both backends' rows answer, so each mapping is written once.
+pub trait Get {
+    fn text(&self, column: &str) -> String;
+    fn opt_text(&self, column: &str) -> Option<String>;
+    fn int(&self, column: &str) -> i64;
+    fn opt_int(&self, column: &str) -> Option<i64>;
+    fn flag(&self, column: &str) -> bool;
+    fn opt_flag(&self, column: &str) -> Option<bool>;
+}
+
+macro_rules! impl_get {
+    ($row:ty) => {
+        impl Get for $row {
+            fn text(&self, column: &str) -> String {
+                self.get(column)
+            }
+            fn opt_text(&self, column: &str) -> Option<String> {
+                self.get(column)
+            }
+            fn int(&self, column: &str) -> i64 {
+                self.get(column)
+            }
+            fn opt_int(&self, column: &str) -> Option<i64> {
+                self.get(column)
+            }
+            fn flag(&self, column: &str) -> bool {
+                self.get(column)
+            }
+            fn opt_flag(&self, column: &str) -> Option<bool> {
+                self.get(column)
+            }
+        }
+    };
+}
+impl_get!(SqliteRow);
+impl_get!(PgRow);
 
 pub fn run_status(s: &str) -> RunStatus {
     match s {
@@ -61,18 +99,18 @@ fn message_status(s: &str) -> MessageStatus {
     }
 }
 
-fn retry(row: &SqliteRow) -> Option<RetryClassification> {
-    let class: Option<String> = row.get("retry_class");
-    class.map(|retry_class| RetryClassification {
-        retryable: row.get::<Option<bool>, _>("retryable").unwrap_or(false),
-        retry_class,
-        retry_after_until: row.get("retry_after_until"),
-    })
+fn retry(row: &impl Get) -> Option<RetryClassification> {
+    row.opt_text("retry_class")
+        .map(|retry_class| RetryClassification {
+            retryable: row.opt_flag("retryable").unwrap_or(false),
+            retry_class,
+            retry_after_until: row.opt_int("retry_after_until"),
+        })
 }
 
-fn provenance(row: &SqliteRow) -> Option<Provenance> {
-    let raw: Option<String> = row.get("provenance");
-    raw.and_then(|p| serde_json::from_str(&p).ok())
+fn provenance(row: &impl Get) -> Option<Provenance> {
+    row.opt_text("provenance")
+        .and_then(|p| serde_json::from_str(&p).ok())
 }
 
 pub fn provenance_json(p: &Option<Provenance>) -> Option<String> {
@@ -81,47 +119,50 @@ pub fn provenance_json(p: &Option<Provenance>) -> Option<String> {
 }
 
 /// Columns: messages.* plus `superseded` (0/1).
-pub fn message(row: &SqliteRow) -> Message {
-    let role: String = row.get("role");
+/// Columns: messages.* plus `superseded`. A streaming reply carries how many deltas its
+/// stored text holds, so a snapshot and a resumed event stream never double one.
+pub fn message(row: &impl Get) -> Message {
+    let status = row.opt_text("status").map(|s| message_status(&s));
     Message {
-        id: row.get("id"),
-        session_id: row.get("session_id"),
-        role: if role == "operator" {
+        id: row.text("id"),
+        session_id: row.text("session_id"),
+        role: if row.text("role") == "operator" {
             Role::Operator
         } else {
             Role::Agent
         },
-        content: row.get("content"),
-        created_at: row.get("created_at"),
-        superseded: row.get("superseded"),
-        run_id: row.get("run_id"),
-        status: row
-            .get::<Option<String>, _>("status")
-            .map(|s| message_status(&s)),
-        error_message: row.get("error_message"),
+        content: row.text("content"),
+        created_at: row.int("created_at"),
+        superseded: row.flag("superseded"),
+        run_id: row.opt_text("run_id"),
+        delta_seq: match status {
+            Some(MessageStatus::Streaming) => Some(row.int("delta_seq") as u64),
+            _ => None,
+        },
+        status,
+        error_message: row.opt_text("error_message"),
         retry: retry(row),
         provenance: provenance(row),
-        delta_seq: None,
     }
 }
 
 /// Columns: runs.*.
-pub fn run(row: &SqliteRow) -> Run {
+pub fn run(row: &impl Get) -> Run {
     Run {
-        id: row.get("id"),
-        session_id: row.get("session_id"),
-        anchor_message_id: row.get("anchor_message_id"),
-        reply_message_id: row.get("reply_message_id"),
-        status: run_status(row.get("status")),
-        kind: run_kind(row.get("kind")),
-        attempt: row.get::<i64, _>("attempt") as u32,
-        tier1_attempts: row.get::<i64, _>("tier1_attempts") as u32,
-        held_by: row.get("held_by"),
-        error_message: row.get("error_message"),
+        id: row.text("id"),
+        session_id: row.text("session_id"),
+        anchor_message_id: row.text("anchor_message_id"),
+        reply_message_id: row.opt_text("reply_message_id"),
+        status: run_status(&row.text("status")),
+        kind: run_kind(&row.text("kind")),
+        attempt: row.int("attempt") as u32,
+        tier1_attempts: row.int("tier1_attempts") as u32,
+        held_by: row.opt_text("held_by"),
+        error_message: row.opt_text("error_message"),
         retry: retry(row),
-        created_at: row.get("created_at"),
+        created_at: row.int("created_at"),
         provenance: provenance(row),
-        started_at: row.get("started_at"),
-        finished_at: row.get("finished_at"),
+        started_at: row.opt_int("started_at"),
+        finished_at: row.opt_int("finished_at"),
     }
 }

@@ -30,8 +30,69 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// The PostgreSQL server the multi-instance tests use (`MULLIGAN_TEST_POSTGRES_URL`).
+pub fn postgres_url() -> Option<String> {
+    std::env::var("MULLIGAN_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+}
+
+/// Whether the suite runs against PostgreSQL (`MULLIGAN_TEST_DATABASE=postgres`), else SQLite.
+pub fn on_postgres() -> bool {
+    std::env::var("MULLIGAN_TEST_DATABASE").as_deref() == Ok("postgres")
+}
+
+/// The database of a test's data dir: SQLite in it (the default), or, when the suite runs on
+/// PostgreSQL, a fresh database made for that dir once (a restart in the same dir finds it).
+pub fn database_url(data_dir: &std::path::Path) -> Option<String> {
+    if !on_postgres() {
+        return None;
+    }
+    let base =
+        postgres_url().expect("MULLIGAN_TEST_DATABASE=postgres needs MULLIGAN_TEST_POSTGRES_URL");
+    let kept = data_dir.join("postgres-url");
+    if let Ok(url) = std::fs::read_to_string(&kept) {
+        return Some(url);
+    }
+    let url = fresh_postgres_database(&base);
+    std::fs::create_dir_all(data_dir).unwrap();
+    std::fs::write(&kept, &url).unwrap();
+    Some(url)
+}
+
+/// Creates an empty database beside `base`'s (on its own thread: tests run inside a runtime).
+pub fn fresh_postgres_database(base: &str) -> String {
+    let base = base.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use sqlx::Connection;
+            let mut admin = sqlx::PgConnection::connect(&base)
+                .await
+                .expect("MULLIGAN_TEST_POSTGRES_URL is reachable");
+            let name = format!("mulligan_t_{}", uuid::Uuid::now_v7().simple());
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            let (head, tail) = match base.split_once('?') {
+                Some((h, t)) => (h, format!("?{t}")),
+                None => (base.as_str(), String::new()),
+            };
+            let root = head.rsplit_once('/').map_or(head, |(r, _)| r);
+            format!("{root}/{name}{tail}")
+        })
+    })
+    .join()
+    .unwrap()
+}
+
 pub fn config(data_dir: &std::path::Path, provider_url: &str) -> Config {
     let mut c = Config::for_data_dir(data_dir);
+    c.database_url = database_url(data_dir);
     c.bind = "127.0.0.1:0".parse().unwrap();
     c.provider = ProviderKind::Openai;
     c.base_url = Some(provider_url.to_string());
@@ -59,6 +120,32 @@ impl TestServer {
     pub async fn stop(&mut self) {
         if let Some(r) = self.running.take() {
             r.stop().await;
+        }
+    }
+
+    /// A message's content as stored (not as the API overlays a streaming reply).
+    pub async fn stored_content(&self, message_id: &str) -> String {
+        let url = database_url(&self.data_dir)
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("mulligan.db").display()));
+        let sql = "SELECT content FROM messages WHERE id = $1";
+        if url.starts_with("postgres") {
+            let pool = sqlx::PgPool::connect(&url).await.unwrap();
+            let c = sqlx::query_scalar(sql)
+                .bind(message_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+            c
+        } else {
+            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+            let c = sqlx::query_scalar(sql)
+                .bind(message_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+            c
         }
     }
 
@@ -207,4 +294,49 @@ impl Sse {
 /// True for a `run` event of `rid` that has ended.
 pub fn run_ended(rid: &str) -> impl FnMut(&Event) -> bool + '_ {
     move |e| matches!(e, Event::Run(r) if r.id == rid && !r.status.is_active())
+}
+
+/// Starts `mulligan serve` as a child process (on `database_url`, else SQLite in `dir`) and
+/// answers the child, its base URL and its token.
+pub async fn serve(
+    dir: &std::path::Path,
+    provider: &str,
+    log: &std::path::Path,
+    database_url: Option<String>,
+) -> (tokio::process::Child, String, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mulligan"))
+        .arg("serve")
+        .env("MULLIGAN_BIND", "127.0.0.1:0")
+        .env("MULLIGAN_DATA_DIR", dir)
+        .envs(database_url.map(|u| ("MULLIGAN_DATABASE_URL", u)))
+        .env("MULLIGAN_PROVIDER", "openai")
+        .env("MULLIGAN_BASE_URL", provider)
+        .env("MULLIGAN_API_KEY", API_KEY)
+        .env("RUST_LOG", "trace")
+        .stdout(std::process::Stdio::piped())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let url = line
+        .split("open ")
+        .nth(1)
+        .expect("the printed URL")
+        .trim()
+        .to_string();
+    let (base, token) = url.split_once("/?token=").unwrap();
+    (child, base.to_string(), token.to_string())
 }

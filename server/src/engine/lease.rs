@@ -1,0 +1,128 @@
+//! Several instances on one database: each keeps a lease (a heartbeat) on the runs it
+//! executes, takes over the end of runs whose instance died (recorded `interrupted`), and
+//! stops its runs when another instance asks (`LISTEN`, with a polled flag behind it).
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::store::CANCEL_CHANNEL;
+use app::wire::{Run, RunStatus};
+use std::time::{Duration, Instant};
+
+/// How often an instance renews its lease and looks for runs orphaned by a dead one.
+pub const HEARTBEAT: Duration = Duration::from_millis(1000);
+/// How long an instance may go unseen before its running runs are recorded interrupted.
+pub const LEASE: Duration = Duration::from_millis(5000);
+
+impl Engine {
+    /// Starts the lease keeper and the cancel listener (shared databases only); they end
+    /// when the server stops.
+    pub async fn keep_leases(&self) -> Result<()> {
+        let store = self.store();
+        if !store.is_shared() {
+            return Ok(());
+        }
+        store.heartbeat(self.instance()).await?;
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(HEARTBEAT);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = engine.inner.stopping.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                if let Err(e) = engine.lease_tick().await {
+                    tracing::warn!(error = %e, "lease keeping failed; trying again");
+                }
+            }
+        });
+        let engine = self.clone();
+        let pool = store.pg_pool().expect("shared store").clone();
+        tokio::spawn(async move {
+            loop {
+                let listener = async {
+                    let mut l = sqlx::postgres::PgListener::connect_with(&pool).await?;
+                    l.listen(CANCEL_CHANNEL).await?;
+                    Ok::<_, sqlx::Error>(l)
+                };
+                let mut listener = tokio::select! {
+                    _ = engine.inner.stopping.cancelled() => return,
+                    l = listener => match l {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot listen for cancels");
+                            tokio::time::sleep(HEARTBEAT).await;
+                            continue;
+                        }
+                    },
+                };
+                loop {
+                    let n = tokio::select! {
+                        _ = engine.inner.stopping.cancelled() => return,
+                        n = listener.recv() => n,
+                    };
+                    match n {
+                        Ok(n) => engine.cancel_here(n.payload()),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cancel listener dropped; reconnecting");
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// One heartbeat: renew the lease, stop runs someone asked to stop (in case a
+    /// notification was lost), record runs of dead instances as interrupted.
+    async fn lease_tick(&self) -> Result<()> {
+        let store = self.store();
+        store.heartbeat(self.instance()).await?;
+        for run_id in store.cancels_requested(self.instance()).await? {
+            self.cancel_here(&run_id);
+        }
+        let orphans = store.orphaned_runs(LEASE.as_millis() as i64).await?;
+        for run in orphans {
+            tracing::warn!(run = %run.id, "the instance executing this run stopped renewing its lease");
+            let session_id = run.session_id.clone();
+            self.interrupt(&run).await?;
+            let _guard = self.lock(&session_id).await?;
+            self.pump(&session_id).await?;
+        }
+        Ok(())
+    }
+
+    /// Stops a run if this instance executes it.
+    fn cancel_here(&self, run_id: &str) {
+        let active = self
+            .inner
+            .active
+            .lock()
+            .expect("active")
+            .get(run_id)
+            .cloned();
+        if let Some(active) = active {
+            active.cancel.cancel();
+        }
+    }
+
+    /// Asks the instance executing a run to stop it and waits (≤ 5 s) for the end to be
+    /// recorded. A run whose instance is gone is ended by the lease keeper instead.
+    pub(super) async fn cancel_elsewhere(&self, run_id: &str) -> Result<Run> {
+        let store = self.store();
+        store.request_cancel(run_id).await?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let run = store.run(run_id).await?;
+            if !matches!(run.status, RunStatus::Queued | RunStatus::Running) {
+                return Ok(run);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::conflict(
+                    "the instance executing this run has not stopped it yet; it will be stopped when that instance answers or its lease lapses",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! What several instances on one PostgreSQL database need from the store: the cross-instance
+//! session lock, the ordered event log they all follow, heartbeats (the leases on the runs
+//! each executes) and cancel requests. On SQLite (one instance) these are no-ops or empty.
+use super::{rows, LoggedEvent, Pool, Store};
+use crate::clock::now_ms;
+use crate::error::Result;
+use app::wire::Run;
+use sqlx::pool::PoolConnection;
+use sqlx::{Postgres, Row};
+
+/// Notification channel: new events are in the log.
+pub const EVENTS_CHANNEL: &str = "mulligan_events";
+/// Notification channel: a run was asked to stop (payload: its id).
+pub const CANCEL_CHANNEL: &str = "mulligan_cancel";
+
+/// Holds a session's advisory lock on one connection; released when dropped (and by the
+/// server if the connection or the instance dies, so a crash never leaves a session locked).
+pub struct SessionLock {
+    conn: Option<PoolConnection<Postgres>>,
+    key: String,
+}
+
+impl Drop for SessionLock {
+    fn drop(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            let key = std::mem::take(&mut self.key);
+            tokio::spawn(async move {
+                let unlocked = sqlx::query("SELECT pg_advisory_unlock(1, hashtext($1))")
+                    .bind(&key)
+                    .execute(&mut *conn)
+                    .await;
+                if unlocked.is_err() {
+                    // Closing the connection releases the lock for sure.
+                    let _ = conn.close().await;
+                }
+            });
+        }
+    }
+}
+
+impl Store {
+    /// Takes the session's lock across instances (PostgreSQL); `None` on SQLite, where the
+    /// engine's in-process lock is the whole story.
+    pub async fn lock_session(&self, session_id: &str) -> Result<Option<SessionLock>> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(None);
+        };
+        let mut conn = pool.acquire().await?;
+        sqlx::query("SELECT pg_advisory_lock(1, hashtext($1))")
+            .bind(session_id)
+            .execute(&mut *conn)
+            .await?;
+        Ok(Some(SessionLock {
+            conn: Some(conn),
+            key: session_id.to_string(),
+        }))
+    }
+
+    /// The PostgreSQL pool, for listeners.
+    pub fn pg_pool(&self) -> Option<&sqlx::PgPool> {
+        match &self.pool {
+            Pool::Postgres(p) => Some(p),
+            Pool::Sqlite(_) => None,
+        }
+    }
+
+    /// Appends a batch to the shared log (ids assigned by the database, in commit order)
+    /// and wakes every instance's follower.
+    pub async fn append_shared_events(
+        &self,
+        batch: &[(String, &'static str, String)],
+    ) -> Result<()> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(());
+        };
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(2, 0)")
+            .execute(&mut *tx)
+            .await?;
+        for chunk in batch.chunks(500) {
+            let mut qb = sqlx::QueryBuilder::new("INSERT INTO events (session_id, name, data) ");
+            qb.push_values(chunk, |mut b, (session, name, data)| {
+                b.push_bind(session).push_bind(*name).push_bind(data);
+            });
+            qb.build().execute(&mut *tx).await?;
+        }
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(EVENTS_CHANNEL)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Logged events of every session after `after`, in order (at most `limit`).
+    pub async fn events_after(&self, after: i64, limit: i64) -> Result<Vec<LoggedEvent>> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(Vec::new());
+        };
+        let rows = sqlx::query(
+            "SELECT id, session_id, name, data FROM events WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                Some(LoggedEvent {
+                    id: r.get("id"),
+                    session_id: r.get("session_id"),
+                    name: super::static_event_name(r.get("name"))?,
+                    data: r.get("data"),
+                })
+            })
+            .collect())
+    }
+
+    /// Records that `instance` is alive now.
+    pub async fn heartbeat(&self, instance: &str) -> Result<()> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(());
+        };
+        sqlx::query(
+            "INSERT INTO instances (id, seen_at) VALUES ($1, $2)
+             ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
+        )
+        .bind(instance)
+        .bind(now_ms())
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Forgets an instance that stops cleanly.
+    pub async fn retire(&self, instance: &str) -> Result<()> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(());
+        };
+        sqlx::query("DELETE FROM instances WHERE id = $1")
+            .bind(instance)
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Running runs whose executing instance has not been seen for `lease_ms` (or is gone).
+    pub async fn orphaned_runs(&self, lease_ms: i64) -> Result<Vec<Run>> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(Vec::new());
+        };
+        let rows = sqlx::query(
+            "SELECT r.* FROM runs r LEFT JOIN instances i ON i.id = r.owner
+             WHERE r.status = 'running' AND (i.id IS NULL OR i.seen_at < $1)
+             ORDER BY r.seq",
+        )
+        .bind(now_ms() - lease_ms)
+        .fetch_all(pool)
+        .await?;
+        Ok(rows.iter().map(rows::run).collect())
+    }
+
+    /// Asks the instance executing a run to stop it: a flag it polls and a notification.
+    pub async fn request_cancel(&self, run_id: &str) -> Result<()> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(());
+        };
+        let mut tx = pool.begin().await?;
+        sqlx::query("UPDATE runs SET cancel_requested = TRUE WHERE id = $1")
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(CANCEL_CHANNEL)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Running runs of `owner` that someone asked to stop.
+    pub async fn cancels_requested(&self, owner: &str) -> Result<Vec<String>> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(Vec::new());
+        };
+        Ok(sqlx::query_scalar(
+            "SELECT id FROM runs WHERE owner = $1 AND status = 'running' AND cancel_requested",
+        )
+        .bind(owner)
+        .fetch_all(pool)
+        .await?)
+    }
+}

@@ -1,0 +1,249 @@
+//! Several instances on one PostgreSQL database (`MULLIGAN_TEST_DATABASE=postgres` with
+//! `MULLIGAN_TEST_POSTGRES_URL`; the README's test command sets both when PostgreSQL is
+//! reachable): a run executes on exactly one instance, events reach every instance in one
+//! order, claims hold across instances, cancel crosses them, a dead instance's run is ended.
+mod common;
+
+use app::wire::{Event, RunStatus};
+use common::fake::{FakeProvider, Script};
+use common::{config, fresh_postgres_database, on_postgres, postgres_url, serve, temp_dir};
+use common::{run_ended, TestServer};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Two in-process instances on one fresh database; `None` when the suite runs on SQLite.
+async fn two_instances(tag: &str) -> Option<(FakeProvider, String, TestServer, TestServer)> {
+    if !on_postgres() {
+        eprintln!("skipped: the multi-instance tests run when MULLIGAN_TEST_DATABASE=postgres");
+        return None;
+    }
+    let db = fresh_postgres_database(&postgres_url().expect("MULLIGAN_TEST_POSTGRES_URL"));
+    let fake = FakeProvider::start().await;
+    let mut ca = config(&temp_dir(&format!("{tag}-a")), &fake.url);
+    ca.database_url = Some(db.clone());
+    let mut cb = config(&temp_dir(&format!("{tag}-b")), &fake.url);
+    cb.database_url = Some(db.clone());
+    // Both start at once: the migrations must not race.
+    let (a, b) = tokio::join!(TestServer::start(ca), TestServer::start(cb));
+    Some((fake, db, a, b))
+}
+
+fn fail_401() -> Script {
+    Script::Status {
+        code: 401,
+        headers: vec![],
+        body: json!({"error": {"message": "bad key"}}),
+    }
+}
+
+#[tokio::test]
+async fn a_prompt_posted_on_one_instance_streams_on_the_other_in_order() {
+    let Some((fake, _db, a, b)) = two_instances("stream").await else {
+        return;
+    };
+    fake.push(Script::slow(60, Duration::from_millis(5)));
+    let sid = a.create_session().await;
+    let mut on_b = b.events(&sid, None).await;
+    let receipt = a.send(&sid, "hello").await;
+    let seen = on_b.until(WAIT, run_ended(&receipt.run_id)).await;
+    let deltas: Vec<u64> = seen
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Delta(d) => Some(d.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        deltas,
+        (1..=60).collect::<Vec<_>>(),
+        "every delta once, in order"
+    );
+    let ids: Vec<i64> = seen.iter().map(|(id, _)| *id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids increase: {ids:?}");
+    let detail = b.detail(&sid).await;
+    let reply = detail.messages.last().unwrap();
+    let want: String = (0..60).map(|i| format!("w{i} ")).collect();
+    assert_eq!(reply.content, want);
+    // Resuming on A from the middle of B's stream gets exactly the rest.
+    let middle = ids[ids.len() / 2];
+    let mut resumed = a.events(&sid, Some(middle)).await;
+    let rest = resumed.until(WAIT, run_ended(&receipt.run_id)).await;
+    assert_eq!(
+        rest.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        ids[ids.len() / 2 + 1..].to_vec()
+    );
+    assert_eq!(fake.seen().len(), 1, "one instance executed the run");
+}
+
+#[tokio::test]
+async fn concurrent_regenerates_split_across_instances_start_one_run() {
+    let Some((fake, _db, a, b)) = two_instances("regen").await else {
+        return;
+    };
+    // The prompt fails, and so does the one regenerate that goes through.
+    fake.push(fail_401());
+    fake.push(fail_401());
+    let sid = a.create_session().await;
+    let r = a.send(&sid, "hi").await;
+    assert_eq!(a.wait_run_end(&r.run_id).await.status, RunStatus::Failed);
+    let servers = [Arc::new(a), Arc::new(b)];
+    let calls = (0..16).map(|i| {
+        let server = servers[i % 2].clone();
+        let (sid, mid, rid) = (sid.clone(), r.message_id.clone(), r.run_id.clone());
+        tokio::spawn(async move {
+            server
+                .post(
+                    &format!("/sessions/{sid}/messages/{mid}/regenerate"),
+                    json!({"if_last_run": rid}),
+                )
+                .await
+        })
+    });
+    let results: Vec<(u16, Value)> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        results.iter().filter(|(s, _)| *s == 202).count(),
+        1,
+        "{results:?}"
+    );
+    for (status, body) in results.iter().filter(|(s, _)| *s != 202) {
+        assert_eq!(
+            (*status, body["error"]["code"].as_str()),
+            (409, Some("regenerate.stale"))
+        );
+    }
+    assert_eq!(servers[1].detail(&sid).await.runs.len(), 2, "one new run");
+
+    // Retry-now's claim holds across instances too.
+    let regen = servers[0].detail(&sid).await.runs[1].id.clone();
+    servers[0].wait_run_end(&regen).await;
+    let calls = (0..8).map(|i| {
+        let server = servers[i % 2].clone();
+        let sid = sid.clone();
+        tokio::spawn(async move {
+            server
+                .post(&format!("/sessions/{sid}/retry"), json!({}))
+                .await
+        })
+    });
+    let results: Vec<(u16, Value)> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        results.iter().filter(|(s, _)| *s == 200).count(),
+        1,
+        "{results:?}"
+    );
+    assert_eq!(servers[1].detail(&sid).await.runs.len(), 3, "one retry run");
+}
+
+#[tokio::test]
+async fn cancel_on_one_instance_stops_a_run_executing_on_the_other_within_a_second() {
+    let Some((fake, _db, a, b)) = two_instances("cancel").await else {
+        return;
+    };
+    fake.push(Script::slow(500, Duration::from_millis(20)));
+    let sid = a.create_session().await;
+    let mut on_a = a.events(&sid, None).await;
+    let receipt = a.send(&sid, "long").await;
+    on_a.until(WAIT, |e| matches!(e, Event::Delta(d) if d.seq == 3))
+        .await;
+    let asked = Instant::now();
+    let (status, body) = b
+        .post(
+            &format!("/sessions/{sid}/runs/{}/cancel", receipt.run_id),
+            json!({}),
+        )
+        .await;
+    let took = asked.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "cancelled");
+    assert!(took < Duration::from_secs(1), "cancel took {took:?}");
+    assert_eq!(a.run(&receipt.run_id).await.status, RunStatus::Cancelled);
+    let reply = a.detail(&sid).await.messages.last().unwrap().clone();
+    assert!(reply.content.starts_with("w0 w1 w2 "), "partial text kept");
+}
+
+#[tokio::test]
+async fn a_killed_instance_s_run_is_marked_interrupted_by_another() {
+    let Some((fake, db, _a, b)) = two_instances("kill").await else {
+        return;
+    };
+    fake.push(Script::slow(2000, Duration::from_millis(10)));
+    let dir = temp_dir("kill-child");
+    let log = dir.join("server.log");
+    let (mut child, base, token) = serve(&dir, &fake.url, &log, Some(db)).await;
+    let http = reqwest::Client::new();
+    let api = |p: &str| format!("{base}/api/v1{p}");
+    let session: Value = http
+        .post(api("/sessions"))
+        .bearer_auth(&token)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sid = session["id"].as_str().unwrap().to_string();
+    let receipt: Value = http
+        .post(api(&format!("/sessions/{sid}/messages")))
+        .bearer_auth(&token)
+        .json(&json!({"content": "stream for a while"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rid = receipt["run_id"].as_str().unwrap().to_string();
+    // A prompt queued behind it (posted on B) is held once the run is found interrupted.
+    let queued = b.send(&sid, "and then this").await;
+    assert!(queued.queued);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let killed = Instant::now();
+
+    let run = b.wait_run_end(&rid).await;
+    let noticed = killed.elapsed();
+    assert_eq!(run.status, RunStatus::Failed);
+    let class = run.retry.expect("classified");
+    assert_eq!(
+        (class.retryable, class.retry_class.as_str()),
+        (true, "interrupted")
+    );
+    assert!(
+        noticed < Duration::from_secs(10),
+        "noticed after {noticed:?}"
+    );
+    let detail = b.detail(&sid).await;
+    let reply = detail
+        .messages
+        .iter()
+        .find(|m| m.run_id.as_deref() == Some(rid.as_str()))
+        .unwrap();
+    assert!(reply.content.starts_with("w0 w1 w2 "), "partial text kept");
+    // The hold follows the run's end under the same session lock, a moment later.
+    let mut held = None;
+    for _ in 0..40 {
+        let runs = b.detail(&sid).await.runs;
+        held = runs.into_iter().find(|r| r.id == queued.run_id);
+        if held.as_ref().is_some_and(|r| r.held_by.is_some()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let held = held.unwrap();
+    assert_eq!(held.status, RunStatus::Queued);
+    assert_eq!(held.held_by.as_deref(), Some(rid.as_str()), "{held:#?}");
+    eprintln!("a dead instance's run was recorded interrupted after {noticed:?}");
+}
