@@ -285,6 +285,9 @@ pub struct CreateSession {
     pub model: Option<String>,
     #[serde(default)]
     pub parent_id: Option<String>,
+    /// `browser` (default), `background` or `off`.
+    #[serde(default)]
+    pub auto_retry: Option<AutoRetry>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -256,7 +256,9 @@ fn sessions_table(sessions: &[Session]) -> String {
     if sessions.is_empty() {
         return "no sessions".into();
     }
-    let mut rows = vec![["ID", "TITLE", "MODEL", "STATUS", "LAST RUN"].map(String::from)];
+    let mut rows =
+        vec![["ID", "TITLE", "MODEL", "STATUS", "LAST RUN", "AUTO RETRY"].map(String::from)];
+    let now = server::clock::now_ms();
     for s in sessions {
         let title: String = if s.title.chars().count() > 40 {
             s.title.chars().take(39).chain(['…']).collect()
@@ -276,9 +278,19 @@ fn sessions_table(sessions: &[Session]) -> String {
             s.model.clone(),
             to_wire(&s.status),
             last,
+            match &s.waiting_retry {
+                Some(w) => format!(
+                    "{}: retry {} in {}s ({})",
+                    s.auto_retry.as_str(),
+                    w.attempt,
+                    ((w.fires_at - now).max(0) + 999) / 1000,
+                    w.reason
+                ),
+                None => s.auto_retry.as_str().to_string(),
+            },
         ]);
     }
-    let widths: Vec<usize> = (0..5)
+    let widths: Vec<usize> = (0..rows[0].len())
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
     rows.iter()

@@ -87,10 +87,15 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
             },
             spend_limit_tokens: config.spend_limit_tokens,
             context_tokens: config.context_tokens,
+            background: app::tier2::Policy {
+                base_ms: config.tier2_base_ms,
+                cap_ms: config.tier2_cap_ms,
+            },
         },
     );
     engine.recover().await.map_err(|e| e.to_string())?;
     engine.keep_leases().await.map_err(|e| e.to_string())?;
+    engine.fire_background_retries();
 
     let leptos = leptos::prelude::LeptosOptions::builder()
         .output_name("mulligan")

@@ -246,9 +246,55 @@ async fn retry_refusals_print_the_code_and_exit_2() {
     let out = mulligan(&server, &["retry", "--cancel", &sid, "--json"]).await;
     assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
     let err: ApiError = serde_json::from_str(out.stdout.trim()).unwrap();
-    assert!(
-        err.error.code == "not_found" || err.error.code == "conflict",
-        "{}",
+    assert_eq!(
+        err.error.code, "conflict",
+        "no waiting retry: {}",
         out.stdout
+    );
+}
+
+#[tokio::test]
+async fn sessions_shows_auto_retry_and_retry_cancel_ends_a_waiting_retry() {
+    let fake = FakeProvider::start().await;
+    let mut cfg = config(&temp_dir("cli-bg"), &fake.url);
+    cfg.tier1_max_attempts = 1;
+    cfg.tier2_base_ms = 60_000;
+    let server = TestServer::start(cfg).await;
+    fake.push(Script::Status {
+        code: 503,
+        headers: vec![],
+        body: serde_json::json!({"error": {"message": "overloaded"}}),
+    });
+    let (_, body) = server
+        .post("/sessions", serde_json::json!({"auto_retry": "background"}))
+        .await;
+    let sid = body["id"].as_str().unwrap().to_string();
+    let r = server.send(&sid, "later").await;
+    server.wait_run_end(&r.run_id).await;
+    let mut table = String::new();
+    for _ in 0..40 {
+        table = mulligan(&server, &["sessions"]).await.stdout;
+        if table.contains("background: retry 1 in ") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(table.contains("AUTO RETRY"), "{table}");
+    assert!(table.contains("background: retry 1 in 6"), "{table}");
+    assert!(table.contains("(overloaded)"), "{table}");
+
+    let out = mulligan(&server, &["retry", "--cancel", &sid]).await;
+    assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout.trim(),
+        format!("cancelled the waiting retry of {sid}")
+    );
+    assert_eq!(server.detail(&sid).await.session.waiting_retry, None);
+    let table = mulligan(&server, &["sessions"]).await.stdout;
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&sid) && l.trim_end().ends_with("background")),
+        "{table}"
     );
 }

@@ -180,7 +180,7 @@ async fn a_killed_instance_s_run_is_marked_interrupted_by_another() {
     fake.push(Script::slow(2000, Duration::from_millis(10)));
     let dir = temp_dir("kill-child");
     let log = dir.join("server.log");
-    let (mut child, base, token) = serve(&dir, &fake.url, &log, Some(db)).await;
+    let (mut child, base, token) = serve(&dir, &fake.url, &log, Some(db), &[]).await;
     let http = reqwest::Client::new();
     let api = |p: &str| format!("{base}/api/v1{p}");
     let session: Value = http
@@ -246,4 +246,45 @@ async fn a_killed_instance_s_run_is_marked_interrupted_by_another() {
     assert_eq!(held.status, RunStatus::Queued);
     assert_eq!(held.held_by.as_deref(), Some(rid.as_str()), "{held:#?}");
     eprintln!("a dead instance's run was recorded interrupted after {noticed:?}");
+}
+
+#[tokio::test]
+async fn a_background_retry_fires_once_with_two_instances() {
+    let Some((fake, _db, a, b)) = two_instances("bg").await else {
+        return;
+    };
+    let sid = {
+        let (status, body) = b
+            .post("/sessions", json!({"auto_retry": "background"}))
+            .await;
+        assert_eq!(status, 201);
+        body["id"].as_str().unwrap().to_string()
+    };
+    // Every Tier 1 attempt of the first run fails; the background retry (2 s later) does not.
+    for _ in 0..3 {
+        fake.push(Script::Status {
+            code: 503,
+            headers: vec![],
+            body: json!({"error": {"message": "overloaded"}}),
+        });
+    }
+    let first = b.send(&sid, "both see it due").await;
+    assert_eq!(
+        b.wait_run_end(&first.run_id).await.status,
+        RunStatus::Failed
+    );
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let runs = b.detail(&sid).await.runs;
+        if runs.iter().any(|r| r.status == RunStatus::Completed) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no retry completed: {runs:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let runs = b.detail(&sid).await.runs;
+    assert_eq!(runs.len(), 2, "fired once: {runs:?}");
+    assert_eq!(fake.seen().len(), 4, "three Tier 1 attempts, one retry");
+    assert_eq!(a.detail(&sid).await.session.waiting_retry, None);
 }

@@ -14,7 +14,7 @@ async fn kill_9_mid_stream_then_restart_marks_the_run_interrupted_and_logs_no_se
     fake.push(Script::slow(400, Duration::from_millis(10)));
     let dir = temp_dir("kill9");
     let log = dir.join("server.log");
-    let (mut child, base, token) = serve(&dir, &fake.url, &log, database_url(&dir)).await;
+    let (mut child, base, token) = serve(&dir, &fake.url, &log, database_url(&dir), &[]).await;
     let http = reqwest::Client::new();
     let api = |p: &str| format!("{base}/api/v1{p}");
     let session: Value = http
@@ -44,7 +44,7 @@ async fn kill_9_mid_stream_then_restart_marks_the_run_interrupted_and_logs_no_se
     child.start_kill().unwrap();
     child.wait().await.unwrap();
 
-    let (_child, base, token) = serve(&dir, &fake.url, &log, database_url(&dir)).await;
+    let (_child, base, token) = serve(&dir, &fake.url, &log, database_url(&dir), &[]).await;
     let api = |p: &str| format!("{base}/api/v1{p}");
     // SQLite: recorded at start. PostgreSQL: once the killed instance's lease lapses.
     let mut run = Value::Null;
@@ -91,4 +91,82 @@ async fn kill_9_mid_stream_then_restart_marks_the_run_interrupted_and_logs_no_se
     assert!(logs.contains("interrupted"), "the log says what happened");
     assert!(!logs.contains(API_KEY), "the API key reached the log");
     assert!(!logs.contains(&token), "the operator token reached the log");
+}
+
+#[tokio::test]
+async fn a_waiting_background_retry_survives_kill_9_and_fires_after_the_restart() {
+    let fake = FakeProvider::start().await;
+    fake.push(Script::Status {
+        code: 529,
+        headers: vec![],
+        body: json!({"error": {"message": "overloaded"}}),
+    });
+    let dir = temp_dir("bg-kill9");
+    let log = dir.join("server.log");
+    let env = [
+        ("MULLIGAN_TIER1_MAX_ATTEMPTS", "1"),
+        ("MULLIGAN_TIER2_BASE_MS", "2500"),
+    ];
+    let (mut child, base, token) = serve(&dir, &fake.url, &log, database_url(&dir), &env).await;
+    let http = reqwest::Client::new();
+    let api = |base: &str, p: &str| format!("{base}/api/v1{p}");
+    let session: Value = http
+        .post(api(&base, "/sessions"))
+        .bearer_auth(&token)
+        .json(&json!({"auto_retry": "background"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sid = session["id"].as_str().unwrap().to_string();
+    http.post(api(&base, &format!("/sessions/{sid}/messages")))
+        .bearer_auth(&token)
+        .json(&json!({"content": "walk away"}))
+        .send()
+        .await
+        .unwrap();
+    let get = |base: String, token: String| {
+        let http = http.clone();
+        let sid = sid.clone();
+        async move {
+            http.get(format!("{base}/api/v1/sessions/{sid}"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let mut waiting = Value::Null;
+    for _ in 0..100 {
+        waiting = get(base.clone(), token.clone()).await["session"]["waiting_retry"].clone();
+        if !waiting.is_null() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(waiting["attempt"], 1, "a waiting retry before the kill");
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+
+    let (_child, base, token) = serve(&dir, &fake.url, &log, database_url(&dir), &env).await;
+    let mut detail = Value::Null;
+    for _ in 0..200 {
+        detail = get(base.clone(), token.clone()).await;
+        let runs = detail["runs"].as_array().unwrap();
+        if runs.len() == 2 && runs[1]["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let runs = detail["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{detail}");
+    assert_eq!(runs[1]["status"], "completed");
+    assert_eq!(runs[1]["kind"], "resend");
+    assert!(detail["session"]["waiting_retry"].is_null());
+    assert_eq!(fake.seen().len(), 2);
 }

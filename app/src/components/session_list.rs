@@ -120,6 +120,7 @@ fn NewSession() -> impl IntoView {
         }
         busy.set(true);
         let body = CreateSession {
+            auto_retry: None,
             title: Some(title.get_untracked()).filter(|t| !t.trim().is_empty()),
             model: Some(model.get_untracked()).filter(|m| !m.trim().is_empty()),
             parent_id: None,

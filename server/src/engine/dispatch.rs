@@ -115,9 +115,28 @@ impl Engine {
     /// holds no model output, else keeps the partial reply and sends a continuation. The
     /// claim (the session still ends on a failed run, nothing runs or waits) and the queueing
     /// are one step under the session's lock.
+    ///
+    /// A background retry waiting in the session is taken over: this one goes now, and the
+    /// waiting one ends (counted as superseded).
     pub async fn retry(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
         self.store().session(session_id).await?;
-        let guard = self.lock(session_id).await?;
+        let _guard = self.lock(session_id).await?;
+        let receipt = self.retry_locked(session_id, from, true).await?;
+        if self.store().clear_waiting_retry(session_id).await? {
+            tracing::info!(session = %session_id, "retry-now took over the waiting background retry");
+            self.publish_session(session_id).await?;
+        }
+        Ok(receipt)
+    }
+
+    /// Retry-now's claim and queueing, under the session's lock. `manual`: an operator or
+    /// agent asked (else a background retry fired).
+    pub(super) async fn retry_locked(
+        &self,
+        session_id: &str,
+        from: Option<&str>,
+        manual: bool,
+    ) -> Result<RetryReceipt> {
         let store = self.store();
         if store.has_active_run(session_id).await? {
             return Err(Error::refused(
@@ -153,7 +172,7 @@ impl Engine {
             kind: "auto_resume".into(),
             prompt_id: Some(prompt_id.clone()),
             attempt: Some(n),
-            manual: Some(true),
+            manual: Some(manual),
             from: from.map(str::to_string),
         };
         let partial = match &failed.reply_message_id {
@@ -199,7 +218,6 @@ impl Engine {
             )
         };
         let receipt = self.queue(new).await?;
-        drop(guard);
         Ok(RetryReceipt {
             prompt_id: format!("{prompt_id}~resume-{n}"),
             run_id: receipt.run_id,

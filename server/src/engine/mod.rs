@@ -3,6 +3,7 @@
 //! runs is taken under that session's lock ([`Engine::lock`]) — in-process, and on a shared
 //! database also an advisory lock across instances — which is what makes "one active run
 //! per session", the claims and the ordering of queued prompts atomic.
+mod background;
 mod compact;
 mod dispatch;
 mod lease;
@@ -31,6 +32,8 @@ pub struct EngineConfig {
     pub spend_limit_tokens: Option<u64>,
     /// Context window used for compaction (`None`: drop the older half).
     pub context_tokens: Option<u64>,
+    /// Background retries' countdown (Tier 2's policy, served to the browser too).
+    pub background: app::tier2::Policy,
 }
 
 #[derive(Clone)]
@@ -190,9 +193,16 @@ impl Engine {
     }
 
     /// Stops what a session is doing: its running run, else its next queued one (prompts
-    /// held behind a failure are not "doing" anything). `conflict` when there is neither.
+    /// held behind a failure are not "doing" anything), and its waiting background retry
+    /// (then, with nothing running, it answers the failed run that retry was for).
+    /// `conflict` when there is none of these.
     pub async fn stop(&self, session_id: &str) -> Result<Run> {
         self.inner.store.session(session_id).await?;
+        let waited = match self.cancel_waiting_retry(session_id).await {
+            Ok(_) => true,
+            Err(e) if matches!(e.kind, Kind::Conflict) => false,
+            Err(e) => return Err(e),
+        };
         let runs = self.inner.store.runs(session_id).await?;
         let target = runs
             .iter()
@@ -203,8 +213,14 @@ impl Engine {
             });
         match target {
             Some(run) => self.cancel(session_id, &run.id).await,
+            None if waited => self
+                .inner
+                .store
+                .last_turn(session_id)
+                .await?
+                .ok_or_else(|| Error::internal("a waiting retry without a turn")),
             None => Err(Error::conflict(
-                "nothing is running or queued in this session",
+                "nothing is running, queued or waiting to retry in this session",
             )),
         }
     }
@@ -282,6 +298,7 @@ impl Engine {
                         for held in self.inner.store.hold_queued(session_id, &run.id).await? {
                             self.publish(session_id, Event::Run(held));
                         }
+                        self.schedule_background(&run).await?;
                     }
                     // A turn that completes lets the prompts held behind a failure go on.
                     RunStatus::Completed => {
@@ -350,10 +367,11 @@ impl Engine {
             }
             let held = store.hold_queued(&run.session_id, &run.id).await?;
             let session_id = run.session_id.clone();
-            self.publish(&session_id, Event::Run(run));
+            self.publish(&session_id, Event::Run(run.clone()));
             for h in held {
                 self.publish(&session_id, Event::Run(h));
             }
+            self.schedule_background(&run).await?;
         }
         Ok(())
     }

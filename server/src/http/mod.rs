@@ -45,6 +45,10 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{sid}/release", post(sessions::release))
         .route("/sessions/{sid}/retry", post(sessions::retry))
         .route(
+            "/sessions/{sid}/waiting-retry",
+            axum::routing::delete(sessions::cancel_waiting_retry),
+        )
+        .route(
             "/sessions/{sid}/messages/{mid}/regenerate",
             post(sessions::regenerate),
         )

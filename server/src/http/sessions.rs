@@ -46,7 +46,13 @@ pub async fn create(
     let agent_token = crate::http::auth::random_token();
     let hash = hex_sha256(&agent_token);
     let session = store
-        .create_session(&title, &model, body.parent_id.as_deref(), &hash)
+        .create_session(
+            &title,
+            &model,
+            body.parent_id.as_deref(),
+            &hash,
+            body.auto_retry.unwrap_or_default(),
+        )
         .await?;
     state
         .engine
@@ -128,7 +134,17 @@ pub async fn patch(
             )));
         }
     }
-    let session = store.update_session(&sid, title, body.auto_retry).await?;
+    let mut session = store.update_session(&sid, title, body.auto_retry).await?;
+    // Leaving `background` ends the retry waiting there (the browser takes over, or nothing).
+    if session.auto_retry != app::wire::AutoRetry::Background && session.waiting_retry.is_some() {
+        match state.engine.cancel_waiting_retry(&sid).await {
+            Ok(s) => return Ok(Json(s)),
+            Err(e) if matches!(e.kind, crate::error::Kind::Conflict) => {
+                session = store.session(&sid).await?.session
+            }
+            Err(e) => return Err(e),
+        }
+    }
     state
         .engine
         .hub()
@@ -171,4 +187,12 @@ pub async fn retry(
     Path(sid): Path<String>,
 ) -> Result<Json<app::wire::RetryReceipt>> {
     Ok(Json(state.engine.retry(&sid, None).await?))
+}
+
+/// `DELETE /sessions/:sid/waiting-retry`: ends the waiting background retry.
+pub async fn cancel_waiting_retry(
+    State(state): State<AppState>,
+    Path(sid): Path<String>,
+) -> Result<Json<app::wire::Session>> {
+    Ok(Json(state.engine.cancel_waiting_retry(&sid).await?))
 }

@@ -9,7 +9,7 @@ use crate::clock::{new_id, now_ms};
 use crate::error::{Error, Result};
 use app::wire::{
     Attempt, AutoRetry, Message, MessageStatus, Provenance, RetryClassification, Run, RunKind,
-    RunStatus, Session, SessionStatus,
+    RunStatus, Session, SessionStatus, WaitingRetry,
 };
 use rows::Get;
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -50,6 +50,8 @@ pub struct SessionRecord {
     pub session: Session,
     pub agent_token_hash: String,
     pub tokens_used: i64,
+    /// The last background retry's number (kept after it fires).
+    pub retry_attempt: u32,
 }
 
 /// One event as logged: its id, session and pre-rendered name and JSON data.
@@ -153,12 +155,13 @@ impl Store {
         model: &str,
         parent_id: Option<&str>,
         agent_token_hash: &str,
+        auto_retry: AutoRetry,
     ) -> Result<Session> {
         with_pool!(self, pool => {
         let id = new_id("s");
         sqlx::query(
-            "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(&id)
         .bind(title)
@@ -166,6 +169,7 @@ impl Store {
         .bind(parent_id)
         .bind(agent_token_hash)
         .bind(now_ms())
+        .bind(auto_retry.as_str())
         .execute(pool)
         .await?;
         Ok(self.session(&id).await?.session)
@@ -232,6 +236,54 @@ impl Store {
             })
     }
 
+    /// Sets the session's waiting background retry.
+    pub async fn set_waiting_retry(&self, session_id: &str, w: &WaitingRetry) -> Result<()> {
+        with_pool!(self, pool => {
+            let done = sqlx::query(
+                "UPDATE sessions SET retry_attempt = $1, retry_fires_at = $2, retry_reason = $3
+                 WHERE id = $4",
+            )
+            .bind(w.attempt as i64)
+            .bind(w.fires_at)
+            .bind(&w.reason)
+            .bind(session_id)
+            .execute(pool)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(Error::not_found("session", session_id));
+            }
+            Ok(())
+        })
+    }
+
+    /// Ends the session's waiting background retry, if one waits (answers whether one did);
+    /// its attempt number stays. One statement: no read-then-write race.
+    pub async fn clear_waiting_retry(&self, session_id: &str) -> Result<bool> {
+        with_pool!(self, pool => {
+            let done = sqlx::query(
+                "UPDATE sessions SET retry_fires_at = NULL, retry_reason = NULL
+                 WHERE id = $1 AND retry_fires_at IS NOT NULL",
+            )
+            .bind(session_id)
+            .execute(pool)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    /// Sessions whose waiting background retry is due at `now`, soonest first.
+    pub async fn due_waiting_retries(&self, now: i64) -> Result<Vec<String>> {
+        with_pool!(self, pool => {
+            Ok(sqlx::query_scalar(
+                "SELECT id FROM sessions WHERE retry_fires_at IS NOT NULL AND retry_fires_at <= $1
+                 ORDER BY retry_fires_at",
+            )
+            .bind(now)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
     async fn session_from_row<R: Get + Sync>(&self, row: &R) -> Result<SessionRecord> {
         let last_run = match row.opt_text("last_run_id") {
             Some(id) => Some(self.run(&id).await?.summary()),
@@ -251,10 +303,15 @@ impl Store {
                 created_at: row.int("created_at"),
                 last_run,
                 auto_retry: AutoRetry::parse(&row.text("auto_retry")).unwrap_or_default(),
-                waiting_retry: None,
+                waiting_retry: row.opt_int("retry_fires_at").map(|fires_at| WaitingRetry {
+                    attempt: row.int("retry_attempt") as u32,
+                    fires_at,
+                    reason: row.opt_text("retry_reason").unwrap_or_default(),
+                }),
             },
             agent_token_hash: row.text("agent_token_hash"),
             tokens_used: row.int("tokens_used"),
+            retry_attempt: row.int("retry_attempt") as u32,
         })
     }
 

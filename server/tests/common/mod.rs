@@ -303,6 +303,7 @@ pub async fn serve(
     provider: &str,
     log: &std::path::Path,
     database_url: Option<String>,
+    extra_env: &[(&str, &str)],
 ) -> (tokio::process::Child, String, String) {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mulligan"))
@@ -314,6 +315,7 @@ pub async fn serve(
         .env("MULLIGAN_BASE_URL", provider)
         .env("MULLIGAN_API_KEY", API_KEY)
         .env("RUST_LOG", "trace")
+        .envs(extra_env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(
             std::fs::OpenOptions::new()
@@ -339,4 +341,12 @@ pub async fn serve(
         .to_string();
     let (base, token) = url.split_once("/?token=").unwrap();
     (child, base.to_string(), token.to_string())
+}
+
+/// Now, in milliseconds since the Unix epoch (the contract's time).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }

@@ -1,0 +1,116 @@
+//! Background retries: in a session whose `auto_retry` is `background`, a retryable failure
+//! leaves a waiting retry on the session row (`retry::background` says when), and a loop on
+//! every instance fires the due ones through retry-now's path, claimed under the session's
+//! lock. The database is the schedule, so a closed tab, a restart or a dead instance loses
+//! nothing, and a retry fires once however many instances see it due.
+use super::Engine;
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::retry::background;
+use app::wire::{AutoRetry, Event, Run, Session};
+use std::time::Duration;
+
+/// How often each instance looks for due waiting retries.
+const TICK: Duration = Duration::from_millis(250);
+
+impl Engine {
+    /// After `run` failed (call under the session's lock): leaves a waiting retry when the
+    /// session retries in the background and the failure is retryable.
+    pub(super) async fn schedule_background(&self, run: &Run) -> Result<()> {
+        let store = self.store();
+        let rec = store.session(&run.session_id).await?;
+        if rec.session.auto_retry != AutoRetry::Background {
+            return Ok(());
+        }
+        // A background retry that failed again counts on; anything else starts at 1.
+        let fired_by_background = run
+            .provenance
+            .as_ref()
+            .is_some_and(|p| p.kind == "auto_resume" && p.manual == Some(false));
+        let attempt = if fired_by_background {
+            rec.retry_attempt + 1
+        } else {
+            1
+        };
+        let policy = self.inner.cfg.background;
+        let Some(waiting) = background::schedule(policy, attempt, run.retry.as_ref(), now_ms())
+        else {
+            return Ok(());
+        };
+        tracing::info!(
+            session = %run.session_id, run = %run.id, attempt, fires_at = waiting.fires_at,
+            "a background retry is waiting"
+        );
+        store.set_waiting_retry(&run.session_id, &waiting).await?;
+        self.publish_session(&run.session_id).await?;
+        Ok(())
+    }
+
+    /// Ends the session's waiting background retry (HTTP, CLI, MCP's stop); `conflict` when
+    /// none is waiting. The failed turn stays, and an explicit retry of it still works.
+    pub async fn cancel_waiting_retry(&self, session_id: &str) -> Result<Session> {
+        self.store().session(session_id).await?;
+        let _guard = self.lock(session_id).await?;
+        if !self.store().clear_waiting_retry(session_id).await? {
+            return Err(Error::conflict(
+                "this session has no waiting background retry",
+            ));
+        }
+        tracing::info!(session = %session_id, "the waiting background retry was cancelled");
+        self.publish_session(session_id).await
+    }
+
+    /// Publishes the session as it is now (e.g. its waiting retry changed); answers it.
+    pub(super) async fn publish_session(&self, session_id: &str) -> Result<Session> {
+        let session = self.store().session(session_id).await?.session;
+        self.publish(session_id, Event::Session(session.clone()));
+        Ok(session)
+    }
+
+    /// Starts the loop that fires due waiting retries until the server stops.
+    pub fn fire_background_retries(&self) {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = engine.inner.stopping.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                if let Err(e) = engine.fire_due().await {
+                    tracing::warn!(error = %e, "could not fire background retries; trying again");
+                }
+            }
+        });
+    }
+
+    async fn fire_due(&self) -> Result<()> {
+        let store = self.store();
+        for session_id in store.due_waiting_retries(now_ms()).await? {
+            let _guard = self.lock(&session_id).await?;
+            // Under the lock, again: another instance may have fired it, someone cancelled it.
+            let due = store
+                .session(&session_id)
+                .await?
+                .session
+                .waiting_retry
+                .filter(|w| w.fires_at <= now_ms());
+            let Some(waiting) = due else {
+                continue;
+            };
+            store.clear_waiting_retry(&session_id).await?;
+            match self.retry_locked(&session_id, None, false).await {
+                Ok(r) => tracing::info!(
+                    session = %session_id, run = %r.run_id, attempt = waiting.attempt,
+                    "a background retry fired"
+                ),
+                Err(e) => tracing::info!(
+                    session = %session_id, "a background retry found nothing to retry: {e}"
+                ),
+            }
+            self.publish_session(&session_id).await?;
+        }
+        Ok(())
+    }
+}
