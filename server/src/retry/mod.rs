@@ -1,5 +1,6 @@
-//! Retry: the failure classifier and Tier 1's policy (both pure), and the Tier 1 adapter
-//! that runs the policy around a provider's opening.
+//! Retry: the failure classifier and Tier 1's policy (both pure), the Tier 1 adapter that
+//! runs the policy around a provider's opening, and provider-wide cooldowns (a pure table).
 pub mod classify;
+pub mod cooldown;
 pub mod policy;
 pub mod tier1;
