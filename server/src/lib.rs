@@ -7,6 +7,7 @@ pub mod events;
 pub mod http;
 pub mod llm;
 pub mod mcp;
+pub mod metrics;
 pub mod retry;
 pub mod store;
 

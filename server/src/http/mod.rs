@@ -1,6 +1,6 @@
-//! The HTTP surface: `/api/v1` (CONTRACT §2), `/mcp` (§5, see `crate::mcp`), `/healthz`, the
-//! demo provider's endpoint and the server-rendered Leptos app. Handlers parse, call the
-//! engine, map to the contract.
+//! The HTTP surface: `/api/v1` (CONTRACT §2), `/mcp` (§5, see `crate::mcp`), `/healthz`,
+//! `/metrics`, the demo provider's endpoint and the server-rendered Leptos app. Handlers parse,
+//! call the engine, map to the contract.
 pub mod auth;
 pub mod error;
 mod runs;
@@ -78,6 +78,7 @@ pub fn router(state: AppState) -> Router {
             crate::llm::demo::routes(std::time::Duration::from_millis(state.config.demo_delta_ms)),
         )
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
         .leptos_routes(&state, routes, move || app::shell(leptos.clone()))
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
             app::shell,
@@ -96,4 +97,15 @@ async fn client_config(State(state): State<AppState>) -> Json<ClientConfig> {
         tier2_cap_ms: c.tier2_cap_ms,
         tier1_max_attempts: c.tier1_max_attempts,
     })
+}
+
+/// `/metrics`: Prometheus text, without auth like `/healthz` (counters only: no ids, no secrets).
+async fn metrics() -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::metrics().render(),
+    )
 }
