@@ -3,6 +3,7 @@
 //! call the engine, map to the contract.
 pub mod auth;
 pub mod error;
+mod providers;
 mod runs;
 mod sessions;
 mod sse;
@@ -14,7 +15,7 @@ use crate::engine::Engine;
 use app::wire::{ClientConfig, MAX_BODY_BYTES};
 use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{middleware, Json, Router};
 use leptos::prelude::LeptosOptions;
 use leptos_axum::{generate_route_list, LeptosRoutes};
@@ -23,6 +24,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Engine,
+    /// This instance's provider-wide cooldowns (the provider's gate applies them).
+    pub cooldowns: Arc<crate::retry::cooldown::Cooldowns>,
     pub config: Arc<Config>,
     pub token: Arc<str>,
     pub leptos: LeptosOptions,
@@ -51,6 +54,8 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{sid}/runs/{rid}/cancel", post(runs::cancel))
         .route("/sessions/{sid}/events", get(sse::events))
         .route("/runs/{rid}", get(runs::detail))
+        .route("/providers", get(providers::list))
+        .route("/providers/cooldowns", delete(providers::clear))
         .route("/config", get(client_config))
         .fallback(|| async {
             error::respond(StatusCode::NOT_FOUND, "not_found", "no such API route")
