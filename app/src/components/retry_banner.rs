@@ -2,6 +2,7 @@
 //! abortable regenerate call, and shows its state — "Retrying in 8 s (attempt 3)",
 //! "Retry after 14:32", or why a failure is not retried and what to do.
 use super::chat::Chat;
+use super::cooldown_note::{self, CooldownNote};
 use super::hhmm;
 use super::session_list::now_ms;
 use crate::client::{api, fetch_json, fetch_json_with, Abort};
@@ -217,6 +218,7 @@ fn advice(class: &str) -> &'static str {
 pub fn RetryBanner() -> impl IntoView {
     let chat = expect_context::<Chat>();
     let retrier = expect_context::<Retrier>();
+    let cooldown = cooldown_note::watch(chat);
     // A clock that ticks only while a countdown shows: no work while idle.
     let now = RwSignal::new(now_ms());
     let ticker = StoredValue::new_local(None::<IntervalHandle>);
@@ -304,6 +306,7 @@ pub fn RetryBanner() -> impl IntoView {
         Some(view! {
             <div class="retry-banner" role="status" aria-live="polite" data-class=class.clone()>
                 <strong class="why">{describe(&class)}</strong>
+                <CooldownNote cooldown=cooldown/>
                 {body}
                 <span class="error">{move || retrier.error.get()}</span>
             </div>
