@@ -275,6 +275,24 @@ pub struct ClientConfig {
     pub tier1_max_attempts: u32,
 }
 
+/// A provider-wide cooldown: every run for `key` fails without a request until `until`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cooldown {
+    /// Provider, endpoint, model and a short hash of the API key, never the key:
+    /// `openai https://api.openai.com/v1 model=gpt-4o-mini key=sha256:ab12cd34ef56`.
+    pub key: String,
+    pub until: Millis,
+    /// The class of the answer that advised the wait: `rate_limited`, `overloaded` or
+    /// `quota_exhausted`.
+    pub reason: String,
+}
+
+/// `GET /providers` (and `DELETE /providers/cooldowns`) answers this.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProvidersResponse {
+    pub cooldowns: Vec<Cooldown>,
+}
+
 // ---- request bodies ----
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -301,6 +319,12 @@ pub struct PatchSession {
     pub title: Option<String>,
     #[serde(default)]
     pub auto_retry: Option<AutoRetry>,
+}
+
+/// `DELETE /providers/cooldowns`: which cooldown to end, by its shown key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClearCooldown {
+    pub key: String,
 }
 
 // ---- events (SSE `event:` names) ----

@@ -51,10 +51,12 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
-    def session(self, title: str, model: str = "demo", parent: str | None = None) -> dict:
+    def session(self, title: str, model: str = "demo", parent: str | None = None, auto_retry: str | None = None) -> dict:
         body = {"title": title, "model": model}
         if parent:
             body["parent_id"] = parent
+        if auto_retry:
+            body["auto_retry"] = auto_retry
         status, created = self.api("POST", "/sessions", body)
         assert status == 201, created
         return created
@@ -80,6 +82,8 @@ def server():
         "MULLIGAN_PROVIDER": "demo",
         "MULLIGAN_DEMO_DELTA_MS": "30",
         "MULLIGAN_TIER1_BASE_MS": "20",
+        # Background retries wait ten minutes here: long enough to see and stop them.
+        "MULLIGAN_TIER2_BASE_MS": "600000",
         "RUST_LOG": "warn",
     }
     env.pop("MULLIGAN_TOKEN", None)
@@ -235,6 +239,24 @@ def test_stop_session_cancels_the_running_run(server):
     assert not stopped.is_error, stopped
     assert stopped.structured_content["id"] == sent.structured_content["run_id"]
     assert stopped.structured_content["status"] == "cancelled"
+    assert refusal(call(server, server.token, "stop_session", {"session": s["id"]})) == "conflict"
+
+
+def test_stop_session_cancels_a_waiting_background_retry(server):
+    s = server.session("mcp stop waiting", model="demo-overloaded", auto_retry="background")
+    sent = call(server, server.token, "send_message", {"session": s["id"], "content": "try later"})
+    detail = server.wait_last_run(s["id"], {"failed"})
+    deadline = time.monotonic() + 10
+    while detail["session"].get("waiting_retry") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        _, detail = server.api("GET", f"/sessions/{s['id']}")
+    assert detail["session"]["waiting_retry"]["attempt"] == 1, detail["session"]
+    stopped = call(server, server.token, "stop_session", {"session": s["id"]})
+    assert not stopped.is_error, stopped
+    assert stopped.structured_content["id"] == sent.structured_content["run_id"]
+    assert stopped.structured_content["status"] == "failed"
+    _, detail = server.api("GET", f"/sessions/{s['id']}")
+    assert "waiting_retry" not in detail["session"] or detail["session"]["waiting_retry"] is None
     assert refusal(call(server, server.token, "stop_session", {"session": s["id"]})) == "conflict"
 
 

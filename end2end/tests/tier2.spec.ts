@@ -57,6 +57,7 @@ test('demo-quota: "Retry after HH:MM" at the provider\'s time, and Retry now wor
     return `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
   }, until);
   await expect(countdown).toHaveText(`Provider asked to wait. Retry after ${hhmm}`);
+  await expect(banner(page).locator('.cooldown')).toHaveText(`Provider cooling down until ${hhmm}`);
   await shot(page, 'tier2-scheduled');
   await banner(page).getByRole('button', { name: 'Retry now' }).click();
   await expect.poll(async () => (await runs(page, sid)).length).toBe(2);

@@ -7,6 +7,7 @@ pub mod events;
 pub mod http;
 pub mod llm;
 pub mod mcp;
+pub mod metrics;
 pub mod retry;
 pub mod store;
 
@@ -72,7 +73,8 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
 
-    let provider = provider_for(&config, addr);
+    let cooldowns = Arc::new(retry::cooldown::Cooldowns::default());
+    let provider = provider_for(&config, addr, cooldowns.clone());
     let engine = Engine::new(
         store.clone(),
         hub,
@@ -105,6 +107,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
         .build();
     let state = http::AppState {
         engine: engine.clone(),
+        cooldowns,
         config: Arc::new(config),
         token: token.clone().into(),
         leptos,
@@ -145,12 +148,17 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
     })
 }
 
-fn provider_for(config: &Config, addr: SocketAddr) -> Arc<dyn llm::Provider> {
+/// The configured provider behind the cooldown gate (every request passes the gate).
+fn provider_for(
+    config: &Config,
+    addr: SocketAddr,
+    cooldowns: Arc<retry::cooldown::Cooldowns>,
+) -> Arc<dyn llm::Provider> {
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .build()
         .expect("the HTTP client builds");
-    match config.provider {
+    let (name, base, provider): (_, _, Arc<dyn llm::Provider>) = match config.provider {
         ProviderKind::Demo => {
             let host = if addr.ip().is_unspecified() {
                 "127.0.0.1".to_string()
@@ -161,32 +169,33 @@ fn provider_for(config: &Config, addr: SocketAddr) -> Arc<dyn llm::Provider> {
                 .base_url
                 .clone()
                 .unwrap_or_else(|| format!("http://{host}:{}/demo/v1", addr.port()));
-            Arc::new(llm::openai::OpenAi::new(client, &base, None, false))
+            let provider = llm::openai::OpenAi::new(client, &base, None, false);
+            ("demo", base, Arc::new(provider))
         }
         ProviderKind::Openai => {
             let base = config
                 .base_url
                 .clone()
                 .unwrap_or_else(|| llm::openai::DEFAULT_BASE_URL.to_string());
-            Arc::new(llm::openai::OpenAi::new(
-                client,
-                &base,
-                config.api_key.clone(),
-                true,
-            ))
+            let provider = llm::openai::OpenAi::new(client, &base, config.api_key.clone(), true);
+            ("openai", base, Arc::new(provider))
         }
         ProviderKind::Anthropic => {
             let base = config
                 .base_url
                 .clone()
                 .unwrap_or_else(|| llm::anthropic::DEFAULT_BASE_URL.to_string());
-            Arc::new(llm::anthropic::Anthropic::new(
-                client,
-                &base,
-                config.api_key.clone(),
-            ))
+            let provider = llm::anthropic::Anthropic::new(client, &base, config.api_key.clone());
+            ("anthropic", base, Arc::new(provider))
         }
-    }
+    };
+    let api_key = match config.provider {
+        ProviderKind::Demo => None,
+        _ => config.api_key.as_deref(),
+    };
+    Arc::new(retry::gate::Gate::new(
+        provider, cooldowns, name, &base, api_key,
+    ))
 }
 
 async fn shutdown_signal() {

@@ -195,12 +195,16 @@ impl Mulligan {
             "retry_session" => {
                 let session = arg("session")?;
                 let from = authorize(engine, caller, &session).await?;
-                serde_json::to_value(engine.retry(&session, from.as_deref()).await?)
+                let answer = engine.retry(&session, from.as_deref()).await;
+                crate::metrics::metrics().retry_now_answered(&answer);
+                serde_json::to_value(answer?)
             }
             "stop_session" => {
                 let session = arg("session")?;
                 authorize(engine, caller, &session).await?;
-                serde_json::to_value(engine.stop(&session).await?)
+                let run = engine.stop(&session).await?;
+                crate::metrics::metrics().cancelled_before_start(&run);
+                serde_json::to_value(run)
             }
             other => return Err(Error::not_found("tool", other)),
         };
@@ -258,7 +262,7 @@ pub fn tools() -> Vec<Tool> {
         )),
         Tool::new(
             "stop_session",
-            "Stop what the session is doing: cancels its running run (else its next queued one) and answers that run. Refused with conflict when nothing runs.",
+            "Stop what the session is doing: cancels its running run (else its next queued one) and its waiting background retry, and answers that run (with only a waiting retry, the failed run it was for). Refused with conflict when nothing runs or waits.",
             input(json!({"session": session}), &["session"]),
         )
         .with_raw_output_schema(output(

@@ -6,8 +6,8 @@ use super::retry_banner::{Retrier, RetryBanner};
 use super::use_sessions;
 use crate::client::{api, fetch_json, EventStream};
 use crate::wire::{
-    AttemptEvent, ClientConfig, Event, Message, Run, RunStatus, RunSummary, Session, SessionDetail,
-    SessionStatus,
+    AttemptEvent, AutoRetry, ClientConfig, Event, Message, Run, RunStatus, RunSummary, Session,
+    SessionDetail, SessionStatus,
 };
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
@@ -42,6 +42,15 @@ impl Chat {
         }
     }
 
+    /// Whether this page's Tier 2 retries failures (`auto_retry: browser`); a background
+    /// session's retries wait on the server, and `off` waits for the operator.
+    fn browser_retries(&self) -> bool {
+        self.session.with_untracked(|s| {
+            s.as_ref()
+                .is_none_or(|s| s.auto_retry == AutoRetry::Browser)
+        })
+    }
+
     fn load(&self, d: SessionDetail) {
         self.session.set(Some(d.session));
         self.messages.set(
@@ -53,7 +62,7 @@ impl Chat {
         let last_turn = d.runs.iter().rev().find(|r| r.held_by.is_none()).cloned();
         self.runs.set(d.runs);
         self.error.set(None);
-        if let Some(run) = last_turn {
+        if let Some(run) = last_turn.filter(|_| self.browser_retries()) {
             self.retrier.observe(&run, false);
         }
     }
@@ -89,7 +98,9 @@ impl Chat {
                 }
             }
             Event::Run(r) => {
-                self.retrier.observe(&r, true);
+                if self.browser_retries() || r.status != RunStatus::Failed {
+                    self.retrier.observe(&r, true);
+                }
                 self.runs
                     .update(|rs| match rs.iter_mut().find(|x| x.id == r.id) {
                         Some(slot) => *slot = r,
@@ -98,6 +109,15 @@ impl Chat {
                 self.refresh_session_state();
             }
             Event::Session(s) => {
+                // Never two retries for one failure: leaving `browser` stops this page's.
+                if s.auto_retry != AutoRetry::Browser
+                    && matches!(
+                        self.retrier.state.get_untracked(),
+                        crate::tier2::State::Armed { .. }
+                    )
+                {
+                    self.retrier.feed(crate::tier2::Input::OperatorCancel);
+                }
                 self.session.set(Some(s));
                 self.refresh_session_state();
             }
@@ -195,6 +215,7 @@ pub fn SessionView() -> impl IntoView {
             <header class="chat-head">
                 <h1>{move || chat.session.get().map(|s| s.title).unwrap_or_else(|| "Loading…".into())}</h1>
                 <span class="model">{move || chat.session.get().map(|s| s.model)}</span>
+                <AutoRetrySetting/>
                 {move || {
                     let n = chat.superseded_replies();
                     (n > 0).then(|| {
@@ -224,5 +245,45 @@ pub fn SessionView() -> impl IntoView {
             <RetryBanner/>
             <Composer session_id=sid/>
         </section>
+    }
+}
+
+/// The session's `auto_retry` setting: retry in this tab, on the server, or not at all.
+#[component]
+fn AutoRetrySetting() -> impl IntoView {
+    let chat = expect_context::<Chat>();
+    let current = move || {
+        chat.session
+            .with(|s| s.as_ref().map(|s| s.auto_retry).unwrap_or_default())
+    };
+    let change = move |ev: leptos::ev::Event| {
+        let Some(value) = AutoRetry::parse(&event_target_value(&ev)) else {
+            return;
+        };
+        let Some(sid) = chat.session_id() else {
+            return;
+        };
+        leptos::task::spawn_local(async move {
+            let body = serde_json::json!({ "auto_retry": value }).to_string();
+            match fetch_json::<Session>("PATCH", &api(&format!("/sessions/{sid}")), Some(body))
+                .await
+            {
+                Ok(s) => {
+                    chat.session.set(Some(s));
+                    chat.refresh_session_state();
+                }
+                Err(e) => chat.error.set(Some(e.explain())),
+            }
+        });
+    };
+    view! {
+        <label class="auto-retry" title="Who retries a failed turn: this tab, the server (keeps trying with the tab closed), or no one">
+            "Auto retry "
+            <select on:change=change prop:value=move || current().as_str()>
+                <option value="browser">"in this tab"</option>
+                <option value="background">"on the server"</option>
+                <option value="off">"off"</option>
+            </select>
+        </label>
     }
 }

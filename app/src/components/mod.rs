@@ -1,6 +1,7 @@
 //! The operator UI: the session list, the chat view and its parts.
 pub mod chat;
 pub mod composer;
+pub mod cooldown_note;
 pub mod reply;
 pub mod retry_banner;
 pub mod session_list;

@@ -2,11 +2,12 @@
 //! abortable regenerate call, and shows its state — "Retrying in 8 s (attempt 3)",
 //! "Retry after 14:32", or why a failure is not retried and what to do.
 use super::chat::Chat;
+use super::cooldown_note::{self, CooldownNote};
 use super::hhmm;
 use super::session_list::now_ms;
 use crate::client::{api, fetch_json, fetch_json_with, Abort};
 use crate::tier2::{self, Answer, ArmKind, Failure, Input, Policy, State, Tier2};
-use crate::wire::{ClientConfig, Receipt, Run, RunStatus};
+use crate::wire::{AutoRetry, ClientConfig, Receipt, RetryReceipt, Run, RunStatus, Session};
 use leptos::prelude::*;
 use std::time::Duration;
 
@@ -217,9 +218,14 @@ fn advice(class: &str) -> &'static str {
 pub fn RetryBanner() -> impl IntoView {
     let chat = expect_context::<Chat>();
     let retrier = expect_context::<Retrier>();
+    let cooldown = cooldown_note::watch(chat);
     // A clock that ticks only while a countdown shows: no work while idle.
     let now = RwSignal::new(now_ms());
     let ticker = StoredValue::new_local(None::<IntervalHandle>);
+    let waiting = move || {
+        chat.session
+            .with(|s| s.as_ref().and_then(|s| s.waiting_retry.clone()))
+    };
     Effect::new(move |_| {
         let armed = matches!(
             retrier.state.get(),
@@ -227,7 +233,7 @@ pub fn RetryBanner() -> impl IntoView {
                 kind: ArmKind::Countdown,
                 ..
             }
-        );
+        ) || waiting().is_some();
         if let Some(Some(h)) = ticker.try_update_value(|t| t.take()) {
             h.clear();
         }
@@ -251,6 +257,29 @@ pub fn RetryBanner() -> impl IntoView {
     };
     let retry_now = move |_| retrier.feed(Input::OperatorRetryNow { now: now_ms() });
     let cancel = move |_| retrier.feed(Input::OperatorCancel);
+    // A background session's retries belong to the server: these act on its waiting retry.
+    let server_call = move |method: &'static str, path: &'static str| {
+        let Some(sid) = chat.session_id() else { return };
+        retrier.error.set(None);
+        leptos::task::spawn_local(async move {
+            let url = api(&format!("/sessions/{sid}/{path}"));
+            let res = match method {
+                "POST" => fetch_json::<RetryReceipt>("POST", &url, Some("{}".into()))
+                    .await
+                    .map(|_| ()),
+                _ => fetch_json::<Session>(method, &url, None).await.map(|_| ()),
+            };
+            if let Err(e) = res {
+                retrier.error.set(Some(e.explain()));
+            }
+        });
+    };
+    let background = move || {
+        chat.session.with(|s| {
+            s.as_ref()
+                .is_some_and(|s| s.auto_retry == AutoRetry::Background)
+        })
+    };
     move || {
         // The failed turn, or (while a retry is on its way) the failure being retried.
         let retry = match failed_turn() {
@@ -265,7 +294,30 @@ pub fn RetryBanner() -> impl IntoView {
             .map(|r| r.retry_class.clone())
             .unwrap_or_default();
         let retryable = retry.as_ref().is_some_and(|r| r.retryable);
-        let body = match retrier.state.get() {
+        let body = match (waiting(), retrier.state.get()) {
+            (Some(w), _) => {
+                let (fires_at, attempt) = (w.fires_at, w.attempt);
+                let when = move || {
+                    let left = fires_at - now.get();
+                    if left > 120_000 {
+                        format!("Retrying on the server at {} (attempt {attempt})", hhmm(fires_at))
+                    } else {
+                        format!("Retrying on the server in {} s (attempt {attempt})", (left.max(0) + 999) / 1000)
+                    }
+                };
+                view! {
+                    <span class="countdown server-retry">{when}</span>
+                    <button on:click=move |_| server_call("POST", "retry")>"Retry now"</button>
+                    <button class="secondary" on:click=move |_| server_call("DELETE", "waiting-retry")>"Cancel"</button>
+                }
+                .into_any()
+            }
+            (None, State::Idle) if retryable && background() => view! {
+                <span>"This turn can be retried."</span>
+                <button on:click=move |_| server_call("POST", "retry")>"Retry"</button>
+            }
+            .into_any(),
+            (None, state) => match state {
             State::Armed { kind: ArmKind::Countdown, fires_at, attempt, .. } => {
                 let secs = move || ((fires_at - now.get()).max(0) + 999) / 1000;
                 view! {
@@ -300,10 +352,12 @@ pub fn RetryBanner() -> impl IntoView {
                 <span class="advice">{advice(&class)}</span>
             }
             .into_any(),
+            },
         };
         Some(view! {
             <div class="retry-banner" role="status" aria-live="polite" data-class=class.clone()>
                 <strong class="why">{describe(&class)}</strong>
+                <CooldownNote cooldown=cooldown/>
                 {body}
                 <span class="error">{move || retrier.error.get()}</span>
             </div>

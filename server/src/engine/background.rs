@@ -6,6 +6,7 @@
 use super::Engine;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
+use crate::metrics::metrics;
 use crate::retry::background;
 use app::wire::{AutoRetry, Event, Run, Session};
 use std::time::Duration;
@@ -42,6 +43,7 @@ impl Engine {
             "a background retry is waiting"
         );
         store.set_waiting_retry(&run.session_id, &waiting).await?;
+        metrics().background_retry("scheduled");
         self.publish_session(&run.session_id).await?;
         Ok(())
     }
@@ -57,6 +59,7 @@ impl Engine {
             ));
         }
         tracing::info!(session = %session_id, "the waiting background retry was cancelled");
+        metrics().background_retry("cancelled");
         self.publish_session(session_id).await
     }
 
@@ -100,6 +103,7 @@ impl Engine {
                 continue;
             };
             store.clear_waiting_retry(&session_id).await?;
+            metrics().background_retry("fired");
             match self.retry_locked(&session_id, None, false).await {
                 Ok(r) => tracing::info!(
                     session = %session_id, run = %r.run_id, attempt = waiting.attempt,

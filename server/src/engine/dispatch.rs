@@ -124,6 +124,7 @@ impl Engine {
         let receipt = self.retry_locked(session_id, from, true).await?;
         if self.store().clear_waiting_retry(session_id).await? {
             tracing::info!(session = %session_id, "retry-now took over the waiting background retry");
+            crate::metrics::metrics().background_retry("superseded");
             self.publish_session(session_id).await?;
         }
         Ok(receipt)

@@ -78,6 +78,7 @@ pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Ac
             )
         }
     };
+    crate::metrics::metrics().run_ended(outcome.status);
     engine.finish(&run, outcome).await;
 }
 

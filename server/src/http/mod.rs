@@ -1,8 +1,9 @@
-//! The HTTP surface: `/api/v1` (CONTRACT §2), `/mcp` (§5, see `crate::mcp`), `/healthz`, the
-//! demo provider's endpoint and the server-rendered Leptos app. Handlers parse, call the
-//! engine, map to the contract.
+//! The HTTP surface: `/api/v1` (CONTRACT §2), `/mcp` (§5, see `crate::mcp`), `/healthz`,
+//! `/metrics`, the demo provider's endpoint and the server-rendered Leptos app. Handlers parse,
+//! call the engine, map to the contract.
 pub mod auth;
 pub mod error;
+mod providers;
 mod runs;
 mod sessions;
 mod sse;
@@ -14,7 +15,7 @@ use crate::engine::Engine;
 use app::wire::{ClientConfig, MAX_BODY_BYTES};
 use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{middleware, Json, Router};
 use leptos::prelude::LeptosOptions;
 use leptos_axum::{generate_route_list, LeptosRoutes};
@@ -23,6 +24,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Engine,
+    /// This instance's provider-wide cooldowns (the provider's gate applies them).
+    pub cooldowns: Arc<crate::retry::cooldown::Cooldowns>,
     pub config: Arc<Config>,
     pub token: Arc<str>,
     pub leptos: LeptosOptions,
@@ -55,6 +58,8 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{sid}/runs/{rid}/cancel", post(runs::cancel))
         .route("/sessions/{sid}/events", get(sse::events))
         .route("/runs/{rid}", get(runs::detail))
+        .route("/providers", get(providers::list))
+        .route("/providers/cooldowns", delete(providers::clear))
         .route("/config", get(client_config))
         .fallback(|| async {
             error::respond(StatusCode::NOT_FOUND, "not_found", "no such API route")
@@ -82,6 +87,7 @@ pub fn router(state: AppState) -> Router {
             crate::llm::demo::routes(std::time::Duration::from_millis(state.config.demo_delta_ms)),
         )
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
         .leptos_routes(&state, routes, move || app::shell(leptos.clone()))
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
             app::shell,
@@ -100,4 +106,15 @@ async fn client_config(State(state): State<AppState>) -> Json<ClientConfig> {
         tier2_cap_ms: c.tier2_cap_ms,
         tier1_max_attempts: c.tier1_max_attempts,
     })
+}
+
+/// `/metrics`: Prometheus text, without auth like `/healthz` (counters only: no ids, no secrets).
+async fn metrics() -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::metrics().render(),
+    )
 }

@@ -19,5 +19,7 @@ pub async fn cancel(
     State(state): State<AppState>,
     Path((sid, rid)): Path<(String, String)>,
 ) -> Result<Json<Run>> {
-    Ok(Json(state.engine.cancel(&sid, &rid).await?))
+    let run = state.engine.cancel(&sid, &rid).await?;
+    crate::metrics::metrics().cancelled_before_start(&run);
+    Ok(Json(run))
 }

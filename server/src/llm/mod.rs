@@ -55,6 +55,9 @@ pub enum ProviderError {
     Stalled { idle: Duration },
     /// No API key is configured for a provider that needs one.
     NoCredentials,
+    /// Not sent: a provider-wide cooldown holds this provider, endpoint, key and model until
+    /// `until` (epoch ms); `class` is the class of the answer that advised the wait.
+    CoolingDown { class: String, until: i64 },
 }
 
 /// A provider's advised wait.
@@ -64,6 +67,21 @@ pub enum RetryAfter {
     Delay(Duration),
     /// Absolute, from `Retry-After: <HTTP date>` or a reset header, in epoch millis.
     At(i64),
+    /// A relative wait whose end is already fixed (as the deadline of the cooldown it
+    /// started): Tier 1 sleeps `wait` exactly; classifications say `until`.
+    Pinned { wait: Duration, until: i64 },
+}
+
+impl RetryAfter {
+    /// This advice with its end fixed at `until` (a relative wait keeps its length).
+    pub fn pinned(self, until: i64) -> RetryAfter {
+        match self {
+            RetryAfter::Delay(wait) | RetryAfter::Pinned { wait, .. } => {
+                RetryAfter::Pinned { wait, until }
+            }
+            RetryAfter::At(_) => RetryAfter::At(until),
+        }
+    }
 }
 
 impl std::fmt::Display for ProviderError {
@@ -89,6 +107,14 @@ impl std::fmt::Display for ProviderError {
                 )
             }
             ProviderError::NoCredentials => write!(f, "no API key is configured for this provider"),
+            ProviderError::CoolingDown { class, until } => {
+                let at = std::time::UNIX_EPOCH + Duration::from_millis((*until).max(0) as u64);
+                write!(
+                    f,
+                    "not sent: the provider advised waiting until {} ({class}) for this model and key",
+                    httpdate::fmt_http_date(at)
+                )
+            }
         }
     }
 }

@@ -41,12 +41,15 @@ pub fn until(advice: RetryAfter, now_ms: i64) -> i64 {
     match advice {
         RetryAfter::Delay(d) => now_ms + d.as_millis() as i64,
         RetryAfter::At(at) => at,
+        RetryAfter::Pinned { until, .. } => until,
     }
 }
 
 /// Classifies a provider failure. `after_first_delta`: the reply had started streaming.
 pub fn classify(err: &ProviderError, after_first_delta: bool, now_ms: i64) -> RetryClassification {
-    let name = match err {
+    let name: &str = match err {
+        // A run a cooldown stopped fails as the answer that started the cooldown did.
+        ProviderError::CoolingDown { class, .. } => class,
         ProviderError::NoCredentials => class::CREDENTIALS_UNRESOLVED,
         ProviderError::Transport { .. } if after_first_delta => class::STREAM_INTERRUPTED,
         ProviderError::Transport { .. } => class::NETWORK,
@@ -71,6 +74,8 @@ pub fn classify(err: &ProviderError, after_first_delta: bool, now_ms: i64) -> Re
             retry_after: Some(a),
             ..
         } if class::retryable(name) => Some(until(*a, now_ms)),
+        // With its deadline, also for `quota_exhausted` (which stays not retryable).
+        ProviderError::CoolingDown { until, .. } => Some(*until),
         _ => None,
     };
     of(name, wait)
@@ -249,5 +254,28 @@ mod tests {
             Some(3_001_000)
         );
         assert_eq!(until(RetryAfter::At(42), 1_000), 42);
+        let pinned = RetryAfter::Pinned {
+            wait: Duration::from_secs(5),
+            until: 77,
+        };
+        assert_eq!(until(pinned, 1_000), 77);
+    }
+
+    #[test]
+    fn a_cooldown_fails_as_the_answer_that_started_it() {
+        let cooled = |class: &str| ProviderError::CoolingDown {
+            class: class.into(),
+            until: 9_000,
+        };
+        let c = classify(&cooled("rate_limited"), false, 1_000);
+        assert_eq!(
+            (c.retry_class.as_str(), c.retryable, c.retry_after_until),
+            ("rate_limited", true, Some(9_000))
+        );
+        let q = classify(&cooled("quota_exhausted"), false, 1_000);
+        assert_eq!(
+            (q.retry_class.as_str(), q.retryable, q.retry_after_until),
+            ("quota_exhausted", false, Some(9_000))
+        );
     }
 }

@@ -1,6 +1,9 @@
 //! Retry: the failure classifier, Tier 1's policy and background retry's schedule (all pure),
-//! and the Tier 1 adapter that runs its policy around a provider's opening.
+//! the Tier 1 adapter that runs its policy around a provider's opening, and provider-wide
+//! cooldowns (a pure table and the gate that applies it to every provider request).
 pub mod background;
 pub mod classify;
+pub mod cooldown;
+pub mod gate;
 pub mod policy;
 pub mod tier1;

@@ -2,7 +2,7 @@
 //! jitter of `min(cap, base·2^k)`, or exactly the provider's advised wait) or give up.
 //! The clock and the random source are passed in.
 use super::classify;
-use crate::llm::ProviderError;
+use crate::llm::{ProviderError, RetryAfter};
 use rand::Rng;
 use std::time::Duration;
 
@@ -56,13 +56,7 @@ impl Policy {
         if n >= self.max_attempts || !Self::retries(err) {
             return Decision::GiveUp;
         }
-        if let ProviderError::Status {
-            retry_after: Some(advice),
-            ..
-        } = err
-        {
-            let wait_ms = (classify::until(*advice, now_ms) - now_ms).max(0) as u64;
-            let wait = Duration::from_millis(wait_ms);
+        if let Some(wait) = advised_wait(err, now_ms) {
             let left = self.cap.saturating_sub(elapsed);
             return if wait > left {
                 Decision::GiveUp
@@ -74,10 +68,27 @@ impl Policy {
     }
 }
 
+/// How long the provider said to wait: its advice on this answer, or what is left of the
+/// cooldown that kept the request from being sent (treated as the same advice).
+fn advised_wait(err: &ProviderError, now_ms: i64) -> Option<Duration> {
+    let until = match err {
+        ProviderError::Status {
+            retry_after: Some(RetryAfter::Pinned { wait, .. }),
+            ..
+        } => return Some(*wait),
+        ProviderError::Status {
+            retry_after: Some(advice),
+            ..
+        } => classify::until(*advice, now_ms),
+        ProviderError::CoolingDown { until, .. } => *until,
+        _ => return None,
+    };
+    Some(Duration::from_millis((until - now_ms).max(0) as u64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::RetryAfter;
     use rand::SeedableRng;
 
     const POLICY: Policy = Policy {
@@ -226,11 +237,65 @@ mod tests {
             POLICY.after_failure(2, &ten, Duration::from_secs(25), 0, &mut rng),
             Decision::GiveUp
         );
+        // A wait pinned to a cooldown's deadline is still slept exactly.
+        let pinned = status(
+            429,
+            Some(RetryAfter::Pinned {
+                wait: Duration::from_secs(2),
+                until: 2_000,
+            }),
+        );
+        assert_eq!(
+            POLICY.after_failure(1, &pinned, Duration::ZERO, 5, &mut rng),
+            Decision::RetryIn(Duration::from_secs(2))
+        );
         // A past date means "now".
         let past = status(503, Some(RetryAfter::At(0)));
         assert_eq!(
             POLICY.after_failure(1, &past, Duration::ZERO, 5_000, &mut rng),
             Decision::RetryIn(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn a_cooldown_is_treated_like_the_advice_that_started_it() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let cooled = |class: &str, until| ProviderError::CoolingDown {
+            class: class.into(),
+            until,
+        };
+        // Within the window: sleep until the deadline, then send.
+        assert_eq!(
+            POLICY.after_failure(
+                1,
+                &cooled("rate_limited", 12_000),
+                Duration::ZERO,
+                10_000,
+                &mut rng
+            ),
+            Decision::RetryIn(Duration::from_secs(2))
+        );
+        // Beyond it: the run ends at once.
+        assert_eq!(
+            POLICY.after_failure(
+                1,
+                &cooled("rate_limited", 3_010_000),
+                Duration::ZERO,
+                10_000,
+                &mut rng
+            ),
+            Decision::GiveUp
+        );
+        // A quota cooldown is never waited out in-run.
+        assert_eq!(
+            POLICY.after_failure(
+                1,
+                &cooled("quota_exhausted", 12_000),
+                Duration::ZERO,
+                10_000,
+                &mut rng
+            ),
+            Decision::GiveUp
         );
     }
 }

@@ -2,9 +2,11 @@
 //! (connect, status, headers and any stream events before the first content delta). Once a
 //! delta is in hand it returns, and nothing is retried in-run after that. Dropping the
 //! future (the run's cancel) aborts a sleep or an in-flight request at once.
+use super::classify;
 use super::policy::{Decision, Policy};
 use crate::clock::now_ms;
 use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
+use crate::metrics::metrics;
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use std::time::{Duration, Instant};
@@ -46,6 +48,7 @@ pub async fn open(
             Ok(stream) => read_head(stream, idle).await,
             Err(e) => Err(e),
         };
+        count_attempt(&attempt);
         let err = match attempt {
             Ok(opened) => return Ok(opened),
             Err(e) => e,
@@ -64,6 +67,16 @@ pub async fn open(
                 return Err(err);
             }
         }
+    }
+}
+
+/// Counts an attempt by outcome; one a cooldown kept from being sent is no request (the gate
+/// counts it as avoided).
+fn count_attempt(attempt: &Result<Opened, ProviderError>) {
+    match attempt {
+        Ok(_) => metrics().tier1_attempt("ok"),
+        Err(ProviderError::CoolingDown { .. }) => {}
+        Err(e) => metrics().tier1_attempt(&classify::classify(e, false, 0).retry_class),
     }
 }
 

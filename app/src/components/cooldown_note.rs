@@ -1,0 +1,89 @@
+//! "Provider cooling down until HH:MM": the provider-wide cooldown behind the failed turn,
+//! looked up on `GET /providers` when the turn failed with a class a cooldown gives.
+use super::chat::Chat;
+use super::hhmm;
+use crate::client::{api, fetch_json};
+use crate::wire::{Cooldown, ProvidersResponse, RunStatus};
+use leptos::prelude::*;
+
+/// The classes of the answers that start a cooldown (and of the runs it fails).
+const COOLDOWN_CLASSES: [&str; 3] = ["rate_limited", "overloaded", "quota_exhausted"];
+
+/// Whether `c` is the cooldown behind a failure of `class` (with its `retry_after_until`) of a
+/// session on `model`: the same reason, and the same deadline or the same model.
+pub fn behind(c: &Cooldown, class: &str, until: Option<i64>, model: &str) -> bool {
+    c.reason == class && (until == Some(c.until) || c.key.contains(&format!(" model={model} ")))
+}
+
+/// Follows the open session's failed turn; holds the cooldown behind it, if any.
+pub fn watch(chat: Chat) -> ReadSignal<Option<Cooldown>> {
+    let found = RwSignal::new(None::<Cooldown>);
+    let failure = Memo::new(move |_| {
+        let retry = chat.runs.with(|rs| {
+            rs.iter()
+                .rev()
+                .find(|r| r.held_by.is_none())
+                .filter(|r| r.status == RunStatus::Failed)
+                .and_then(|r| r.retry.clone())
+        })?;
+        if !COOLDOWN_CLASSES.contains(&retry.retry_class.as_str()) {
+            return None;
+        }
+        let model = chat.session.with(|s| s.as_ref().map(|s| s.model.clone()))?;
+        Some((retry.retry_class, retry.retry_after_until, model))
+    });
+    Effect::new(move |_| {
+        found.set(None);
+        let Some(wanted) = failure.get() else {
+            return;
+        };
+        leptos::task::spawn_local(async move {
+            let Ok(p) = fetch_json::<ProvidersResponse>("GET", &api("/providers"), None).await
+            else {
+                return;
+            };
+            if failure.get_untracked().as_ref() != Some(&wanted) {
+                return;
+            }
+            let (class, until, model) = &wanted;
+            found.set(
+                p.cooldowns
+                    .into_iter()
+                    .find(|c| behind(c, class, *until, model)),
+            );
+        });
+    });
+    found.read_only()
+}
+
+/// The note itself; nothing when no cooldown is behind the failure.
+#[component]
+pub fn CooldownNote(cooldown: ReadSignal<Option<Cooldown>>) -> impl IntoView {
+    move || {
+        cooldown.get().map(|c| {
+            view! {
+                <span class="cooldown" title=c.key.clone()>
+                    {format!("Provider cooling down until {}", hhmm(c.until))}
+                </span>
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_matches_its_cooldown_by_reason_and_deadline_or_model() {
+        let c = Cooldown {
+            key: "openai https://x/v1 model=gpt-x key=sha256:ab12cd34ef56".into(),
+            until: 9_000,
+            reason: "rate_limited".into(),
+        };
+        assert!(behind(&c, "rate_limited", Some(9_000), "other"));
+        assert!(behind(&c, "rate_limited", None, "gpt-x"));
+        assert!(!behind(&c, "quota_exhausted", Some(9_000), "gpt-x"));
+        assert!(!behind(&c, "rate_limited", Some(8_000), "gpt"));
+    }
+}

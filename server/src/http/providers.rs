@@ -1,0 +1,36 @@
+//! `/providers`: the provider-wide cooldowns of this instance, listed without secrets and
+//! ended by an operator (`DELETE /providers/cooldowns` with `{key}`).
+use super::error::ApiJson;
+use super::AppState;
+use crate::clock::now_ms;
+use crate::error::{Error, Kind, Result};
+use app::wire::{ClearCooldown, ProvidersResponse};
+use axum::extract::State;
+use axum::Json;
+
+pub async fn list(State(state): State<AppState>) -> Json<ProvidersResponse> {
+    Json(ProvidersResponse {
+        cooldowns: state.cooldowns.list(now_ms()),
+    })
+}
+
+/// Ends one cooldown; answers the ones still in force.
+pub async fn clear(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<ClearCooldown>,
+) -> Result<Json<ProvidersResponse>> {
+    let now = now_ms();
+    let cleared = state.cooldowns.clear(&body.key, now).ok_or_else(|| {
+        Error::new(
+            Kind::NotFound,
+            format!(
+                "no cooldown in force for {:?}: GET /api/v1/providers lists them",
+                body.key
+            ),
+        )
+    })?;
+    tracing::info!(key = %cleared.key, until = cleared.until, "provider cooldown cleared by an operator");
+    Ok(Json(ProvidersResponse {
+        cooldowns: state.cooldowns.list(now),
+    }))
+}

@@ -1,0 +1,234 @@
+//! Process-wide counters (atomics), rendered as Prometheus text on `/metrics`.
+use crate::retry::classify::class;
+use app::wire::{RetryReceipt, Run, RunKind, RunStatus};
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Tier 1 attempt outcomes: `ok`, or the class of the failure.
+const ATTEMPT_CLASSES: [&str; 13] = [
+    "ok",
+    class::RATE_LIMITED,
+    class::OVERLOADED,
+    class::SERVER_ERROR,
+    class::NETWORK,
+    class::STREAM_INTERRUPTED,
+    class::INTERRUPTED,
+    class::CONTEXT_OVERFLOW,
+    class::AUTH_FAILED,
+    class::CREDENTIALS_UNRESOLVED,
+    class::SPEND_LIMIT_EXCEEDED,
+    class::QUOTA_EXHAUSTED,
+    class::INVALID_REQUEST,
+];
+/// Answers to retry-now (`POST /sessions/:sid/retry`, MCP `retry_session`).
+const RETRY_NOW_OUTCOMES: [&str; 4] = ["started", "busy", "nothing_failed", "stopped"];
+/// What became of background retries: scheduled, fired, cancelled, or superseded by retry-now.
+const BACKGROUND_OUTCOMES: [&str; 4] = ["scheduled", "fired", "cancelled", "superseded"];
+/// How runs ended, and `superseded` for ended runs whose reply a regenerate or resend replaced.
+const RUN_STATUSES: [&str; 4] = ["completed", "failed", "cancelled", "superseded"];
+
+pub struct Metrics {
+    requests_avoided: AtomicU64,
+    tier1_attempts: [AtomicU64; ATTEMPT_CLASSES.len()],
+    tier2_retries: AtomicU64,
+    retry_now: [AtomicU64; RETRY_NOW_OUTCOMES.len()],
+    runs: [AtomicU64; RUN_STATUSES.len()],
+    background: [AtomicU64; BACKGROUND_OUTCOMES.len()],
+}
+
+static METRICS: Metrics = Metrics::new();
+
+/// This process's counters.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+fn bump(counters: &[AtomicU64], labels: &[&str], label: &str, by: u64) {
+    if let Some(i) = labels.iter().position(|l| *l == label) {
+        counters[i].fetch_add(by, Relaxed);
+    }
+}
+
+impl Metrics {
+    pub const fn new() -> Metrics {
+        Metrics {
+            requests_avoided: AtomicU64::new(0),
+            tier1_attempts: [const { AtomicU64::new(0) }; ATTEMPT_CLASSES.len()],
+            tier2_retries: AtomicU64::new(0),
+            retry_now: [const { AtomicU64::new(0) }; RETRY_NOW_OUTCOMES.len()],
+            runs: [const { AtomicU64::new(0) }; RUN_STATUSES.len()],
+            background: [const { AtomicU64::new(0) }; BACKGROUND_OUTCOMES.len()],
+        }
+    }
+
+    /// A provider request was not sent because a cooldown held its key.
+    pub fn request_avoided(&self) {
+        self.requests_avoided.fetch_add(1, Relaxed);
+    }
+
+    /// A Tier 1 attempt (one provider request) ended: `ok` or its failure's class.
+    pub fn tier1_attempt(&self, class: &str) {
+        bump(&self.tier1_attempts, &ATTEMPT_CLASSES, class, 1);
+    }
+
+    /// A regenerate carrying `if_last_run` arrived: the browser's Tier 2 fired.
+    pub fn tier2_retry(&self) {
+        self.tier2_retries.fetch_add(1, Relaxed);
+    }
+
+    /// Retry-now answered: `started`, or the refusal code without its `retry.` prefix.
+    pub fn retry_now(&self, outcome: &str) {
+        bump(
+            &self.retry_now,
+            &RETRY_NOW_OUTCOMES,
+            outcome.trim_start_matches("retry."),
+            1,
+        );
+    }
+
+    /// A run ended with `status` (queued and running are not ends and are not counted).
+    pub fn run_ended(&self, status: RunStatus) {
+        let label = match status {
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Queued | RunStatus::Running => return,
+        };
+        bump(&self.runs, &RUN_STATUSES, label, 1);
+    }
+
+    /// A background retry was `scheduled`, `fired`, `cancelled` or `superseded` (retry-now).
+    pub fn background_retry(&self, outcome: &str) {
+        bump(&self.background, &BACKGROUND_OUTCOMES, outcome, 1);
+    }
+
+    /// `n` ended runs had their reply superseded.
+    pub fn runs_superseded(&self, n: u64) {
+        bump(&self.runs, &RUN_STATUSES, "superseded", n);
+    }
+
+    /// A run a cancel ended before it started (the runner counts the ones it executed).
+    pub fn cancelled_before_start(&self, run: &Run) {
+        if run.status == RunStatus::Cancelled && run.started_at.is_none() {
+            self.run_ended(RunStatus::Cancelled);
+        }
+    }
+
+    /// Counts a retry-now answer: its outcome and, for a resend, the failed run it superseded.
+    pub fn retry_now_answered(&self, answer: &crate::error::Result<RetryReceipt>) {
+        match answer {
+            Ok(receipt) => {
+                self.retry_now("started");
+                if receipt.kind == RunKind::Resend {
+                    self.runs_superseded(1);
+                }
+            }
+            Err(e) => self.retry_now(e.code()),
+        }
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, rows: Vec<(String, u64)>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (labels, value) in rows {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        let labelled = |key: &str, labels: &[&str], counters: &[AtomicU64]| {
+            labels
+                .iter()
+                .zip(counters)
+                .map(|(l, c)| (format!("{{{key}=\"{l}\"}}"), c.load(Relaxed)))
+                .collect::<Vec<_>>()
+        };
+        counter(
+            "mulligan_provider_requests_avoided_total",
+            "Provider requests not sent because a provider-wide cooldown held their key.",
+            vec![(String::new(), self.requests_avoided.load(Relaxed))],
+        );
+        counter(
+            "mulligan_tier1_attempts_total",
+            "Tier 1 attempts (provider requests) by outcome: ok or the failure's retry class.",
+            labelled("class", &ATTEMPT_CLASSES, &self.tier1_attempts),
+        );
+        counter(
+            "mulligan_tier2_retries_total",
+            "Tier 2 retries fired by browsers (regenerate calls carrying if_last_run).",
+            vec![(String::new(), self.tier2_retries.load(Relaxed))],
+        );
+        counter(
+            "mulligan_retry_now_total",
+            "Retry-now calls by outcome.",
+            labelled("outcome", &RETRY_NOW_OUTCOMES, &self.retry_now),
+        );
+        counter(
+            "mulligan_background_retries_total",
+            "Background retries (auto_retry: background) by what became of them.",
+            labelled("outcome", &BACKGROUND_OUTCOMES, &self.background),
+        );
+        counter(
+            "mulligan_runs_total",
+            "Runs by how they ended; superseded counts ended runs whose reply was replaced.",
+            labelled("status", &RUN_STATUSES, &self.runs),
+        );
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_counter_with_its_labels() {
+        let m = Metrics::new();
+        m.request_avoided();
+        m.request_avoided();
+        m.tier1_attempt("ok");
+        m.tier1_attempt("rate_limited");
+        m.tier1_attempt("rate_limited");
+        m.tier1_attempt("no_such_class");
+        m.tier2_retry();
+        m.retry_now("started");
+        m.retry_now("retry.busy");
+        m.retry_now("retry.nothing_failed");
+        m.run_ended(RunStatus::Cancelled);
+        m.run_ended(RunStatus::Running);
+        m.runs_superseded(3);
+        m.background_retry("fired");
+        m.background_retry("fired");
+        m.background_retry("cancelled");
+        let text = m.render();
+        for line in [
+            "# TYPE mulligan_provider_requests_avoided_total counter",
+            "mulligan_provider_requests_avoided_total 2",
+            "mulligan_tier1_attempts_total{class=\"ok\"} 1",
+            "mulligan_tier1_attempts_total{class=\"rate_limited\"} 2",
+            "mulligan_tier1_attempts_total{class=\"quota_exhausted\"} 0",
+            "mulligan_tier2_retries_total 1",
+            "mulligan_retry_now_total{outcome=\"started\"} 1",
+            "mulligan_retry_now_total{outcome=\"busy\"} 1",
+            "mulligan_retry_now_total{outcome=\"nothing_failed\"} 1",
+            "mulligan_runs_total{status=\"cancelled\"} 1",
+            "mulligan_runs_total{status=\"completed\"} 0",
+            "mulligan_runs_total{status=\"superseded\"} 3",
+            "mulligan_background_retries_total{outcome=\"fired\"} 2",
+            "mulligan_background_retries_total{outcome=\"cancelled\"} 1",
+            "mulligan_background_retries_total{outcome=\"superseded\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("no_such_class"));
+    }
+}

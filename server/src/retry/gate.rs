@@ -1,0 +1,145 @@
+//! The cooldown gate: a [`Provider`] in front of the configured one that sends no request
+//! while a provider-wide cooldown holds its key, and starts a cooldown from every answer that
+//! advised a wait. Every provider request (each Tier 1 attempt) passes through it.
+use super::cooldown::{self, Cooldowns, Key};
+use crate::clock::now_ms;
+use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError};
+use crate::metrics::metrics;
+use futures::future::BoxFuture;
+use std::sync::Arc;
+
+pub struct Gate {
+    inner: Arc<dyn Provider>,
+    cooldowns: Arc<Cooldowns>,
+    /// Provider kind, endpoint and hashed API key: the cooldown key of each request but
+    /// for its model.
+    endpoint: Key,
+}
+
+impl Gate {
+    pub fn new(
+        inner: Arc<dyn Provider>,
+        cooldowns: Arc<Cooldowns>,
+        provider: &str,
+        endpoint: &str,
+        api_key: Option<&str>,
+    ) -> Gate {
+        Gate {
+            inner,
+            cooldowns,
+            endpoint: Key::new(provider, endpoint, api_key, ""),
+        }
+    }
+}
+
+impl Provider for Gate {
+    fn open(&self, req: ChatRequest) -> BoxFuture<'_, Result<DeltaStream, ProviderError>> {
+        Box::pin(async move {
+            let key = self.endpoint.for_model(&req.model);
+            if let Some(wait) = self.cooldowns.check(&key, now_ms()) {
+                metrics().request_avoided();
+                return Err(wait.refusal());
+            }
+            let mut opened = self.inner.open(req).await;
+            if let Err(err) = &mut opened {
+                let now = now_ms();
+                if let Some((until, reason)) = cooldown::advised(err, now) {
+                    tracing::info!(key = %key.shown(), until, reason, "provider cooldown starts");
+                    self.cooldowns.note(key, until, reason, now);
+                    // The failing run and the runs the cooldown holds share one deadline.
+                    if let ProviderError::Status {
+                        retry_after: Some(advice),
+                        ..
+                    } = err
+                    {
+                        *advice = advice.pinned(until);
+                    }
+                }
+            }
+            opened
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::RetryAfter;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    /// Answers every call with a 429 advising `wait`, and counts the calls.
+    struct Throttled {
+        calls: AtomicU32,
+        wait: Duration,
+    }
+
+    impl Provider for Throttled {
+        fn open(&self, _req: ChatRequest) -> BoxFuture<'_, Result<DeltaStream, ProviderError>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let wait = self.wait;
+            Box::pin(async move {
+                Err(ProviderError::Status {
+                    status: 429,
+                    error_type: None,
+                    error_code: None,
+                    message: "slow down".into(),
+                    retry_after: Some(RetryAfter::Delay(wait)),
+                    should_retry: None,
+                })
+            })
+        }
+    }
+
+    fn request(model: &str) -> ChatRequest {
+        ChatRequest {
+            model: model.into(),
+            messages: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_advised_wait_holds_the_next_request_of_that_model_only() {
+        let inner = Arc::new(Throttled {
+            calls: AtomicU32::new(0),
+            wait: Duration::from_secs(3000),
+        });
+        let cooldowns = Arc::new(Cooldowns::default());
+        let gate = Gate::new(
+            inner.clone(),
+            cooldowns.clone(),
+            "openai",
+            "https://api.example/v1",
+            Some("sk-secret"),
+        );
+        let Err(first) = gate.open(request("m")).await else {
+            panic!("a 429")
+        };
+        let Err(ProviderError::CoolingDown { class, until }) = gate.open(request("m")).await else {
+            panic!("held by the cooldown")
+        };
+        assert_eq!(class, "rate_limited");
+        assert_eq!(inner.calls.load(Ordering::SeqCst), 1, "no second request");
+        assert_eq!(
+            first,
+            ProviderError::Status {
+                status: 429,
+                error_type: None,
+                error_code: None,
+                message: "slow down".into(),
+                retry_after: Some(RetryAfter::Pinned {
+                    wait: Duration::from_secs(3000),
+                    until
+                }),
+                should_retry: None,
+            },
+            "the first failure carries the cooldown's deadline"
+        );
+        let listed = cooldowns.list(now_ms());
+        assert_eq!(listed.len(), 1);
+        assert!(!listed[0].key.contains("sk-secret"));
+        // Another model is not held.
+        assert!(gate.open(request("other")).await.is_err());
+        assert_eq!(inner.calls.load(Ordering::SeqCst), 2);
+    }
+}
