@@ -73,7 +73,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
 
-    let cooldowns = Arc::new(retry::cooldown::Cooldowns::default());
+    let cooldowns: Arc<dyn retry::cooldown::Table> = Arc::new(store.clone());
     let provider = provider_for(&config, addr, cooldowns.clone());
     let engine = Engine::new(
         store.clone(),
@@ -152,7 +152,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
 fn provider_for(
     config: &Config,
     addr: SocketAddr,
-    cooldowns: Arc<retry::cooldown::Cooldowns>,
+    cooldowns: Arc<dyn retry::cooldown::Table>,
 ) -> Arc<dyn llm::Provider> {
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))

@@ -359,3 +359,23 @@ async fn metrics_count_tier1_attempts_tier2_retries_retry_now_and_run_ends() {
         assert!(after.contains(name), "{name} in\n{after}");
     }
 }
+
+#[tokio::test]
+async fn a_cooldown_outlives_a_restart() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("cool-restart");
+    let mut server = TestServer::start(config(&dir, &fake.url)).await;
+    fake.push(status(429, "rate_limit_error", wait_3000()));
+    let sid = server.create_session().await;
+    let first = turn(&server, &sid, "one").await;
+    let until = first.retry.unwrap().retry_after_until.unwrap();
+    server.stop().await;
+
+    let server = TestServer::start(config(&dir, &fake.url)).await;
+    let (_, listed) = providers(&server).await;
+    assert_eq!(listed.cooldowns.len(), 1);
+    assert_eq!(listed.cooldowns[0].until, until);
+    let again = turn(&server, &sid, "two").await;
+    assert_eq!(again.retry.unwrap().retry_after_until, Some(until));
+    assert_eq!(fake.seen().len(), 1, "no request after the restart either");
+}

@@ -288,3 +288,44 @@ async fn a_background_retry_fires_once_with_two_instances() {
     assert_eq!(fake.seen().len(), 4, "three Tier 1 attempts, one retry");
     assert_eq!(a.detail(&sid).await.session.waiting_retry, None);
 }
+
+#[tokio::test]
+async fn a_cooldown_one_instance_met_holds_the_other_and_a_clear_ends_it_for_both() {
+    let Some((fake, _db, a, b)) = two_instances("cool").await else {
+        return;
+    };
+    let limited = || Script::Status {
+        code: 429,
+        headers: vec![("retry-after", "3000".into())],
+        body: json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
+    };
+    fake.push(limited());
+    let on_a = a.create_session().await;
+    let r = a.send(&on_a, "first").await;
+    let until = a
+        .wait_run_end(&r.run_id)
+        .await
+        .retry
+        .unwrap()
+        .retry_after_until;
+    let on_b = b.create_session().await;
+    let r = b.send(&on_b, "second").await;
+    let held = b.wait_run_end(&r.run_id).await;
+    assert_eq!(held.retry.unwrap().retry_after_until, until);
+    assert_eq!(fake.seen().len(), 1, "B sent nothing");
+
+    let (_, listed) = b.get("/providers").await;
+    let key = listed["cooldowns"][0]["key"].as_str().unwrap().to_string();
+    let cleared = a
+        .http
+        .delete(a.url("/providers/cooldowns"))
+        .bearer_auth(&a.token)
+        .json(&json!({ "key": key }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cleared.status(), 200);
+    let r = b.send(&on_b, "third").await;
+    assert_eq!(b.wait_run_end(&r.run_id).await.status, RunStatus::Completed);
+    assert_eq!(fake.seen().len(), 2, "cleared on A, B sends again");
+}

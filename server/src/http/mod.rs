@@ -24,8 +24,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Engine,
-    /// This instance's provider-wide cooldowns (the provider's gate applies them).
-    pub cooldowns: Arc<crate::retry::cooldown::Cooldowns>,
+    /// The provider-wide cooldowns (the provider's gate applies them).
+    pub cooldowns: Arc<dyn crate::retry::cooldown::Table>,
     pub config: Arc<Config>,
     pub token: Arc<str>,
     pub leptos: LeptosOptions,

@@ -1,4 +1,4 @@
-//! `/providers`: the provider-wide cooldowns of this instance, listed without secrets and
+//! `/providers`: the provider-wide cooldowns (kept in the database), listed without secrets and
 //! ended by an operator (`DELETE /providers/cooldowns` with `{key}`).
 use super::error::ApiJson;
 use super::AppState;
@@ -10,7 +10,7 @@ use axum::Json;
 
 pub async fn list(State(state): State<AppState>) -> Json<ProvidersResponse> {
     Json(ProvidersResponse {
-        cooldowns: state.cooldowns.list(now_ms()),
+        cooldowns: state.cooldowns.list(now_ms()).await,
     })
 }
 
@@ -20,7 +20,7 @@ pub async fn clear(
     ApiJson(body): ApiJson<ClearCooldown>,
 ) -> Result<Json<ProvidersResponse>> {
     let now = now_ms();
-    let cleared = state.cooldowns.clear(&body.key, now).ok_or_else(|| {
+    let cleared = state.cooldowns.clear(&body.key, now).await.ok_or_else(|| {
         Error::new(
             Kind::NotFound,
             format!(
@@ -31,6 +31,6 @@ pub async fn clear(
     })?;
     tracing::info!(key = %cleared.key, until = cleared.until, "provider cooldown cleared by an operator");
     Ok(Json(ProvidersResponse {
-        cooldowns: state.cooldowns.list(now),
+        cooldowns: state.cooldowns.list(now).await,
     }))
 }

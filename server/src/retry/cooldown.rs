@@ -1,8 +1,10 @@
-//! Provider-wide cooldowns, pure: which provider, endpoint, key (hashed) and model a provider
-//! asked to wait, until when and why. Expired entries vanish. Kept in memory, per instance.
+//! Provider-wide cooldowns: which provider, endpoint, key (hashed) and model a provider asked
+//! to wait, until when and why (pure), and the [`Table`] they are kept in — the database in
+//! the server, so every instance and the next start see them. Expired entries vanish.
 use super::classify::{self, class};
 use crate::llm::ProviderError;
 use app::wire::Cooldown;
+use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -36,6 +38,17 @@ impl Key {
             model: model.to_string(),
             ..self.clone()
         }
+    }
+
+    /// The key's identity as stored: provider, endpoint, the whole credential hash, model.
+    pub fn id(&self) -> String {
+        format!(
+            "{} {} model={} cred={}",
+            self.provider,
+            self.endpoint,
+            self.model,
+            self.credential.as_deref().unwrap_or("none")
+        )
     }
 
     /// The key without secrets, as listed and cleared over the API:
@@ -98,16 +111,54 @@ pub fn advised(err: &ProviderError, now_ms: i64) -> Option<(i64, &'static str)> 
     (until > now_ms).then_some((until, reason))
 }
 
-/// The cooldown table of one instance.
+/// A cooldown's reason read back from storage, as one of the classes that start cooldowns.
+pub fn reason_of(stored: &str) -> &'static str {
+    match stored {
+        class::OVERLOADED => class::OVERLOADED,
+        class::QUOTA_EXHAUSTED => class::QUOTA_EXHAUSTED,
+        _ => class::RATE_LIMITED,
+    }
+}
+
+/// Where cooldowns are kept: the store (shared by every instance on its database, kept across
+/// restarts) or, for tests of the gate, [`Cooldowns`] in memory. Both follow one rule: the
+/// later deadline wins, and what has ended is gone.
+pub trait Table: Send + Sync {
+    fn note(&self, key: Key, until: i64, reason: &'static str, now: i64) -> BoxFuture<'_, ()>;
+    fn check<'a>(&'a self, key: &'a Key, now: i64) -> BoxFuture<'a, Option<Wait>>;
+    fn list(&self, now: i64) -> BoxFuture<'_, Vec<Cooldown>>;
+    fn clear<'a>(&'a self, shown: &'a str, now: i64) -> BoxFuture<'a, Option<Cooldown>>;
+}
+
+/// A cooldown table in memory (one process).
 #[derive(Default)]
 pub struct Cooldowns {
     table: Mutex<HashMap<Key, Wait>>,
 }
 
+impl Table for Cooldowns {
+    fn note(&self, key: Key, until: i64, reason: &'static str, now: i64) -> BoxFuture<'_, ()> {
+        self.note_now(key, until, reason, now);
+        Box::pin(async {})
+    }
+    fn check<'a>(&'a self, key: &'a Key, now: i64) -> BoxFuture<'a, Option<Wait>> {
+        let w = self.check_now(key, now);
+        Box::pin(async move { w })
+    }
+    fn list(&self, now: i64) -> BoxFuture<'_, Vec<Cooldown>> {
+        let l = self.list_now(now);
+        Box::pin(async move { l })
+    }
+    fn clear<'a>(&'a self, shown: &'a str, now: i64) -> BoxFuture<'a, Option<Cooldown>> {
+        let c = self.clear_now(shown, now);
+        Box::pin(async move { c })
+    }
+}
+
 impl Cooldowns {
     /// Records that the provider asked `key` to wait until `until`. The later deadline wins
     /// over one already in force; a deadline not after `now` is ignored.
-    pub fn note(&self, key: Key, until: i64, reason: &'static str, now: i64) {
+    pub fn note_now(&self, key: Key, until: i64, reason: &'static str, now: i64) {
         if until <= now {
             return;
         }
@@ -120,7 +171,7 @@ impl Cooldowns {
     }
 
     /// The wait in force for `key` at `now`, if any.
-    pub fn check(&self, key: &Key, now: i64) -> Option<Wait> {
+    pub fn check_now(&self, key: &Key, now: i64) -> Option<Wait> {
         let mut table = self.table.lock().expect("cooldowns");
         match table.get(key) {
             Some(w) if w.until > now => Some(w.clone()),
@@ -133,7 +184,7 @@ impl Cooldowns {
     }
 
     /// Every cooldown in force at `now`, soonest to end first.
-    pub fn list(&self, now: i64) -> Vec<Cooldown> {
+    pub fn list_now(&self, now: i64) -> Vec<Cooldown> {
         let mut table = self.table.lock().expect("cooldowns");
         table.retain(|_, w| w.until > now);
         let mut all: Vec<Cooldown> = table
@@ -149,7 +200,7 @@ impl Cooldowns {
     }
 
     /// Ends the cooldown shown as `shown` (see [`Key::shown`]); `None` when none is in force.
-    pub fn clear(&self, shown: &str, now: i64) -> Option<Cooldown> {
+    pub fn clear_now(&self, shown: &str, now: i64) -> Option<Cooldown> {
         let mut table = self.table.lock().expect("cooldowns");
         table.retain(|_, w| w.until > now);
         let key = table.keys().find(|k| k.shown() == shown)?.clone();
@@ -225,37 +276,37 @@ mod tests {
     #[test]
     fn a_cooldown_holds_its_key_only_until_its_deadline() {
         let t = Cooldowns::default();
-        t.note(key("m", Some("a")), 5_000, class::RATE_LIMITED, 1_000);
-        let wait = t.check(&key("m", Some("a")), 4_999).expect("in force");
+        t.note_now(key("m", Some("a")), 5_000, class::RATE_LIMITED, 1_000);
+        let wait = t.check_now(&key("m", Some("a")), 4_999).expect("in force");
         assert_eq!((wait.until, wait.reason), (5_000, "rate_limited"));
-        assert_eq!(t.check(&key("other", Some("a")), 2_000), None);
-        assert_eq!(t.check(&key("m", Some("b")), 2_000), None);
-        assert_eq!(t.check(&key("m", Some("a")), 5_000), None, "expired");
-        assert!(t.list(0).is_empty(), "an expired entry vanishes");
+        assert_eq!(t.check_now(&key("other", Some("a")), 2_000), None);
+        assert_eq!(t.check_now(&key("m", Some("b")), 2_000), None);
+        assert_eq!(t.check_now(&key("m", Some("a")), 5_000), None, "expired");
+        assert!(t.list_now(0).is_empty(), "an expired entry vanishes");
     }
 
     #[test]
     fn the_later_deadline_wins_and_past_ones_are_ignored() {
         let t = Cooldowns::default();
         let k = key("m", None);
-        t.note(k.clone(), 9_000, class::RATE_LIMITED, 1_000);
-        t.note(k.clone(), 3_000, class::OVERLOADED, 1_000);
-        assert_eq!(t.check(&k, 1_000).unwrap().until, 9_000);
-        t.note(k.clone(), 20_000, class::QUOTA_EXHAUSTED, 1_000);
-        let w = t.check(&k, 1_000).unwrap();
+        t.note_now(k.clone(), 9_000, class::RATE_LIMITED, 1_000);
+        t.note_now(k.clone(), 3_000, class::OVERLOADED, 1_000);
+        assert_eq!(t.check_now(&k, 1_000).unwrap().until, 9_000);
+        t.note_now(k.clone(), 20_000, class::QUOTA_EXHAUSTED, 1_000);
+        let w = t.check_now(&k, 1_000).unwrap();
         assert_eq!((w.until, w.reason), (20_000, "quota_exhausted"));
         let fresh = key("n", None);
-        t.note(fresh.clone(), 1_000, class::RATE_LIMITED, 1_000);
-        assert_eq!(t.check(&fresh, 999), None);
+        t.note_now(fresh.clone(), 1_000, class::RATE_LIMITED, 1_000);
+        assert_eq!(t.check_now(&fresh, 999), None);
     }
 
     #[test]
     fn list_shows_what_is_in_force_soonest_first_and_clear_ends_one() {
         let t = Cooldowns::default();
-        t.note(key("late", Some(SECRET)), 9_000, class::RATE_LIMITED, 0);
-        t.note(key("soon", Some(SECRET)), 4_000, class::QUOTA_EXHAUSTED, 0);
-        t.note(key("gone", Some(SECRET)), 2_000, class::OVERLOADED, 0);
-        let listed = t.list(3_000);
+        t.note_now(key("late", Some(SECRET)), 9_000, class::RATE_LIMITED, 0);
+        t.note_now(key("soon", Some(SECRET)), 4_000, class::QUOTA_EXHAUSTED, 0);
+        t.note_now(key("gone", Some(SECRET)), 2_000, class::OVERLOADED, 0);
+        let listed = t.list_now(3_000);
         assert_eq!(
             listed
                 .iter()
@@ -265,11 +316,11 @@ mod tests {
         );
         assert!(listed.iter().all(|c| !c.key.contains(SECRET)));
         let shown = key("late", Some(SECRET)).shown();
-        assert_eq!(t.clear(&shown, 3_000).map(|c| c.until), Some(9_000));
-        assert_eq!(t.clear(&shown, 3_000), None, "already cleared");
-        assert_eq!(t.check(&key("late", Some(SECRET)), 3_000), None);
+        assert_eq!(t.clear_now(&shown, 3_000).map(|c| c.until), Some(9_000));
+        assert_eq!(t.clear_now(&shown, 3_000), None, "already cleared");
+        assert_eq!(t.check_now(&key("late", Some(SECRET)), 3_000), None);
         let gone = key("gone", Some(SECRET)).shown();
-        assert_eq!(t.clear(&gone, 3_000), None, "expired is unknown");
+        assert_eq!(t.clear_now(&gone, 3_000), None, "expired is unknown");
     }
 
     #[test]

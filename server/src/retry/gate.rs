@@ -1,7 +1,7 @@
 //! The cooldown gate: a [`Provider`] in front of the configured one that sends no request
 //! while a provider-wide cooldown holds its key, and starts a cooldown from every answer that
 //! advised a wait. Every provider request (each Tier 1 attempt) passes through it.
-use super::cooldown::{self, Cooldowns, Key};
+use super::cooldown::{self, Key, Table};
 use crate::clock::now_ms;
 use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError};
 use crate::metrics::metrics;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 pub struct Gate {
     inner: Arc<dyn Provider>,
-    cooldowns: Arc<Cooldowns>,
+    cooldowns: Arc<dyn Table>,
     /// Provider kind, endpoint and hashed API key: the cooldown key of each request but
     /// for its model.
     endpoint: Key,
@@ -19,7 +19,7 @@ pub struct Gate {
 impl Gate {
     pub fn new(
         inner: Arc<dyn Provider>,
-        cooldowns: Arc<Cooldowns>,
+        cooldowns: Arc<dyn Table>,
         provider: &str,
         endpoint: &str,
         api_key: Option<&str>,
@@ -36,7 +36,7 @@ impl Provider for Gate {
     fn open(&self, req: ChatRequest) -> BoxFuture<'_, Result<DeltaStream, ProviderError>> {
         Box::pin(async move {
             let key = self.endpoint.for_model(&req.model);
-            if let Some(wait) = self.cooldowns.check(&key, now_ms()) {
+            if let Some(wait) = self.cooldowns.check(&key, now_ms()).await {
                 metrics().request_avoided();
                 return Err(wait.refusal());
             }
@@ -45,7 +45,7 @@ impl Provider for Gate {
                 let now = now_ms();
                 if let Some((until, reason)) = cooldown::advised(err, now) {
                     tracing::info!(key = %key.shown(), until, reason, "provider cooldown starts");
-                    self.cooldowns.note(key, until, reason, now);
+                    self.cooldowns.note(key, until, reason, now).await;
                     // The failing run and the runs the cooldown holds share one deadline.
                     if let ProviderError::Status {
                         retry_after: Some(advice),
@@ -104,7 +104,7 @@ mod tests {
             calls: AtomicU32::new(0),
             wait: Duration::from_secs(3000),
         });
-        let cooldowns = Arc::new(Cooldowns::default());
+        let cooldowns = Arc::new(super::cooldown::Cooldowns::default());
         let gate = Gate::new(
             inner.clone(),
             cooldowns.clone(),
@@ -135,7 +135,7 @@ mod tests {
             },
             "the first failure carries the cooldown's deadline"
         );
-        let listed = cooldowns.list(now_ms());
+        let listed = cooldowns.list_now(now_ms());
         assert_eq!(listed.len(), 1);
         assert!(!listed[0].key.contains("sk-secret"));
         // Another model is not held.

@@ -2,6 +2,7 @@
 //! embedded default) or PostgreSQL (several instances on one database). The SQL is written
 //! once, in the dialect both accept (`$n` parameters, `ON CONFLICT`, `RETURNING`);
 //! [`with_pool!`] runs a body against whichever pool is open.
+mod cooldowns;
 mod rows;
 mod shared;
 
@@ -44,6 +45,7 @@ macro_rules! with_pool {
         }
     };
 }
+pub(crate) use with_pool;
 
 /// A session row as the server sees it (the wire `Session` plus what never leaves it).
 pub struct SessionRecord {
