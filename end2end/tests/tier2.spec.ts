@@ -62,6 +62,11 @@ test('demo-quota: "Retry after HH:MM" at the provider\'s time, and Retry now wor
   await banner(page).getByRole('button', { name: 'Retry now' }).click();
   await expect.poll(async () => (await runs(page, sid)).length).toBe(2);
   await expect(countdown).toContainText('Retry after');
+  // The operator ends the cooldown: the note goes, and the providers list is empty.
+  await banner(page).getByRole('button', { name: 'Clear cooldown' }).click();
+  await expect(banner(page).locator('.cooldown')).toHaveCount(0);
+  const providers = await page.request.get(`${origin()}/api/v1/providers`);
+  expect((await providers.json()).cooldowns).toEqual([]);
 });
 
 test('demo-auth: no countdown; the reason, what to do and Regenerate are shown', async ({ page }) => {

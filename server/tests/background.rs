@@ -6,7 +6,7 @@ mod common;
 use app::wire::{Event, RunKind, RunStatus, Session, WaitingRetry};
 use common::fake::{FakeProvider, Script};
 use common::{config, run_ended, temp_dir, TestServer};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -200,26 +200,16 @@ async fn cancel_ends_the_waiting_retry_and_an_explicit_retry_still_works() {
     let sid = background_session(&server).await;
     let first = server.send(&sid, "then stop").await;
     waiting(&server, &sid).await;
-    let r = server
-        .http
-        .delete(server.url(&format!("/sessions/{sid}/waiting-retry")))
-        .bearer_auth(&server.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let s: Session = r.json().await.unwrap();
+    let path = format!("/sessions/{sid}/waiting-retry");
+    let (status, body) = server.delete(&path).await;
+    assert_eq!(status, 200, "{body}");
+    let s: Session = serde_json::from_value(body).unwrap();
     assert_eq!(s.waiting_retry, None);
-    let again = server
-        .http
-        .delete(server.url(&format!("/sessions/{sid}/waiting-retry")))
-        .bearer_auth(&server.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(again.status(), 409);
-    let body: Value = again.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "conflict");
+    let (status, body) = server.delete(&path).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("conflict"))
+    );
     tokio::time::sleep(Duration::from_millis(1300)).await;
     assert_eq!(server.detail(&sid).await.runs.len(), 1, "it never fired");
     // The failed turn is still there to retry by hand.
@@ -238,27 +228,23 @@ async fn leaving_background_ends_the_waiting_retry_and_a_cancelled_run_never_wai
     let sid = background_session(&server).await;
     server.send(&sid, "x").await;
     waiting(&server, &sid).await;
-    let r = server
-        .http
-        .patch(server.url(&format!("/sessions/{sid}")))
-        .bearer_auth(&server.token)
-        .json(&json!({"auto_retry": "browser"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let s: Session = r.json().await.unwrap();
+    let (status, body) = server
+        .patch(
+            &format!("/sessions/{sid}"),
+            json!({"auto_retry": "browser"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let s: Session = serde_json::from_value(body).unwrap();
     assert_eq!(s.waiting_retry, None);
 
     // Stop during a turn: cancelled, not failed, so nothing waits.
     server
-        .http
-        .patch(server.url(&format!("/sessions/{sid}")))
-        .bearer_auth(&server.token)
-        .json(&json!({"auto_retry": "background"}))
-        .send()
-        .await
-        .unwrap();
+        .patch(
+            &format!("/sessions/{sid}"),
+            json!({"auto_retry": "background"}),
+        )
+        .await;
     fake.push(Script::slow(200, Duration::from_millis(20)));
     let mut sse = server.events(&sid, None).await;
     let r = server.send(&sid, "long").await;

@@ -180,31 +180,9 @@ async fn a_killed_instance_s_run_is_marked_interrupted_by_another() {
     fake.push(Script::slow(2000, Duration::from_millis(10)));
     let dir = temp_dir("kill-child");
     let log = dir.join("server.log");
-    let (mut child, base, token) = serve(&dir, &fake.url, &log, Some(db), &[]).await;
-    let http = reqwest::Client::new();
-    let api = |p: &str| format!("{base}/api/v1{p}");
-    let session: Value = http
-        .post(api("/sessions"))
-        .bearer_auth(&token)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let sid = session["id"].as_str().unwrap().to_string();
-    let receipt: Value = http
-        .post(api(&format!("/sessions/{sid}/messages")))
-        .bearer_auth(&token)
-        .json(&json!({"content": "stream for a while"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let rid = receipt["run_id"].as_str().unwrap().to_string();
+    let (mut child, on_child) = serve(&dir, &fake.url, &log, Some(db), &[]).await;
+    let sid = on_child.create_session().await;
+    let rid = on_child.send(&sid, "stream for a while").await.run_id;
     // A prompt queued behind it (posted on B) is held once the run is found interrupted.
     let queued = b.send(&sid, "and then this").await;
     assert!(queued.queued);

@@ -1,9 +1,10 @@
 //! "Provider cooling down until HH:MM": the provider-wide cooldown behind the failed turn,
-//! looked up on `GET /providers` when the turn failed with a class a cooldown gives.
+//! looked up on `GET /providers` when the turn failed with a class a cooldown gives, with a
+//! button that ends it (`DELETE /providers/cooldowns`).
 use super::chat::Chat;
 use super::hhmm;
 use crate::client::{api, fetch_json};
-use crate::wire::{Cooldown, ProvidersResponse, RunStatus};
+use crate::wire::{ClearCooldown, Cooldown, ProvidersResponse, RunStatus};
 use leptos::prelude::*;
 
 /// The classes of the answers that start a cooldown (and of the runs it fails).
@@ -16,7 +17,7 @@ pub fn behind(c: &Cooldown, class: &str, until: Option<i64>, model: &str) -> boo
 }
 
 /// Follows the open session's failed turn; holds the cooldown behind it, if any.
-pub fn watch(chat: Chat) -> ReadSignal<Option<Cooldown>> {
+pub fn watch(chat: Chat) -> RwSignal<Option<Cooldown>> {
     let found = RwSignal::new(None::<Cooldown>);
     let failure = Memo::new(move |_| {
         let retry = chat.runs.with(|rs| {
@@ -53,18 +54,33 @@ pub fn watch(chat: Chat) -> ReadSignal<Option<Cooldown>> {
             );
         });
     });
-    found.read_only()
+    found
 }
 
 /// The note itself; nothing when no cooldown is behind the failure.
 #[component]
-pub fn CooldownNote(cooldown: ReadSignal<Option<Cooldown>>) -> impl IntoView {
+pub fn CooldownNote(cooldown: RwSignal<Option<Cooldown>>) -> impl IntoView {
+    let error = RwSignal::new(None::<String>);
+    let clear = move |key: String| {
+        leptos::task::spawn_local(async move {
+            let body = serde_json::to_string(&ClearCooldown { key }).unwrap_or_default();
+            let url = api("/providers/cooldowns");
+            match fetch_json::<ProvidersResponse>("DELETE", &url, Some(body)).await {
+                Ok(_) => cooldown.set(None),
+                Err(e) => error.set(Some(e.explain())),
+            }
+        });
+    };
     move || {
         cooldown.get().map(|c| {
+            let key = c.key.clone();
             view! {
                 <span class="cooldown" title=c.key.clone()>
                     {format!("Provider cooling down until {}", hhmm(c.until))}
                 </span>
+                <button class="secondary" title="Let the next run ask the provider again"
+                    on:click=move |_| clear(key.clone())>"Clear cooldown"</button>
+                <span class="error">{move || error.get()}</span>
             }
         })
     }

@@ -94,14 +94,7 @@ impl Engine {
 
     /// Stops a run if this instance executes it.
     fn cancel_here(&self, run_id: &str) {
-        let active = self
-            .inner
-            .active
-            .lock()
-            .expect("active")
-            .get(run_id)
-            .cloned();
-        if let Some(active) = active {
+        if let Some(active) = self.active(run_id) {
             active.cancel.cancel();
         }
     }

@@ -169,13 +169,7 @@ impl Engine {
                 Ok(run)
             }
             RunStatus::Running => {
-                let active = self
-                    .inner
-                    .active
-                    .lock()
-                    .expect("active")
-                    .get(run_id)
-                    .cloned();
+                let active = self.active(run_id);
                 let Some(active) = active else {
                     // Executed by another instance: ask it, and wait for it to record the end.
                     drop(guard);
@@ -225,15 +219,19 @@ impl Engine {
         }
     }
 
-    /// The streamed text of a run executing here, for snapshots of a streaming reply.
-    pub fn live_text(&self, run_id: &str) -> Option<(String, u64)> {
-        let active = self
-            .inner
+    /// The run `run_id` if this instance executes it.
+    fn active(&self, run_id: &str) -> Option<Active> {
+        self.inner
             .active
             .lock()
             .expect("active")
             .get(run_id)
-            .cloned()?;
+            .cloned()
+    }
+
+    /// The streamed text of a run executing here, for snapshots of a streaming reply.
+    pub fn live_text(&self, run_id: &str) -> Option<(String, u64)> {
+        let active = self.active(run_id)?;
         let live = active.live.lock().expect("live");
         Some((live.text.clone(), live.seq))
     }

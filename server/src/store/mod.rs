@@ -889,17 +889,7 @@ impl Store {
         .bind(before)
         .fetch_all(pool)
         .await?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| {
-                Some(LoggedEvent {
-                    id: r.get("id"),
-                    session_id: session_id.to_string(),
-                    name: static_event_name(r.get("name"))?,
-                    data: r.get("data"),
-                })
-            })
-            .collect())
+        Ok(rows.iter().filter_map(|r| logged_event(r, session_id.to_string())).collect())
             })
     }
 }
@@ -913,6 +903,16 @@ fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>
         ),
         None => (None, None, None),
     }
+}
+
+/// An event row (`id`, `name`, `data`) of `session_id`; `None` for an unknown name.
+fn logged_event(row: &impl Get, session_id: String) -> Option<LoggedEvent> {
+    Some(LoggedEvent {
+        id: row.int("id"),
+        session_id,
+        name: static_event_name(&row.text("name"))?,
+        data: row.text("data"),
+    })
 }
 
 fn static_event_name(name: &str) -> Option<&'static str> {

@@ -106,14 +106,7 @@ impl Store {
         .await?;
         Ok(rows
             .iter()
-            .filter_map(|r| {
-                Some(LoggedEvent {
-                    id: r.get("id"),
-                    session_id: r.get("session_id"),
-                    name: super::static_event_name(r.get("name"))?,
-                    data: r.get("data"),
-                })
-            })
+            .filter_map(|r| super::logged_event(r, r.get("session_id")))
             .collect())
     }
 

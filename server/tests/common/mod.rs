@@ -165,14 +165,32 @@ impl TestServer {
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = self
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::PATCH, path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::DELETE, path, None).await
+    }
+
+    /// One API call with the operator token: its status and JSON answer.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
             .http
-            .post(self.url(path))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+            .request(method, self.url(path))
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let r = req.send().await.unwrap();
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
@@ -297,8 +315,26 @@ pub fn run_ended(rid: &str) -> impl FnMut(&Event) -> bool + '_ {
 }
 
 /// Starts `mulligan serve` as a child process (on `database_url`, else SQLite in `dir`) and
-/// answers the child, its base URL and its token.
+/// answers the child and a client of it (a [`TestServer`] whose server is that child).
 pub async fn serve(
+    dir: &std::path::Path,
+    provider: &str,
+    log: &std::path::Path,
+    database_url: Option<String>,
+    extra_env: &[(&str, &str)],
+) -> (tokio::process::Child, TestServer) {
+    let (child, base, token) = serve_raw(dir, provider, log, database_url, extra_env).await;
+    let client = TestServer {
+        running: None,
+        base,
+        token,
+        data_dir: dir.to_path_buf(),
+        http: reqwest::Client::new(),
+    };
+    (child, client)
+}
+
+async fn serve_raw(
     dir: &std::path::Path,
     provider: &str,
     log: &std::path::Path,
