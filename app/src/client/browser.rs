@@ -32,6 +32,18 @@ pub async fn fetch_json_with<T: DeserializeOwned>(
     body: Option<String>,
     abort: Option<&Abort>,
 ) -> Result<T, ClientError> {
+    // Only the parse is generic: the request itself is compiled once, not once per `T`.
+    let text = fetch_text(method, url, body, abort).await?;
+    serde_json::from_str(&text).map_err(|e| ClientError::network(format!("unreadable answer: {e}")))
+}
+
+/// Calls the API; the body of a 2xx answer, else the error.
+async fn fetch_text(
+    method: &str,
+    url: &str,
+    body: Option<String>,
+    abort: Option<&Abort>,
+) -> Result<String, ClientError> {
     let init = web_sys::RequestInit::new();
     if let Some(a) = abort {
         init.set_signal(Some(&a.0.signal()));
@@ -60,7 +72,7 @@ pub async fn fetch_json_with<T: DeserializeOwned>(
     if !resp.ok() {
         return Err(ClientError::from_answer(resp.status(), &text));
     }
-    serde_json::from_str(&text).map_err(|e| ClientError::network(format!("unreadable answer: {e}")))
+    Ok(text)
 }
 
 /// An open `EventSource` on a session's events; closes when dropped or closed.

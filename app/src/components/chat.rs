@@ -264,7 +264,8 @@ fn AutoRetrySetting() -> impl IntoView {
             return;
         };
         leptos::task::spawn_local(async move {
-            let body = serde_json::json!({ "auto_retry": value }).to_string();
+            // `{"auto_retry":"…"}`, written out: `serde_json::Value` costs the browser bundle.
+            let body = format!(r#"{{"auto_retry":"{}"}}"#, value.as_str());
             match fetch_json::<Session>("PATCH", &api(&format!("/sessions/{sid}")), Some(body))
                 .await
             {

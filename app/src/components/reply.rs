@@ -57,7 +57,7 @@ fn run_tag(chat: Chat, r: &Run) -> Option<AnyView> {
                 leptos::task::spawn_local(async move {
                     let url = api(&format!("/sessions/{sid}/release"));
                     if let Err(e) =
-                        fetch_json::<serde_json::Value>("POST", &url, Some("{}".into())).await
+                        fetch_json::<serde::de::IgnoredAny>("POST", &url, Some("{}".into())).await
                     {
                         chat.error.set(Some(e.explain()));
                     }

@@ -138,10 +138,13 @@ impl Retrier {
                 self.pending
                     .set_value(Some((anchor_id.clone(), if_last_run.clone())));
                 let url = api(&format!("/sessions/{sid}/messages/{anchor_id}/regenerate"));
-                let body = serde_json::json!({ "if_last_run": if_last_run }).to_string();
+                let body = serde_json::to_string(&crate::wire::Regenerate {
+                    if_last_run: Some(if_last_run),
+                })
+                .ok();
                 leptos::task::spawn_local(async move {
                     let res =
-                        fetch_json_with::<Receipt>("POST", &url, Some(body), abort.as_ref()).await;
+                        fetch_json_with::<Receipt>("POST", &url, body, abort.as_ref()).await;
                     let answer = match res {
                         Ok(r) => Answer::Receipt { run_id: r.run_id },
                         Err(e) if e.status >= 400 => {

@@ -2,7 +2,7 @@
 use super::use_sessions;
 use crate::client::{api, fetch_json, ClientError};
 use crate::wire::{
-    CreateSession, CreatedSession, RunStatus, Session, SessionList as List, SessionStatus,
+    CreateSession, RunStatus, Session, SessionList as List, SessionStatus,
 };
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_navigate};
@@ -128,15 +128,18 @@ fn NewSession() -> impl IntoView {
         let navigate = navigate.clone();
         leptos::task::spawn_local(async move {
             let body = serde_json::to_string(&body).ok();
-            let res: Result<CreatedSession, ClientError> =
+            // The answer is a `CreatedSession`: its session, flattened, plus the agent token,
+            // which the list does not show. Read as a `Session` (unknown fields are ignored),
+            // it skips `#[serde(flatten)]`'s buffering, which costs the browser bundle.
+            let res: Result<Session, ClientError> =
                 fetch_json("POST", &api("/sessions"), body).await;
             busy.set(false);
             match res {
-                Ok(created) => {
+                Ok(session) => {
                     title.set(String::new());
                     error.set(None);
-                    let id = created.session.id.clone();
-                    sessions.upsert(created.session);
+                    let id = session.id.clone();
+                    sessions.upsert(session);
                     navigate(&format!("/s/{id}"), Default::default());
                 }
                 Err(e) => error.set(Some(e.explain())),
