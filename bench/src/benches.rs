@@ -1,0 +1,437 @@
+//! The measurements. Each checks correctness as it goes (an `Err` is a correctness failure)
+//! and returns raw timings; `main` takes medians, ratios and percentiles.
+use crate::client::{Events, Server, Usage};
+use crate::fake::{clock_us, parse_delta, status_model, stream_model, Fake};
+use crate::R;
+use app::wire::{Event, RunStatus};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use std::time::{Duration, Instant};
+
+/// How long any one event may take before a benchmark gives up.
+const EVENT_WAIT: Duration = Duration::from_secs(60);
+
+/// One stream as a client saw it: when it asked, when each delta arrived, each delta's
+/// transit time from the fake provider's write to this client (µs).
+pub struct Trace {
+    pub t0: Instant,
+    pub arrivals: Vec<Instant>,
+    pub transits_us: Vec<u64>,
+    pub reconnects: u32,
+}
+
+impl Trace {
+    fn new(t0: Instant) -> Trace {
+        Trace {
+            t0,
+            arrivals: Vec::new(),
+            transits_us: Vec::new(),
+            reconnects: 0,
+        }
+    }
+
+    /// Records delta number `arrivals.len()` with its text; fails on a gap or a reorder.
+    fn delta(&mut self, text: &str, at: Instant) -> R<()> {
+        let now = clock_us();
+        let k = self.arrivals.len();
+        match parse_delta(text) {
+            Some((i, sent)) if i == k => {
+                self.arrivals.push(at);
+                self.transits_us.push(now.saturating_sub(sent));
+                Ok(())
+            }
+            Some((i, _)) => Err(format!("delta {i} arrived where delta {k} was due")),
+            None => Err(format!("unexpected delta text {text:?}")),
+        }
+    }
+
+    fn expect_count(&self, n: usize) -> R<()> {
+        if self.arrivals.len() != n {
+            return Err(format!("{} of {n} deltas arrived", self.arrivals.len()));
+        }
+        Ok(())
+    }
+
+    pub fn first(&self) -> Duration {
+        self.arrivals
+            .first()
+            .map(|a| *a - self.t0)
+            .unwrap_or_default()
+    }
+
+    pub fn last_at(&self) -> Instant {
+        self.arrivals.last().copied().unwrap_or(self.t0)
+    }
+
+    pub fn total(&self) -> Duration {
+        self.last_at() - self.t0
+    }
+}
+
+/// Through Mulligan: posts the message on a session whose events `events` already follows,
+/// and reads the run's deltas (checked against `seq`) until the run completes.
+pub async fn relay(server: &Server, events: &mut Events, sid: &str, n: usize) -> R<Trace> {
+    let mut trace = Trace::new(Instant::now());
+    let receipt = server.post_message(sid, "go").await?;
+    let rid = receipt.run_id;
+    loop {
+        let (e, at) = events.next(EVENT_WAIT).await?;
+        match e {
+            Event::Delta(d) if d.run_id == rid => {
+                let due = trace.arrivals.len() as u64 + 1;
+                if d.seq != due {
+                    return Err(format!("delta seq {} arrived where {due} was due", d.seq));
+                }
+                trace.delta(&d.text, at)?;
+            }
+            Event::Run(r) if r.id == rid && !r.status.is_active() => {
+                if r.status != RunStatus::Completed {
+                    return Err(format!(
+                        "run ended {:?}: {}",
+                        r.status,
+                        r.error_message.unwrap_or_default()
+                    ));
+                }
+                break;
+            }
+            _ => {}
+        }
+    }
+    trace.expect_count(n)?;
+    trace.reconnects = events.reconnects;
+    Ok(trace)
+}
+
+// ---- B1 ----
+
+pub struct B1 {
+    pub direct: Trace,
+    pub relay: Trace,
+}
+
+/// One B1 round: the direct stream, then the same stream through Mulligan (fresh session).
+pub async fn b1(server: &Server, fake: &Fake, n: usize) -> R<B1> {
+    let model = stream_model(n, 0);
+    let direct = direct(&server.http, &fake.url, &model, n).await?;
+    let sid = server.create_session(&model).await?;
+    let mut events = server.events(&sid).await?;
+    let relay = relay(server, &mut events, &sid, n).await?;
+    Ok(B1 { direct, relay })
+}
+
+// ---- B2 ----
+
+pub struct B2Side {
+    pub wall: Duration,
+    pub transits_us: Vec<u64>,
+    pub deltas: usize,
+    pub reconnects: u32,
+}
+
+fn side(start: Instant, traces: Vec<Trace>) -> B2Side {
+    let end = traces.iter().map(Trace::last_at).max().unwrap_or(start);
+    B2Side {
+        wall: end - start,
+        deltas: traces.iter().map(|t| t.arrivals.len()).sum(),
+        reconnects: traces.iter().map(|t| t.reconnects).sum(),
+        transits_us: traces.into_iter().flat_map(|t| t.transits_us).collect(),
+    }
+}
+
+async fn all<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<R<T>>>) -> R<Vec<T>> {
+    let mut out = Vec::with_capacity(tasks.len());
+    let mut first_err = None;
+    for t in tasks {
+        match t.await {
+            Ok(Ok(v)) => out.push(v),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(e) => {
+                first_err.get_or_insert(format!("task: {e}"));
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// `sessions` direct streams at once.
+pub async fn b2_direct(
+    http: &reqwest::Client,
+    fake: &Fake,
+    sessions: usize,
+    n: usize,
+    every_ms: u64,
+) -> R<B2Side> {
+    let model = stream_model(n, every_ms);
+    let fake_url = std::sync::Arc::new(fake.url.clone());
+    let start = Instant::now();
+    let tasks = (0..sessions)
+        .map(|_| {
+            let http = http.clone();
+            let model = model.clone();
+            let url = fake_url.clone();
+            tokio::spawn(async move { direct(&http, &url, &model, n).await })
+        })
+        .collect();
+    Ok(side(start, all(tasks).await?))
+}
+
+/// The same client reading the fake provider's stream itself (the request Mulligan makes).
+pub async fn direct(http: &reqwest::Client, url: &str, model: &str, n: usize) -> R<Trace> {
+    let body = serde_json::json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "go"}],
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let mut trace = Trace::new(Instant::now());
+    let resp = http
+        .post(format!("{url}/chat/completions"))
+        .bearer_auth("sk-bench")
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| format!("direct request: {e}"))?;
+    if !resp.status().is_success() {
+        return Err(format!("direct request: {}", resp.status()));
+    }
+    let mut events = resp.bytes_stream().eventsource();
+    loop {
+        let ev = tokio::time::timeout(EVENT_WAIT, events.next())
+            .await
+            .map_err(|_| "the direct stream stalled")?
+            .ok_or("the direct stream ended before [DONE]")?
+            .map_err(|e| format!("direct stream: {e}"))?;
+        let at = Instant::now();
+        if ev.data.trim() == "[DONE]" {
+            break;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&ev.data).map_err(|e| format!("direct chunk: {e}"))?;
+        if let Some(text) = v
+            .pointer("/choices/0/delta/content")
+            .and_then(|t| t.as_str())
+        {
+            trace.delta(text, at)?;
+        }
+    }
+    trace.expect_count(n)?;
+    Ok(trace)
+}
+
+pub struct B2Relay {
+    pub side: B2Side,
+    /// The server's CPU time (user + system) during the timed part.
+    pub cpu: Duration,
+    /// The server's peak RSS since it started.
+    pub peak_rss_kb: u64,
+}
+
+/// `sessions` sessions, each subscribed first (untimed), then all posted at once.
+pub async fn b2_relay(
+    server: &std::sync::Arc<Server>,
+    sessions: usize,
+    n: usize,
+    every_ms: u64,
+) -> R<B2Relay> {
+    let model = stream_model(n, every_ms);
+    let subscribed: Vec<R<(String, Events)>> = futures::stream::iter(0..sessions)
+        .map(|_| async {
+            let sid = server.create_session(&model).await?;
+            let events = server.events(&sid).await?;
+            Ok((sid, events))
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let subscribed = subscribed.into_iter().collect::<R<Vec<_>>>()?;
+    let before: Usage = server.usage();
+    let start = Instant::now();
+    let tasks = subscribed
+        .into_iter()
+        .map(|(sid, mut events)| {
+            let server = server.clone();
+            tokio::spawn(async move { relay(&server, &mut events, &sid, n).await })
+        })
+        .collect();
+    let traces = all(tasks).await?;
+    let after = server.usage();
+    Ok(B2Relay {
+        side: side(start, traces),
+        cpu: after.cpu.saturating_sub(before.cpu),
+        peak_rss_kb: after.peak_rss_kb,
+    })
+}
+
+// ---- B3 ----
+
+#[derive(Clone, Copy, Debug)]
+pub enum CancelWhile {
+    /// The run is streaming (a delta has arrived).
+    Streaming,
+    /// The run is in a Tier 1 sleep (its `attempt` event announced a 10 s wait).
+    Tier1Sleep,
+}
+
+pub struct CancelTiming {
+    /// Until the cancel call's `200 Run{cancelled}`.
+    pub response: Duration,
+    /// Until the `run` event with status `cancelled`.
+    pub event: Duration,
+}
+
+/// Starts a run on a fresh session, waits until it is in the state, cancels it.
+pub async fn b3(server: &Server, what: CancelWhile) -> R<CancelTiming> {
+    let model = match what {
+        CancelWhile::Streaming => stream_model(1_000_000, 5),
+        CancelWhile::Tier1Sleep => status_model(503, 10),
+    };
+    let sid = server.create_session(&model).await?;
+    let mut events = server.events(&sid).await?;
+    let rid = server.post_message(&sid, "go").await?.run_id;
+    loop {
+        let (e, _) = events.next(EVENT_WAIT).await?;
+        match (what, e) {
+            (CancelWhile::Streaming, Event::Delta(d)) if d.run_id == rid => break,
+            (CancelWhile::Tier1Sleep, Event::Attempt(a)) if a.run_id == rid => {
+                if a.retry_in_ms < 9_000 {
+                    return Err(format!(
+                        "Tier 1 waits {} ms after Retry-After: 10",
+                        a.retry_in_ms
+                    ));
+                }
+                break;
+            }
+            (_, Event::Run(r)) if r.id == rid && !r.status.is_active() => {
+                return Err(format!("the run ended {:?} before the cancel", r.status));
+            }
+            _ => {}
+        }
+    }
+    let t0 = Instant::now();
+    let call = async {
+        let answer = server.cancel(&sid, &rid).await;
+        (answer, Instant::now())
+    };
+    let event = async {
+        loop {
+            let (e, at) = events.next(EVENT_WAIT).await?;
+            if let Event::Run(r) = e {
+                if r.id == rid && !r.status.is_active() {
+                    if r.status != RunStatus::Cancelled {
+                        return Err(format!("run event says {:?}, not cancelled", r.status));
+                    }
+                    return Ok(at);
+                }
+            }
+        }
+    };
+    let ((answer, answered_at), event_at) = tokio::join!(call, event);
+    let event_at: Instant = event_at?;
+    let (status, body) = answer?;
+    if status != 200 || body["status"] != "cancelled" {
+        return Err(format!("cancel answered {status} {body}"));
+    }
+    Ok(CancelTiming {
+        response: answered_at - t0,
+        event: event_at - t0,
+    })
+}
+
+// ---- B4 ----
+
+pub struct B4 {
+    /// Provider requests from the post to the end of the wait.
+    pub requests: u64,
+    pub retry_class: String,
+    /// `retry_after_until` − now, in seconds, when the run failed.
+    pub until_in_s: i64,
+}
+
+/// The provider answers 429 with `Retry-After: 3000` (50 minutes); counts its requests
+/// during `wait` after the post. The session's auto retry is set to `background`, so a
+/// server-side retry, if there is one, is in play too.
+pub async fn b4(server: &Server, fake: &Fake, wait: Duration) -> R<B4> {
+    let model = status_model(429, 3000);
+    let sid = server.create_session(&model).await?;
+    let _ = server
+        .patch_session(&sid, serde_json::json!({"auto_retry": "background"}))
+        .await?;
+    let mut events = server.events(&sid).await?;
+    let posted = Instant::now();
+    let rid = server.post_message(&sid, "go").await?.run_id;
+    let run = loop {
+        let (e, _) = events.next(EVENT_WAIT).await?;
+        if let Event::Run(r) = e {
+            if r.id == rid && !r.status.is_active() {
+                break r;
+            }
+        }
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    if run.status != RunStatus::Failed {
+        return Err(format!("the run ended {:?}, not failed", run.status));
+    }
+    let retry = run.retry.ok_or("the failed run has no classification")?;
+    let until = retry
+        .retry_after_until
+        .ok_or("the failed run has no retry_after_until")?;
+    if let Some(rest) = wait.checked_sub(posted.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    // The run as stored agrees with the event.
+    let stored = server.run(&rid).await?;
+    if stored.status != RunStatus::Failed {
+        return Err(format!("the stored run is {:?}", stored.status));
+    }
+    Ok(B4 {
+        requests: fake.requests(&model),
+        retry_class: retry.retry_class,
+        until_in_s: (until - now_ms) / 1000,
+    })
+}
+
+// ---- B5 ----
+
+pub struct Wasm {
+    pub name: String,
+    pub raw: u64,
+    pub gzip: u64,
+}
+
+/// Raw and `gzip -c` (level 6) sizes of the `.wasm` files in `dir`; `None` when not built.
+pub fn b5(dir: &std::path::Path) -> R<Option<Vec<Wasm>>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(None);
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("wasm") {
+            continue;
+        }
+        let raw = entry.metadata().map_err(|e| e.to_string())?.len();
+        let gz = std::process::Command::new("gzip")
+            .arg("-c")
+            .arg(&path)
+            .output()
+            .map_err(|e| format!("gzip: {e}"))?;
+        if !gz.status.success() {
+            return Err(format!("gzip {}: {}", path.display(), gz.status));
+        }
+        out.push(Wasm {
+            name: entry.file_name().to_string_lossy().into_owned(),
+            raw,
+            gzip: gz.stdout.len() as u64,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok((!out.is_empty()).then_some(out))
+}
