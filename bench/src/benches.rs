@@ -15,6 +15,10 @@ const EVENT_WAIT: Duration = Duration::from_secs(60);
 /// transit time from the fake provider's write to this client (µs).
 pub struct Trace {
     pub t0: Instant,
+    /// `t0` on [`clock_us`].
+    pub t0_us: u64,
+    /// When the provider sent the first delta, on [`clock_us`].
+    pub first_sent_us: Option<u64>,
     pub arrivals: Vec<Instant>,
     pub transits_us: Vec<u64>,
     pub reconnects: u32,
@@ -24,6 +28,8 @@ impl Trace {
     fn new(t0: Instant) -> Trace {
         Trace {
             t0,
+            t0_us: clock_us(),
+            first_sent_us: None,
             arrivals: Vec::new(),
             transits_us: Vec::new(),
             reconnects: 0,
@@ -36,6 +42,7 @@ impl Trace {
         let k = self.arrivals.len();
         match parse_delta(text) {
             Some((i, sent)) if i == k => {
+                self.first_sent_us.get_or_insert(sent);
                 self.arrivals.push(at);
                 self.transits_us.push(now.saturating_sub(sent));
                 Ok(())
@@ -57,6 +64,15 @@ impl Trace {
             .first()
             .map(|a| *a - self.t0)
             .unwrap_or_default()
+    }
+
+    /// From `t0` until the provider sent the first delta (asking it, and its answer).
+    pub fn until_provider_sent(&self) -> Duration {
+        Duration::from_micros(
+            self.first_sent_us
+                .unwrap_or(self.t0_us)
+                .saturating_sub(self.t0_us),
+        )
     }
 
     pub fn last_at(&self) -> Instant {
@@ -123,6 +139,8 @@ pub async fn b1(server: &Server, fake: &Fake, n: usize) -> R<B1> {
 
 pub struct B2Side {
     pub wall: Duration,
+    /// When the last stream to start got its first delta, from the common start.
+    pub last_first: Duration,
     pub transits_us: Vec<u64>,
     pub deltas: usize,
     pub reconnects: u32,
@@ -130,8 +148,15 @@ pub struct B2Side {
 
 fn side(start: Instant, traces: Vec<Trace>) -> B2Side {
     let end = traces.iter().map(Trace::last_at).max().unwrap_or(start);
+    let last_first = traces
+        .iter()
+        .filter_map(|t| t.arrivals.first())
+        .max()
+        .map(|a| *a - start)
+        .unwrap_or_default();
     B2Side {
         wall: end - start,
+        last_first,
         deltas: traces.iter().map(|t| t.arrivals.len()).sum(),
         reconnects: traces.iter().map(|t| t.reconnects).sum(),
         transits_us: traces.into_iter().flat_map(|t| t.transits_us).collect(),
@@ -229,6 +254,10 @@ pub struct B2Relay {
     pub cpu: Duration,
     /// The server's peak RSS since it started.
     pub peak_rss_kb: u64,
+    /// This process's CPU time (client and fake provider) during the timed part.
+    pub client_cpu: Duration,
+    /// How busy the whole machine was during the timed part (0..1, all cores).
+    pub machine_busy: f64,
 }
 
 /// `sessions` sessions, each subscribed first (untimed), then all posted at once.
@@ -250,6 +279,8 @@ pub async fn b2_relay(
         .await;
     let subscribed = subscribed.into_iter().collect::<R<Vec<_>>>()?;
     let before: Usage = server.usage();
+    let client_before = crate::client::usage(std::process::id());
+    let machine_before = crate::client::machine_jiffies();
     let start = Instant::now();
     let tasks = subscribed
         .into_iter()
@@ -260,10 +291,16 @@ pub async fn b2_relay(
         .collect();
     let traces = all(tasks).await?;
     let after = server.usage();
+    let client_after = crate::client::usage(std::process::id());
+    let machine_after = crate::client::machine_jiffies();
+    let busy = machine_after.0.saturating_sub(machine_before.0) as f64;
+    let total = machine_after.1.saturating_sub(machine_before.1).max(1) as f64;
     Ok(B2Relay {
         side: side(start, traces),
         cpu: after.cpu.saturating_sub(before.cpu),
         peak_rss_kb: after.peak_rss_kb,
+        client_cpu: client_after.cpu.saturating_sub(client_before.cpu),
+        machine_busy: busy / total,
     })
 }
 

@@ -20,6 +20,14 @@ pub const CHILD_ENV: &str = "MULLIGAN_BENCH_CHILD";
 pub fn serve_child() -> std::process::ExitCode {
     let data_dir = std::env::var("MULLIGAN_DATA_DIR").unwrap_or_else(|_| "./data".into());
     let config = server::config::Config::for_data_dir(data_dir);
+    // Quiet unless asked: `RUST_LOG=sqlx=debug,server=debug mulligan-bench …` shows the
+    // server's timeline (every statement with its time) on stderr, for profiling.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let rt = tokio::runtime::Runtime::new().expect("the tokio runtime starts");
     rt.block_on(async move {
         let running = match server::start(config, false).await {
@@ -78,6 +86,22 @@ pub fn usage(pid: u32) -> Usage {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
     Usage { cpu, peak_rss_kb }
+}
+
+/// Busy and total jiffies of the whole machine (`/proc/stat`), for how loaded it was.
+pub fn machine_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
 }
 
 impl Server {

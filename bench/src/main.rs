@@ -278,6 +278,8 @@ async fn b1(opts: &Opts, fake: &Fake, t: &mut Table) -> R<()> {
     let d_first = col(&|r| ms(r.direct.first()));
     let m_first = col(&|r| ms(r.relay.first()));
     let added_first = col(&|r| ms(r.relay.first()) - ms(r.direct.first()));
+    let d_sent = col(&|r| ms(r.direct.until_provider_sent()));
+    let m_sent = col(&|r| ms(r.relay.until_provider_sent()));
     let d_total = col(&|r| ms(r.direct.total()));
     let m_total = col(&|r| ms(r.relay.total()));
     let ratio = col(&|r| r.relay.total().as_secs_f64() / r.direct.total().as_secs_f64());
@@ -291,6 +293,19 @@ async fn b1(opts: &Opts, fake: &Fake, t: &mut Table) -> R<()> {
         format!("+{added_first:.2} ms"),
         "≤ direct + 3 ms",
         Some(added_first <= 3.0),
+    );
+    t.row(
+        "B1 relay",
+        "first delta: until the provider sends it · then to the client",
+        format!("{d_sent:.2} ms · {:.2} ms", d_first - d_sent),
+        format!("{m_sent:.2} ms · {:.2} ms", m_first - m_sent),
+        format!(
+            "+{:.2} ms · +{:.2} ms",
+            m_sent - d_sent,
+            (m_first - m_sent) - (d_first - d_sent)
+        ),
+        "(breakdown)",
+        None,
     );
     t.row(
         "B1 relay",
@@ -352,6 +367,8 @@ async fn b2(opts: &Opts, fake: &Fake, sessions: usize, t: &mut Table) -> R<()> {
     let m_p99 = col(&|(_, r)| p99(&r.side.transits_us));
     let added = col(&|(d, r)| p99(&r.side.transits_us) - p99(&d.transits_us));
     let cpu = col(&|(_, r)| r.cpu.as_secs_f64());
+    let client_cpu = col(&|(_, r)| r.client_cpu.as_secs_f64());
+    let busy = col(&|(_, r)| r.machine_busy * 100.0);
     let rss = rounds.iter().map(|(_, r)| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0;
     let deltas: usize = rounds.iter().map(|(_, r)| r.side.deltas).sum();
     let resumes: u32 = rounds.iter().map(|(_, r)| r.side.reconnects).sum();
@@ -368,6 +385,17 @@ async fn b2(opts: &Opts, fake: &Fake, sessions: usize, t: &mut Table) -> R<()> {
         "≤ 1.05× direct",
         Some(ratio <= 1.05),
     );
+    let d_lf = col(&|(d, _)| ms(d.last_first));
+    let m_lf = col(&|(_, r)| ms(r.side.last_first));
+    t.row(
+        &bench,
+        "first delta of the last stream to start",
+        format!("{d_lf:.0} ms"),
+        format!("{m_lf:.0} ms"),
+        format!("+{:.0} ms", m_lf - d_lf),
+        "(breakdown)",
+        None,
+    );
     t.row(
         &bench,
         "p99 transit per delta (provider write → client)",
@@ -379,10 +407,10 @@ async fn b2(opts: &Opts, fake: &Fake, sessions: usize, t: &mut Table) -> R<()> {
     );
     t.row(
         &bench,
-        "server peak RSS · CPU time while streaming",
+        "server peak RSS · server CPU while streaming",
         "".into(),
         format!("{rss:.0} MiB · {cpu:.2} s"),
-        "".into(),
+        format!("client+fake CPU {client_cpu:.2} s; machine {busy:.0}% busy"),
         "printed",
         None,
     );

@@ -28,12 +28,17 @@ enum End {
 
 pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Active) {
     let mut tokens = 0u64;
+    let mut saving = None;
     let end = tokio::select! {
         biased;
         _ = active.cancel.cancelled() => End::Cancelled,
         _ = engine.inner.stopping.cancelled() => End::Stopping,
-        end = stream_reply(&engine, &run, &reply, &active, &mut tokens) => end,
+        end = stream_reply(&engine, &run, &reply, &active, &mut tokens, &mut saving) => end,
     };
+    // A periodic save still in flight lands before the final text does.
+    if let Some(save) = saving.take() {
+        let _ = save.await;
+    }
     // A cancel wins over whatever the provider reported meanwhile.
     let end = if active.cancel.is_cancelled() {
         End::Cancelled
@@ -104,6 +109,7 @@ async fn stream_reply(
     reply: &Message,
     active: &Active,
     tokens: &mut u64,
+    saving: &mut Option<tokio::task::JoinHandle<()>>,
 ) -> End {
     let store = engine.store();
     let (request, spent) = match request_for(engine, run).await {
@@ -164,14 +170,22 @@ async fn stream_reply(
             Some(Ok(StreamItem::Done)) | None => return End::Completed,
             Some(Err(e)) => return End::Failed(e),
         }
-        if unsaved && last_save.elapsed() >= save_every {
+        // The save runs beside the relay (one at a time per run): a busy database delays
+        // the stored copy, never the deltas.
+        if unsaved
+            && last_save.elapsed() >= save_every
+            && saving.as_ref().is_none_or(|s| s.is_finished())
+        {
             let (text, seq) = {
                 let live = active.live.lock().expect("live");
                 (live.text.clone(), live.seq)
             };
-            if let Err(e) = store.save_reply_text(&reply.id, &text, seq).await {
-                tracing::warn!(run = %run.id, error = %e, "could not save streamed text");
-            }
+            let (store, reply_id, run_id) = (store.clone(), reply.id.clone(), run.id.clone());
+            *saving = Some(tokio::spawn(async move {
+                if let Err(e) = store.save_reply_text(&reply_id, &text, seq).await {
+                    tracing::warn!(run = %run_id, error = %e, "could not save streamed text");
+                }
+            }));
             last_save = Instant::now();
             unsaved = false;
         }

@@ -57,17 +57,13 @@ pub async fn events(
     }
     // `retry:` tells EventSource to reconnect quickly after a drop.
     first.insert(0, Frame::from_static(b"retry: 1000\n\n"));
-    let live = futures::stream::unfold((sub.live, last, hub), |(mut rx, last, hub)| async move {
+    let live = futures::stream::unfold((sub.live, last), |(mut rx, last)| async move {
         loop {
-            let next = tokio::select! {
-                _ = hub.closed() => return None,
-                next = tokio::time::timeout(KEEP_ALIVE, rx.recv()) => next,
-            };
-            match next {
-                Err(_) => return Some((Frame::from_static(b": keep-alive\n\n"), (rx, last, hub))),
+            match tokio::time::timeout(KEEP_ALIVE, rx.recv()).await {
+                Err(_) => return Some((Frame::from_static(b": keep-alive\n\n"), (rx, last))),
                 Ok(Ok(e)) if e.logged.id > last => {
                     let id = e.logged.id;
-                    return Some((e.frame.clone(), (rx, id, hub)));
+                    return Some((e.frame.clone(), (rx, id)));
                 }
                 Ok(Ok(_)) => continue,
                 // Too slow to keep up: end the stream; EventSource resumes from its last id.
@@ -75,6 +71,9 @@ pub async fn events(
             }
         }
     });
+    // Ends when the server stops. One wait per stream, not one per frame: every stream
+    // shares the hub's token, so a per-frame wait took its lock twice for every frame.
+    let live = live.take_until(async move { hub.closed().await });
     let body = futures::stream::iter(first)
         .chain(live)
         .map(Ok::<_, Infallible>);
