@@ -484,14 +484,17 @@ async fn b4(opts: &Opts, server: &Server, fake: &Fake, t: &mut Table) -> R<()> {
 }
 
 fn b5(opts: &Opts, t: &mut Table) -> R<()> {
-    let dir = opts
-        .site_pkg
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/site/pkg"));
+    let (dir, label) = match &opts.site_pkg {
+        Some(d) => (d.clone(), d.display().to_string()),
+        None => (
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/site/pkg"),
+            "target/site/pkg".to_string(),
+        ),
+    };
     match benches::b5(&dir)? {
         None => t.row(
             "B5 wasm",
-            &format!("{} (`cargo leptos build --release`)", dir.display()),
+            &format!("{label}/*.wasm (`cargo leptos build --release`)"),
             "".into(),
             "not built".into(),
             "".into(),
