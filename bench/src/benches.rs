@@ -321,11 +321,13 @@ pub struct CancelTiming {
     pub event: Duration,
 }
 
-/// Starts a run on a fresh session, waits until it is in the state, cancels it.
-pub async fn b3(server: &Server, what: CancelWhile) -> R<CancelTiming> {
+/// Starts a run on a fresh session, waits until it is in the state, cancels it. `tag` makes
+/// the model new each time, so each 503 is the provider's own answer, not a provider-wide
+/// cooldown that an earlier one started.
+pub async fn b3(server: &Server, what: CancelWhile, tag: usize) -> R<CancelTiming> {
     let model = match what {
         CancelWhile::Streaming => stream_model(1_000_000, 5),
-        CancelWhile::Tier1Sleep => status_model(503, 10),
+        CancelWhile::Tier1Sleep => format!("{}-{tag}", status_model(503, 10)),
     };
     let sid = server.create_session(&model).await?;
     let mut events = server.events(&sid).await?;

@@ -8,6 +8,8 @@
 //!   process can check order and loss and measure each delta's transit time.
 //! - `status-CODE-SECS`: answers CODE with `Retry-After: SECS` and an OpenAI error body.
 //!
+//! Anything after a third `-` is a tag that only makes the model (a cooldown's key) new.
+//!
 //! Every request is counted per model ([`Fake::requests`]).
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -185,6 +187,10 @@ mod tests {
         assert!(matches!(
             answer_for(&status_model(429, 3000)),
             Some(Answer::Status { secs: 3000, .. })
+        ));
+        assert!(matches!(
+            answer_for("status-503-10-7"),
+            Some(Answer::Status { secs: 10, .. })
         ));
         assert!(answer_for("gpt-4o").is_none());
         assert_eq!(parse_delta("12@3456 "), Some((12, 3456)));

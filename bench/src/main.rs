@@ -429,8 +429,8 @@ async fn b2(opts: &Opts, fake: &Fake, sessions: usize, t: &mut Table) -> R<()> {
 async fn b3(opts: &Opts, server: &Server, what: CancelWhile, t: &mut Table) -> R<()> {
     let mut response = Vec::new();
     let mut event = Vec::new();
-    for _ in 0..opts.cancels.max(1) {
-        let c = benches::b3(server, what).await?;
+    for i in 0..opts.cancels.max(1) {
+        let c = benches::b3(server, what, i).await?;
         response.push(c.response);
         event.push(c.event);
     }
