@@ -143,8 +143,7 @@ impl Retrier {
                 })
                 .ok();
                 leptos::task::spawn_local(async move {
-                    let res =
-                        fetch_json_with::<Receipt>("POST", &url, body, abort.as_ref()).await;
+                    let res = fetch_json_with::<Receipt>("POST", &url, body, abort.as_ref()).await;
                     let answer = match res {
                         Ok(r) => Answer::Receipt { run_id: r.run_id },
                         Err(e) if e.status >= 400 => {

@@ -1,9 +1,7 @@
 //! The session list: every session with its state, and the form that creates one.
 use super::use_sessions;
 use crate::client::{api, fetch_json, ClientError};
-use crate::wire::{
-    CreateSession, RunStatus, Session, SessionList as List, SessionStatus,
-};
+use crate::wire::{CreateSession, RunStatus, Session, SessionList as List, SessionStatus};
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_navigate};
 

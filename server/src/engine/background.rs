@@ -72,19 +72,8 @@ impl Engine {
 
     /// Starts the loop that fires due waiting retries until the server stops.
     pub fn fire_background_retries(&self) {
-        let engine = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(TICK);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = engine.inner.stopping.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                if let Err(e) = engine.fire_due().await {
-                    tracing::warn!(error = %e, "could not fire background retries; trying again");
-                }
-            }
+        self.every(TICK, "could not fire background retries", |e| {
+            Box::pin(async move { e.fire_due().await })
         });
     }
 

@@ -21,19 +21,8 @@ impl Engine {
             return Ok(());
         }
         store.heartbeat(self.instance()).await?;
-        let engine = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(HEARTBEAT);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = engine.inner.stopping.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                if let Err(e) = engine.lease_tick().await {
-                    tracing::warn!(error = %e, "lease keeping failed; trying again");
-                }
-            }
+        self.every(HEARTBEAT, "lease keeping failed", |e| {
+            Box::pin(async move { e.lease_tick().await })
         });
         let engine = self.clone();
         let pool = store.pg_pool().expect("shared store").clone();

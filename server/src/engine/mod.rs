@@ -100,6 +100,30 @@ impl Engine {
         &self.inner.hub
     }
 
+    /// Runs `tick` every `period` until the server stops; a failed tick is logged
+    /// (`failed` says what did not happen) and the next one tries again.
+    fn every(
+        &self,
+        period: Duration,
+        failed: &'static str,
+        tick: impl Fn(Engine) -> futures::future::BoxFuture<'static, Result<()>> + Send + 'static,
+    ) {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut timer = tokio::time::interval(period);
+            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = engine.inner.stopping.cancelled() => return,
+                    _ = timer.tick() => {}
+                }
+                if let Err(e) = tick(engine.clone()).await {
+                    tracing::warn!(error = %e, "{failed}; trying again");
+                }
+            }
+        });
+    }
+
     /// This instance's id.
     pub fn instance(&self) -> &str {
         &self.inner.instance
