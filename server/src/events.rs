@@ -17,6 +17,9 @@ use tokio::sync::{broadcast, mpsc};
 const RECENT: usize = 4096;
 /// How often the writer flushes the batch of new events to the store.
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// A session's channel with no subscriber and no event for this long is dropped from memory
+/// (a later resume reads the store instead).
+const IDLE: Duration = Duration::from_secs(60);
 
 /// One published event: the logged fields plus its SSE frame, rendered once.
 #[derive(Debug)]
@@ -39,6 +42,8 @@ struct Channel {
     recent: VecDeque<Arc<Published>>,
     /// Events of this session with ids below this are not in `recent`: read them from the store.
     floor: i64,
+    /// When the last event was delivered (or the channel made).
+    active_at: std::time::Instant,
 }
 
 struct Inner {
@@ -99,6 +104,7 @@ impl EventHub {
             mode,
             closing: Default::default(),
         };
+        tokio::spawn(sweep(Arc::downgrade(&hub.inner)));
         let task = match mode {
             Mode::Local => tokio::spawn(write_batches(store, rx)),
             Mode::Shared => {
@@ -248,8 +254,18 @@ fn deliver(inner: &mut Inner, logged: LoggedEvent) -> Arc<Published> {
         }
     }
     chan.recent.push_back(published.clone());
+    chan.active_at = std::time::Instant::now();
     let _ = chan.tx.send(published.clone());
     published
+}
+
+/// Drops the channels nobody listens to that have been idle for `idle`; answers how many.
+fn evict_idle(inner: &mut Inner, idle: Duration) -> usize {
+    let before = inner.channels.len();
+    inner
+        .channels
+        .retain(|_, c| c.tx.receiver_count() > 0 || c.active_at.elapsed() < idle);
+    before - inner.channels.len()
 }
 
 /// What the follower's mirror of streaming replies takes from an event.
@@ -282,7 +298,22 @@ fn channel<'a>(inner: &'a mut Inner, session_id: &str, floor: i64) -> &'a mut Ch
             tx: broadcast::channel(1024).0,
             recent: VecDeque::new(),
             floor,
+            active_at: std::time::Instant::now(),
         })
+}
+
+/// Every `IDLE`, drops idle channels nobody subscribes to, until the hub is gone.
+async fn sweep(inner: std::sync::Weak<Mutex<Inner>>) {
+    let mut timer = tokio::time::interval(IDLE);
+    timer.tick().await;
+    loop {
+        timer.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let dropped = evict_idle(&mut inner.lock().expect("event hub lock"), IDLE);
+        if dropped > 0 {
+            tracing::debug!(dropped, "idle session channels dropped from memory");
+        }
+    }
 }
 
 enum Write {
@@ -401,5 +432,50 @@ async fn follow(hub: EventHub, mut last: i64) {
             }
             None => tokio::time::sleep(wait).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: i64, session: &str) -> LoggedEvent {
+        LoggedEvent {
+            id,
+            session_id: session.into(),
+            name: "delta",
+            data: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn idle_channels_without_subscribers_leave_memory_and_resume_reads_the_store() {
+        let mut inner = Inner {
+            next_id: 1,
+            channels: HashMap::new(),
+            mirror: HashMap::new(),
+        };
+        deliver(&mut inner, event(1, "quiet"));
+        deliver(&mut inner, event(2, "watched"));
+        let _subscriber = channel(&mut inner, "watched", 3).tx.subscribe();
+        inner.next_id = 3;
+
+        // Nothing is idle yet for a minute: everything stays.
+        assert_eq!(evict_idle(&mut inner, IDLE), 0);
+        // Idle: only the channel nobody listens to goes.
+        assert_eq!(evict_idle(&mut inner, Duration::ZERO), 1);
+        assert!(inner.channels.contains_key("watched"));
+        assert!(!inner.channels.contains_key("quiet"));
+
+        // A resume of "quiet" from before its event finds it below the new channel's floor,
+        // so it is read from the store.
+        let next = inner.next_id;
+        let chan = channel(&mut inner, "quiet", next);
+        assert!(chan.recent.is_empty());
+        let resume_after = 0;
+        assert!(
+            resume_after + 1 < chan.floor,
+            "event 1 is below the floor: served from the store"
+        );
     }
 }

@@ -39,7 +39,7 @@ impl Engine {
     /// in order), then queues this one behind them.
     pub async fn post_message(&self, session_id: &str, content: &str) -> Result<Receipt> {
         let content = validate_content(content)?;
-        self.store().session(session_id).await?;
+        self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
         for run in self.store().release_held(session_id).await? {
             self.publish(session_id, Event::Run(run));
@@ -119,7 +119,7 @@ impl Engine {
     /// A background retry waiting in the session is taken over: this one goes now, and the
     /// waiting one ends (counted as superseded).
     pub async fn retry(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
-        self.store().session(session_id).await?;
+        self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
         let receipt = self.retry_locked(session_id, from, true).await?;
         if self.store().clear_waiting_retry(session_id).await? {

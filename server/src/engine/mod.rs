@@ -155,7 +155,7 @@ impl Engine {
 
     /// Lets the prompts held behind a failed turn go on.
     pub async fn release(&self, session_id: &str) -> Result<Vec<String>> {
-        self.inner.store.session(session_id).await?;
+        self.inner.store.session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
         let released = self.inner.store.release_held(session_id).await?;
         let ids = released.iter().map(|r| r.id.clone()).collect();
@@ -215,7 +215,7 @@ impl Engine {
     /// (then, with nothing running, it answers the failed run that retry was for).
     /// `conflict` when there is none of these.
     pub async fn stop(&self, session_id: &str) -> Result<Run> {
-        self.inner.store.session(session_id).await?;
+        self.inner.store.session_exists(session_id).await?;
         let waited = match self.cancel_waiting_retry(session_id).await {
             Ok(_) => true,
             Err(e) if matches!(e.kind, Kind::Conflict) => false,
@@ -269,13 +269,13 @@ impl Engine {
     ) -> futures::future::BoxFuture<'a, Result<Option<String>>> {
         Box::pin(async move {
             let store = &self.inner.store;
-            if self.inner.stopping.is_cancelled() || store.has_running_run(session_id).await? {
+            if self.inner.stopping.is_cancelled() {
                 return Ok(None);
             }
-            let Some(next) = store.next_queued_run(session_id).await? else {
+            let Some(next) = store.next_to_start(session_id).await? else {
                 return Ok(None);
             };
-            let (run, reply) = store.start_run(&next.id, &self.inner.instance).await?;
+            let (run, reply) = store.start_run(&next, &self.inner.instance).await?;
             self.publish(session_id, Event::Run(run.clone()));
             self.publish(session_id, Event::Message(reply.clone()));
             let active = Active {

@@ -131,7 +131,7 @@ async fn stream_reply(
             };
         }
     }
-    let opened = match open(engine, run, request).await {
+    let opened = match open(engine, run, request, saving).await {
         Ok(o) => o,
         Err(e) => return End::Failed(e),
     };
@@ -193,11 +193,13 @@ async fn stream_reply(
 }
 
 /// Opens the provider stream through Tier 1; after a context overflow, compacts the
-/// conversation once and tries again (a second overflow fails the run).
+/// conversation once and tries again (a second overflow fails the run). Recording an
+/// attempt's start runs beside the call (in `pending`, the run's one background write).
 async fn open(
     engine: &Engine,
     run: &Run,
     mut request: ChatRequest,
+    pending: &mut Option<tokio::task::JoinHandle<()>>,
 ) -> Result<tier1::Opened, ProviderError> {
     let cfg = &engine.inner.cfg;
     let provider = &*engine.inner.provider;
@@ -205,6 +207,7 @@ async fn open(
         engine,
         run,
         offset: 0,
+        pending,
     };
     let mut compacted = false;
     loop {
@@ -255,19 +258,33 @@ struct RunAttempts<'a> {
     run: &'a Run,
     /// Attempts made before this Tier 1 round (a compaction starts a new round).
     offset: u32,
+    /// The attempt's start being recorded: the provider is not kept waiting for it.
+    pending: &'a mut Option<tokio::task::JoinHandle<()>>,
+}
+
+impl RunAttempts<'_> {
+    /// Waits for the run's background write (so an attempt's end lands after its start).
+    async fn settle(&mut self) {
+        if let Some(write) = self.pending.take() {
+            let _ = write.await;
+        }
+    }
 }
 
 impl tier1::Observer for RunAttempts<'_> {
     fn started(&mut self, n: u32) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Err(e) = self
-                .engine
-                .store()
-                .attempt_started(&self.run.id, self.offset + n)
-                .await
-            {
-                tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
-            }
+            self.settle().await;
+            let (store, run_id, n) = (
+                self.engine.store().clone(),
+                self.run.id.clone(),
+                self.offset + n,
+            );
+            *self.pending = Some(tokio::spawn(async move {
+                if let Err(e) = store.attempt_started(&run_id, n).await {
+                    tracing::warn!(run = %run_id, error = %e, "could not record an attempt");
+                }
+            }));
         })
     }
 
@@ -278,12 +295,13 @@ impl tier1::Observer for RunAttempts<'_> {
         retry_in: Option<Duration>,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
+            self.settle().await;
             let retry_in_ms = retry_in.map(|d| d.as_millis() as i64);
             let reason = err.to_string();
             if let Err(e) = self
                 .engine
                 .store()
-                .attempt_failed(&self.run.id, n, &reason, retry_in_ms)
+                .attempt_failed(&self.run.id, self.offset + n, &reason, retry_in_ms)
                 .await
             {
                 tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
@@ -292,7 +310,7 @@ impl tier1::Observer for RunAttempts<'_> {
                 tracing::info!(run = %self.run.id, attempt = n, retry_in_ms = ms, error = %err, "provider call failed; Tier 1 retries");
                 let event = AttemptEvent {
                     run_id: self.run.id.clone(),
-                    n: n + 1,
+                    n: self.offset + n + 1,
                     retry_in_ms: ms,
                     reason,
                 };
@@ -306,8 +324,7 @@ impl tier1::Observer for RunAttempts<'_> {
 /// The provider request of a run: its session's model and the history up to its anchor.
 async fn request_for(engine: &Engine, run: &Run) -> crate::error::Result<(ChatRequest, u64)> {
     let store = engine.store();
-    let record = store.session(&run.session_id).await?;
-    let session = record.session;
+    let (model, spent) = store.model_and_spend(&run.session_id).await?;
     let messages = store
         .history(&run.anchor_message_id)
         .await?
@@ -321,11 +338,5 @@ async fn request_for(engine: &Engine, run: &Run) -> crate::error::Result<(ChatRe
             content,
         })
         .collect();
-    Ok((
-        ChatRequest {
-            model: session.model,
-            messages,
-        },
-        record.tokens_used.max(0) as u64,
-    ))
+    Ok((ChatRequest { model, messages }, spent.max(0) as u64))
 }

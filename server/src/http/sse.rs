@@ -10,9 +10,11 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use std::convert::Infallible;
 use std::time::Duration;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// A write carries every frame already waiting, up to about this many bytes.
+const BATCH_BYTES: usize = 64 * 1024;
 
 #[derive(serde::Deserialize)]
 pub struct ResumeQuery {
@@ -37,7 +39,7 @@ pub async fn events(
                 .map_err(|_| Error::invalid(format!("Last-Event-ID {s:?} is not an event id")))?,
         ),
     };
-    state.engine.store().session(&sid).await?;
+    state.engine.store().session_exists(&sid).await?;
     let hub = state.engine.hub().clone();
     let sub = hub.subscribe(&sid, after);
     let mut first: Vec<Frame> = Vec::new();
@@ -57,20 +59,7 @@ pub async fn events(
     }
     // `retry:` tells EventSource to reconnect quickly after a drop.
     first.insert(0, Frame::from_static(b"retry: 1000\n\n"));
-    let live = futures::stream::unfold((sub.live, last), |(mut rx, last)| async move {
-        loop {
-            match tokio::time::timeout(KEEP_ALIVE, rx.recv()).await {
-                Err(_) => return Some((Frame::from_static(b": keep-alive\n\n"), (rx, last))),
-                Ok(Ok(e)) if e.logged.id > last => {
-                    let id = e.logged.id;
-                    return Some((e.frame.clone(), (rx, id)));
-                }
-                Ok(Ok(_)) => continue,
-                // Too slow to keep up: end the stream; EventSource resumes from its last id.
-                Ok(Err(RecvError::Lagged(_))) | Ok(Err(RecvError::Closed)) => return None,
-            }
-        }
-    });
+    let live = futures::stream::unfold(Live::new(sub.live, last), Live::next);
     // Ends when the server stops. One wait per stream, not one per frame: every stream
     // shares the hub's token, so a per-frame wait took its lock twice for every frame.
     let live = live.take_until(async move { hub.closed().await });
@@ -86,4 +75,75 @@ pub async fn events(
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(resp)
+}
+
+/// A subscriber's live feed: frames after `last`, those already waiting joined into one write,
+/// and a keep-alive comment every 15 s (one timer per stream, not one per frame).
+struct Live {
+    rx: broadcast::Receiver<std::sync::Arc<crate::events::Published>>,
+    last: i64,
+    keep_alive: tokio::time::Interval,
+    /// Fell behind the ring: end after this write; EventSource resumes from its last id.
+    lagged: bool,
+}
+
+impl Live {
+    fn new(rx: broadcast::Receiver<std::sync::Arc<crate::events::Published>>, last: i64) -> Live {
+        let mut keep_alive =
+            tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+        keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Live {
+            rx,
+            last,
+            keep_alive,
+            lagged: false,
+        }
+    }
+
+    async fn next(mut self) -> Option<(Frame, Live)> {
+        if self.lagged {
+            return None;
+        }
+        let first = loop {
+            tokio::select! {
+                biased;
+                got = self.rx.recv() => match got {
+                    Ok(e) if e.logged.id > self.last => {
+                        self.last = e.logged.id;
+                        break e.frame.clone();
+                    }
+                    Ok(_) => continue,
+                    // Too slow to keep up: end the stream; EventSource resumes from its last id.
+                    Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return None,
+                },
+                _ = self.keep_alive.tick() => {
+                    return Some((Frame::from_static(b": keep-alive\n\n"), self));
+                }
+            }
+        };
+        let mut joined: Option<Vec<u8>> = None;
+        loop {
+            match self.rx.try_recv() {
+                Ok(e) if e.logged.id > self.last => {
+                    self.last = e.logged.id;
+                    let buf = joined.get_or_insert_with(|| {
+                        let mut v = Vec::with_capacity(first.len() * 8);
+                        v.extend_from_slice(&first);
+                        v
+                    });
+                    buf.extend_from_slice(&e.frame);
+                    if buf.len() >= BATCH_BYTES {
+                        break;
+                    }
+                }
+                Ok(_) => continue,
+                Err(TryRecvError::Lagged(_)) => {
+                    self.lagged = true;
+                    break;
+                }
+                Err(TryRecvError::Empty) | Err(TryRecvError::Closed) => break,
+            }
+        }
+        Some((joined.map_or(first, Frame::from), self))
+    }
 }

@@ -76,29 +76,62 @@ enum ChunkItems {
     Items(Vec<StreamItem>),
 }
 
+/// The fields of a Chat Completions chunk Mulligan reads, borrowed from the payload where
+/// it can be (one typed parse per chunk, no intermediate JSON tree).
+#[derive(serde::Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct Choice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<ChoiceDelta<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChoiceDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Usage {
+    #[serde(default)]
+    total_tokens: Option<u64>,
+}
+
 /// Parses one `data:` payload of a Chat Completions stream.
 fn chunk_items(data: &str) -> Result<ChunkItems, ProviderError> {
     let data = data.trim();
     if data == "[DONE]" {
         return Ok(ChunkItems::Done);
     }
-    let v: serde_json::Value =
-        serde_json::from_str(data).map_err(|e| ProviderError::StreamCut {
-            message: format!("unreadable chunk: {e}"),
-        })?;
-    if v.get("error").is_some() {
+    let chunk: Chunk = serde_json::from_str(data).map_err(|e| ProviderError::StreamCut {
+        message: format!("unreadable chunk: {e}"),
+    })?;
+    if chunk.error.is_some() {
         return Err(super::sse::stream_error(data));
     }
     let mut items = Vec::new();
-    if let Some(text) = v
-        .pointer("/choices/0/delta/content")
-        .and_then(|c| c.as_str())
+    if let Some(text) = chunk
+        .choices
+        .into_iter()
+        .flatten()
+        .next()
+        .and_then(|c| c.delta)
+        .and_then(|d| d.content)
     {
         if !text.is_empty() {
-            items.push(StreamItem::Delta(text.to_string()));
+            items.push(StreamItem::Delta(text.into_owned()));
         }
     }
-    if let Some(total) = v.pointer("/usage/total_tokens").and_then(|t| t.as_u64()) {
+    if let Some(total) = chunk.usage.and_then(|u| u.total_tokens) {
         items.push(StreamItem::Usage {
             total_tokens: total,
         });
@@ -125,6 +158,18 @@ mod tests {
         };
         assert_eq!(items, vec![StreamItem::Usage { total_tokens: 12 }]);
         assert!(matches!(chunk_items(" [DONE] "), Ok(ChunkItems::Done)));
+        // Escapes are decoded; fields Mulligan does not read are skipped.
+        let ChunkItems::Items(items) = chunk_items(
+            r#"{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":"a\"b\n"},"finish_reason":null}],"usage":null}"#,
+        )
+        .unwrap() else {
+            panic!("expected items")
+        };
+        assert_eq!(items, vec![StreamItem::Delta("a\"b\n".into())]);
+        assert!(matches!(
+            chunk_items("{not json"),
+            Err(ProviderError::StreamCut { .. })
+        ));
     }
 
     #[test]

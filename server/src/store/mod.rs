@@ -94,6 +94,10 @@ const SESSION_COLUMNS: &str = "s.*,
             AND a.status IN ('queued','running') AND a.held_by IS NULL) AS busy,
     (SELECT r.id FROM runs r WHERE r.session_id = s.id ORDER BY r.seq DESC LIMIT 1) AS last_run_id";
 
+/// What an INSERT into messages returns: the row as a snapshot reads it (a new message
+/// is never superseded).
+const NEW_MESSAGE: &str = "*, FALSE AS superseded";
+
 const MESSAGE_COLUMNS: &str = "m.*,
     EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id) AS superseded";
 
@@ -188,6 +192,29 @@ impl Store {
         .await?
         .ok_or_else(|| Error::not_found("session", id))?;
         self.session_from_row(&row).await
+            })
+    }
+
+    /// `not_found` unless the session exists (one indexed lookup, no summary).
+    pub async fn session_exists(&self, id: &str) -> Result<()> {
+        with_pool!(self, pool => {
+        sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .map(|_| ())
+            .ok_or_else(|| Error::not_found("session", id))
+            })
+    }
+
+    /// What a run's provider request needs of its session: the model and the tokens spent.
+    pub async fn model_and_spend(&self, id: &str) -> Result<(String, i64)> {
+        with_pool!(self, pool => {
+        sqlx::query_as("SELECT model, tokens_used FROM sessions WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .ok_or_else(|| Error::not_found("session", id))
             })
     }
 
@@ -453,33 +480,35 @@ impl Store {
         with_pool!(self, pool => {
         let mut tx = pool.begin().await?;
         let now = now_ms();
-        let anchor_id = match &d.new_message {
+        let message = match &d.new_message {
             Some(content) => {
-                let id = new_id("m");
-                sqlx::query(
+                let row = sqlx::query(&format!(
                     "INSERT INTO messages (id, session_id, seq, role, content, created_at, provenance)
-                     VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $3),
-                             'operator', $4, $5, $6)",
-                )
-                .bind(&id)
-                .bind(d.session_id)
+                     VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
+                             'operator', $3, $4, $5)
+                     RETURNING {NEW_MESSAGE}"
+                ))
+                .bind(new_id("m"))
                 .bind(d.session_id)
                 .bind(content)
                 .bind(now)
                 .bind(rows::provenance_json(&d.message_provenance))
-                .execute(&mut *tx)
+                .fetch_one(&mut *tx)
                 .await?;
-                id
+                Some(rows::message(&row))
             }
-            None => d
-                .anchor_id
-                .ok_or_else(|| Error::internal("a dispatch needs an anchor"))?
-                .to_string(),
+            None => None,
+        };
+        let anchor_id = match (&message, d.anchor_id) {
+            (Some(m), _) => m.id.clone(),
+            (None, Some(id)) => id.to_string(),
+            (None, None) => return Err(Error::internal("a dispatch needs an anchor")),
         };
         let run_id = new_id("r");
-        sqlx::query(
+        let row = sqlx::query(
             "INSERT INTO runs (id, session_id, seq, anchor_message_id, status, kind, attempt, provenance, created_at)
-             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE session_id = $2), $3, 'queued', $4, $5, $6, $7)",
+             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE session_id = $2), $3, 'queued', $4, $5, $6, $7)
+             RETURNING *",
         )
         .bind(&run_id)
         .bind(d.session_id)
@@ -488,8 +517,9 @@ impl Store {
         .bind(d.attempt as i64)
         .bind(rows::provenance_json(&d.provenance))
         .bind(now)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
+        let run = rows::run(&row);
         let superseded: Vec<String> = if d.supersede_after_anchor {
             sqlx::query_scalar(
                 "INSERT INTO supersessions (message_id, by_run_id, at)
@@ -509,11 +539,7 @@ impl Store {
             Vec::new()
         };
         tx.commit().await?;
-        let message = match d.new_message {
-            Some(_) => Some(self.message(&anchor_id).await?),
-            None => None,
-        };
-        Ok((message, self.run(&run_id).await?, superseded))
+        Ok((message, run, superseded))
             })
     }
 
@@ -587,22 +613,13 @@ impl Store {
             })
     }
 
-    pub async fn has_running_run(&self, session_id: &str) -> Result<bool> {
-        with_pool!(self, pool => {
-        Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1 AND status = 'running')",
-        )
-        .bind(session_id)
-        .fetch_one(pool)
-        .await?)
-            })
-    }
-
-    /// The session's next run to start: the oldest queued run that is not held.
-    pub async fn next_queued_run(&self, session_id: &str) -> Result<Option<Run>> {
+    /// The run to start next in the session: its oldest queued run that is not held, unless
+    /// one is running.
+    pub async fn next_to_start(&self, session_id: &str) -> Result<Option<Run>> {
         with_pool!(self, pool => {
         let row = sqlx::query(
             "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NULL
+               AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $1 AND status = 'running')
              ORDER BY seq LIMIT 1",
         )
         .bind(session_id)
@@ -614,37 +631,36 @@ impl Store {
 
     /// In one transaction: the run becomes `running` and gets an empty streaming reply.
     /// `owner` is the instance that executes it (its heartbeat is the run's lease).
-    pub async fn start_run(&self, run_id: &str, owner: &str) -> Result<(Run, Message)> {
+    pub async fn start_run(&self, run: &Run, owner: &str) -> Result<(Run, Message)> {
         with_pool!(self, pool => {
-        let run = self.run(run_id).await?;
         let mut tx = pool.begin().await?;
         let now = now_ms();
-        let reply_id = new_id("m");
-        sqlx::query(
+        let reply = sqlx::query(&format!(
             "INSERT INTO messages (id, session_id, seq, role, content, created_at, run_id, status, provenance)
-             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $3),
-                     'agent', '', $4, $5, 'streaming', (SELECT provenance FROM runs WHERE id = $6))",
-        )
-        .bind(&reply_id)
-        .bind(&run.session_id)
+             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
+                     'agent', '', $3, $4, 'streaming', $5)
+             RETURNING {NEW_MESSAGE}"
+        ))
+        .bind(new_id("m"))
         .bind(&run.session_id)
         .bind(now)
-        .bind(run_id)
-        .bind(run_id)
-        .execute(&mut *tx)
+        .bind(&run.id)
+        .bind(rows::provenance_json(&run.provenance))
+        .fetch_one(&mut *tx)
         .await?;
-        sqlx::query(
+        let reply = rows::message(&reply);
+        let run = sqlx::query(
             "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3
-             WHERE id = $4",
+             WHERE id = $4 RETURNING *",
         )
         .bind(now)
-        .bind(&reply_id)
+        .bind(&reply.id)
         .bind(owner)
-        .bind(run_id)
-        .execute(&mut *tx)
+        .bind(&run.id)
+        .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok((self.run(run_id).await?, self.message(&reply_id).await?))
+        Ok((rows::run(&run), reply))
             })
     }
 
@@ -682,7 +698,8 @@ impl Store {
         let done = sqlx::query(
             "UPDATE runs SET status = $1, error_message = $2, retryable = $3, retry_class = $4,
                  retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7
-             WHERE id = $8 AND status IN ('queued', 'running')",
+             WHERE id = $8 AND status IN ('queued', 'running')
+             RETURNING *",
         )
         .bind(run_status_str(o.status))
         .bind(&o.error_message)
@@ -692,20 +709,21 @@ impl Store {
         .bind(now)
         .bind(o.tokens_used)
         .bind(run_id)
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
-        if done.rows_affected() == 0 {
+        let Some(run) = done.as_ref().map(rows::run) else {
             return Ok(None);
-        }
+        };
         let msg_status = match o.status {
             RunStatus::Completed => MessageStatus::Complete,
             RunStatus::Cancelled => MessageStatus::Cancelled,
             _ => MessageStatus::Failed,
         };
-        sqlx::query(
+        let reply = sqlx::query(
             "UPDATE messages SET content = $1, status = $2, error_message = $3, retryable = $4,
                  retry_class = $5, retry_after_until = $6
-             WHERE id = (SELECT reply_message_id FROM runs WHERE id = $7)",
+             WHERE id = $7
+             RETURNING *, EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = messages.id) AS superseded",
         )
         .bind(&o.content)
         .bind(rows::message_status_str(msg_status))
@@ -713,15 +731,14 @@ impl Store {
         .bind(retryable)
         .bind(class)
         .bind(until)
-        .bind(run_id)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "UPDATE sessions SET tokens_used = tokens_used + $1
-             WHERE id = (SELECT session_id FROM runs WHERE id = $2)",
-        )
+        .bind(&run.reply_message_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .as_ref()
+        .map(rows::message);
+        sqlx::query("UPDATE sessions SET tokens_used = tokens_used + $1 WHERE id = $2")
         .bind(o.tokens_used)
-        .bind(run_id)
+        .bind(&run.session_id)
         .execute(&mut *tx)
         .await?;
         if o.status == RunStatus::Failed {
@@ -737,11 +754,6 @@ impl Store {
             .await?;
         }
         tx.commit().await?;
-        let run = self.run(run_id).await?;
-        let reply = match &run.reply_message_id {
-            Some(id) => Some(self.message(id).await?),
-            None => None,
-        };
         Ok(Some((run, reply)))
             })
     }
@@ -760,19 +772,20 @@ impl Store {
             })
     }
 
-    /// Lets every held prompt of the session go on; answers the released runs.
+    /// Lets every held prompt of the session go on; answers the released runs, in order.
     pub async fn release_held(&self, session_id: &str) -> Result<Vec<Run>> {
         with_pool!(self, pool => {
-        let held = self.held_runs(session_id).await?;
-        sqlx::query("UPDATE runs SET held_by = NULL WHERE session_id = $1 AND held_by IS NOT NULL AND status = 'queued'")
-            .bind(session_id)
-            .execute(pool)
-            .await?;
-        let mut out = Vec::with_capacity(held.len());
-        for r in held {
-            out.push(self.run(&r.id).await?);
-        }
-        Ok(out)
+        let rows = sqlx::query(
+            "UPDATE runs SET held_by = NULL
+             WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL
+             RETURNING *",
+        )
+        .bind(session_id)
+        .fetch_all(pool)
+        .await?;
+        let mut released: Vec<(i64, Run)> = rows.iter().map(|r| (r.int("seq"), rows::run(r))).collect();
+        released.sort_by_key(|(seq, _)| *seq);
+        Ok(released.into_iter().map(|(_, r)| r).collect())
             })
     }
 
@@ -790,31 +803,34 @@ impl Store {
 
     /// The conversation a run sends: every visible message up to and including its anchor,
     /// as `(role, content)`; operator prompts that have not run yet and empty or still
-    /// streaming replies are left out.
+    /// streaming replies are left out. One statement.
     pub async fn history(&self, anchor_message_id: &str) -> Result<Vec<(app::wire::Role, String)>> {
         with_pool!(self, pool => {
-        let anchor = self.message(anchor_message_id).await?;
-        let msgs = self.messages(&anchor.session_id, false).await?;
-        let not_yet_run: std::collections::HashSet<String> = sqlx::query_scalar(
-            "SELECT anchor_message_id FROM runs WHERE session_id = $1
-             GROUP BY anchor_message_id HAVING MAX(started_at) IS NULL",
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT m.role, m.content FROM messages m, messages a
+             WHERE a.id = $1 AND m.session_id = a.session_id AND m.seq <= a.seq
+               AND NOT EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id)
+               AND CASE WHEN m.role = 'operator' THEN
+                     m.id = a.id
+                     OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.anchor_message_id = m.id)
+                     OR EXISTS (SELECT 1 FROM runs r WHERE r.anchor_message_id = m.id
+                                AND r.started_at IS NOT NULL)
+                   ELSE COALESCE(m.status, '') <> 'streaming' AND m.content <> '' END
+             ORDER BY m.seq",
         )
-        .bind(&anchor.session_id)
+        .bind(anchor_message_id)
         .fetch_all(pool)
-        .await?
-        .into_iter()
-        .collect();
-        let anchor_pos = msgs.iter().position(|m| m.id == anchor.id);
-        Ok(msgs
+        .await?;
+        if rows.is_empty() {
+            // The anchor itself always belongs: nothing means there is no such message.
+            return Err(Error::not_found("message", anchor_message_id));
+        }
+        Ok(rows
             .into_iter()
-            .take(anchor_pos.map_or(usize::MAX, |p| p + 1))
-            .filter(|m| match m.role {
-                app::wire::Role::Operator => m.id == anchor.id || !not_yet_run.contains(&m.id),
-                app::wire::Role::Agent => {
-                    m.status != Some(MessageStatus::Streaming) && !m.content.is_empty()
-                }
+            .map(|(role, content)| {
+                let role = if role == "operator" { app::wire::Role::Operator } else { app::wire::Role::Agent };
+                (role, content)
             })
-            .map(|m| (m.role, m.content))
             .collect())
             })
     }
