@@ -324,10 +324,12 @@ impl tier1::Observer for RunAttempts<'_> {
 /// The provider request of a run: its session's model and the history up to its anchor.
 async fn request_for(engine: &Engine, run: &Run) -> crate::error::Result<(ChatRequest, u64)> {
     let store = engine.store();
-    let (model, spent) = store.model_and_spend(&run.session_id).await?;
-    let messages = store
-        .history(&run.anchor_message_id)
-        .await?
+    // Two reads at once (SQLite's WAL and PostgreSQL both serve them side by side).
+    let ((model, spent), history) = futures::try_join!(
+        store.model_and_spend(&run.session_id),
+        store.history(&run.anchor_message_id)
+    )?;
+    let messages = history
         .into_iter()
         .map(|(role, content)| ChatMessage {
             role: match role {

@@ -1,7 +1,7 @@
 //! Provider cooldowns in the database: every instance sharing it holds the same keys, and a
 //! restart keeps them. One indexed lookup per provider request, never per delta. A storage
 //! error never blocks a request (the provider answers for itself then).
-use super::{with_pool, Pool, Store};
+use super::{with_pool, with_writer, Pool, Store};
 use crate::retry::cooldown::{reason_of, Key, Table, Wait};
 use app::wire::Cooldown;
 use futures::future::BoxFuture;
@@ -11,7 +11,7 @@ impl Table for Store {
     fn note(&self, key: Key, until: i64, reason: &'static str, _now: i64) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             // The later deadline wins (an ended one is always earlier).
-            let done: Result<_, sqlx::Error> = with_pool!(self, pool => {
+            let done: Result<_, sqlx::Error> = with_writer!(self, pool => {
                 sqlx::query(
                     "INSERT INTO cooldowns (key, shown, until, reason) VALUES ($1, $2, $3, $4)
                      ON CONFLICT (key) DO UPDATE SET until = excluded.until, reason = excluded.reason
@@ -78,7 +78,7 @@ impl Table for Store {
 
     fn clear<'a>(&'a self, shown: &'a str, now: i64) -> BoxFuture<'a, Option<Cooldown>> {
         Box::pin(async move {
-            let row: Result<Option<(String, i64, String)>, sqlx::Error> = with_pool!(self, pool => {
+            let row: Result<Option<(String, i64, String)>, sqlx::Error> = with_writer!(self, pool => {
                 sqlx::query_as(
                     "DELETE FROM cooldowns WHERE shown = $1 AND until > $2
                      RETURNING shown, until, reason",

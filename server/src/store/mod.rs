@@ -31,21 +31,38 @@ pub struct Store {
 
 #[derive(Clone)]
 enum Pool {
-    Sqlite(SqlitePool),
+    /// Readers side by side (WAL), and every write through one connection: writers queue in
+    /// order here instead of meeting `SQLITE_BUSY` and sleeping in SQLite's busy handler.
+    Sqlite {
+        read: SqlitePool,
+        write: SqlitePool,
+    },
     Postgres(PgPool),
 }
 
 /// Runs `$body` with `$pool` bound to the open pool, whichever backend it is (the body is
-/// compiled once per backend, so rows and transactions keep their concrete types).
+/// compiled once per backend, so rows and transactions keep their concrete types). For reads;
+/// a body that writes uses [`with_writer!`].
 macro_rules! with_pool {
     ($store:expr, $pool:ident => $body:expr) => {
         match &$store.pool {
-            Pool::Sqlite($pool) => $body,
+            Pool::Sqlite { read: $pool, .. } => $body,
             Pool::Postgres($pool) => $body,
         }
     };
 }
 pub(crate) use with_pool;
+
+/// [`with_pool!`] for a body that writes: SQLite's one writer connection.
+macro_rules! with_writer {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match &$store.pool {
+            Pool::Sqlite { write: $pool, .. } => $body,
+            Pool::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use with_writer;
 
 /// A session row as the server sees it (the wire `Session` plus what never leaves it).
 pub struct SessionRecord {
@@ -121,12 +138,16 @@ impl Store {
                 .foreign_keys(true)
                 .busy_timeout(std::time::Duration::from_secs(10))
                 .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
-            let pool = SqlitePoolOptions::new()
+            let write = SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(opts.clone())
+                .await?;
+            SQLITE_MIGRATOR.run(&write).await?;
+            let read = SqlitePoolOptions::new()
                 .max_connections(8)
                 .connect_with(opts)
                 .await?;
-            SQLITE_MIGRATOR.run(&pool).await?;
-            Pool::Sqlite(pool)
+            Pool::Sqlite { read, write }
         } else {
             return Err(Error::invalid(format!(
                 "unsupported database URL {:?}: use sqlite://path or postgres://host/db",
@@ -142,13 +163,19 @@ impl Store {
     }
 
     pub async fn close(&self) {
-        with_pool!(self, pool => pool.close().await)
+        match &self.pool {
+            Pool::Sqlite { read, write } => {
+                read.close().await;
+                write.close().await;
+            }
+            Pool::Postgres(pool) => pool.close().await,
+        }
     }
 
     /// A field of a JSON text column, in this backend's dialect.
     fn json_field(&self, column: &str, field: &str) -> String {
         match self.pool {
-            Pool::Sqlite(_) => format!("json_extract({column}, '$.{field}')"),
+            Pool::Sqlite { .. } => format!("json_extract({column}, '$.{field}')"),
             Pool::Postgres(_) => format!("({column}::jsonb ->> '{field}')"),
         }
     }
@@ -163,7 +190,7 @@ impl Store {
         agent_token_hash: &str,
         auto_retry: AutoRetry,
     ) -> Result<Session> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         let id = new_id("s");
         sqlx::query(
             "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry)
@@ -251,7 +278,7 @@ impl Store {
         title: Option<&str>,
         auto_retry: Option<AutoRetry>,
     ) -> Result<Session> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         sqlx::query(
             "UPDATE sessions SET title = COALESCE($1, title), auto_retry = COALESCE($2, auto_retry)
              WHERE id = $3",
@@ -267,7 +294,7 @@ impl Store {
 
     /// Sets the session's waiting background retry.
     pub async fn set_waiting_retry(&self, session_id: &str, w: &WaitingRetry) -> Result<()> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
             let done = sqlx::query(
                 "UPDATE sessions SET retry_attempt = $1, retry_fires_at = $2, retry_reason = $3
                  WHERE id = $4",
@@ -288,7 +315,7 @@ impl Store {
     /// Ends the session's waiting background retry, if one waits (answers whether one did);
     /// its attempt number stays. One statement: no read-then-write race.
     pub async fn clear_waiting_retry(&self, session_id: &str) -> Result<bool> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
             let done = sqlx::query(
                 "UPDATE sessions SET retry_fires_at = NULL, retry_reason = NULL
                  WHERE id = $1 AND retry_fires_at IS NOT NULL",
@@ -420,7 +447,7 @@ impl Store {
 
     /// Records that a run's conversation was compacted after a context overflow.
     pub async fn mark_compacted(&self, run_id: &str) -> Result<()> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         sqlx::query("UPDATE runs SET compacted = TRUE WHERE id = $1")
             .bind(run_id)
             .execute(pool)
@@ -431,7 +458,7 @@ impl Store {
 
     /// Tier 1 attempt `n` of a run starts.
     pub async fn attempt_started(&self, run_id: &str, n: u32) -> Result<()> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         let mut tx = pool.begin().await?;
         sqlx::query("INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, $2, $3)
              ON CONFLICT (run_id, n) DO UPDATE
@@ -459,7 +486,7 @@ impl Store {
         error: &str,
         retry_in_ms: Option<i64>,
     ) -> Result<()> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         sqlx::query(
             "UPDATE run_attempts SET error = $1, retry_in_ms = $2 WHERE run_id = $3 AND n = $4",
         )
@@ -477,7 +504,7 @@ impl Store {
     /// the anchor (queued and held prompts excepted) and a queued run. Answers the new
     /// message, the run and the superseded message ids.
     pub async fn dispatch(&self, d: NewRun<'_>) -> Result<(Option<Message>, Run, Vec<String>)> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         let mut tx = pool.begin().await?;
         let now = now_ms();
         let message = match &d.new_message {
@@ -632,7 +659,7 @@ impl Store {
     /// In one transaction: the run becomes `running` and gets an empty streaming reply.
     /// `owner` is the instance that executes it (its heartbeat is the run's lease).
     pub async fn start_run(&self, run: &Run, owner: &str) -> Result<(Run, Message)> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         let mut tx = pool.begin().await?;
         let now = now_ms();
         let reply = sqlx::query(&format!(
@@ -672,7 +699,7 @@ impl Store {
         content: &str,
         delta_seq: u64,
     ) -> Result<()> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         sqlx::query("UPDATE messages SET content = $1, delta_seq = $2 WHERE id = $3 AND role = 'agent'")
             .bind(content)
             .bind(delta_seq as i64)
@@ -691,7 +718,7 @@ impl Store {
         run_id: &str,
         o: &Outcome,
     ) -> Result<Option<(Run, Option<Message>)>> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         let mut tx = pool.begin().await?;
         let now = now_ms();
         let (retryable, class, until) = retry_columns(&o.retry);
@@ -760,7 +787,7 @@ impl Store {
 
     /// Holds the prompts queued behind a failed run, so a retry of that turn runs first.
     pub async fn hold_queued(&self, session_id: &str, failed_run_id: &str) -> Result<Vec<Run>> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         sqlx::query(
             "UPDATE runs SET held_by = $1 WHERE session_id = $2 AND status = 'queued' AND held_by IS NULL",
         )
@@ -774,7 +801,7 @@ impl Store {
 
     /// Lets every held prompt of the session go on; answers the released runs, in order.
     pub async fn release_held(&self, session_id: &str) -> Result<Vec<Run>> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         let rows = sqlx::query(
             "UPDATE runs SET held_by = NULL
              WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL
@@ -871,7 +898,7 @@ impl Store {
 
     /// Appends a batch of events in one transaction.
     pub async fn append_events(&self, batch: &[&LoggedEvent]) -> Result<()> {
-        with_pool!(self, pool => {
+        with_writer!(self, pool => {
         let mut tx = pool.begin().await?;
         for chunk in batch.chunks(200) {
             let mut qb =

@@ -60,7 +60,7 @@ impl Store {
     pub fn pg_pool(&self) -> Option<&sqlx::PgPool> {
         match &self.pool {
             Pool::Postgres(p) => Some(p),
-            Pool::Sqlite(_) => None,
+            Pool::Sqlite { .. } => None,
         }
     }
 
