@@ -8,6 +8,7 @@ mod compact;
 mod dispatch;
 mod lease;
 mod runner;
+mod saver;
 
 use crate::error::{Error, Kind, Result};
 use crate::events::EventHub;
@@ -46,6 +47,7 @@ struct Inner {
     hub: EventHub,
     provider: Arc<dyn Provider>,
     cfg: EngineConfig,
+    saver: saver::Saver,
     /// This instance's id: the owner recorded on the runs it executes.
     instance: String,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -79,6 +81,7 @@ impl Engine {
     ) -> Engine {
         Engine {
             inner: Arc::new(Inner {
+                saver: saver::Saver::start(store.clone()),
                 store,
                 hub,
                 provider,

@@ -10,7 +10,7 @@ use app::wire::{AttemptEvent, Delta, Event, Message, Role, Run, RunStatus};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use std::time::Duration;
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// How a run's stream ended, before it is recorded.
 enum End {
@@ -28,16 +28,16 @@ enum End {
 
 pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Active) {
     let mut tokens = 0u64;
-    let mut saving = None;
+    let mut pending = None;
     let end = tokio::select! {
         biased;
         _ = active.cancel.cancelled() => End::Cancelled,
         _ = engine.inner.stopping.cancelled() => End::Stopping,
-        end = stream_reply(&engine, &run, &reply, &active, &mut tokens, &mut saving) => end,
+        end = stream_reply(&engine, &run, &reply, &active, &mut tokens, &mut pending) => end,
     };
-    // A periodic save still in flight lands before the final text does.
-    if let Some(save) = saving.take() {
-        let _ = save.await;
+    // The attempt's record lands before the run's end does.
+    if let Some(write) = pending.take() {
+        let _ = write.await;
     }
     // A cancel wins over whatever the provider reported meanwhile.
     let end = if active.cancel.is_cancelled() {
@@ -109,9 +109,8 @@ async fn stream_reply(
     reply: &Message,
     active: &Active,
     tokens: &mut u64,
-    saving: &mut Option<tokio::task::JoinHandle<()>>,
+    pending: &mut Option<tokio::task::JoinHandle<()>>,
 ) -> End {
-    let store = engine.store();
     let (request, spent) = match request_for(engine, run).await {
         Ok(r) => r,
         Err(e) => {
@@ -131,7 +130,7 @@ async fn stream_reply(
             };
         }
     }
-    let opened = match open(engine, run, request, saving).await {
+    let opened = match open(engine, run, request, pending).await {
         Ok(o) => o,
         Err(e) => return End::Failed(e),
     };
@@ -141,12 +140,28 @@ async fn stream_reply(
     let save_every = engine.inner.cfg.save_every;
     let mut last_save = Instant::now();
     let mut unsaved = false;
+    // One timer for the stall check, moved on only when it fires (not one per delta).
+    let mut heard = Instant::now();
+    let stall = tokio::time::sleep(idle);
+    tokio::pin!(stall);
     loop {
         let item = match head.next() {
             Some(item) => Some(Ok(item)),
-            None => match tokio::time::timeout(idle, stream.next()).await {
-                Err(_) => Some(Err(ProviderError::Stalled { idle })),
-                Ok(item) => item,
+            None => loop {
+                tokio::select! {
+                    biased;
+                    item = stream.next() => {
+                        heard = Instant::now();
+                        break item;
+                    }
+                    () = &mut stall => {
+                        let due = heard + idle;
+                        if Instant::now() >= due {
+                            break Some(Err(ProviderError::Stalled { idle }));
+                        }
+                        stall.as_mut().reset(due);
+                    }
+                }
             },
         };
         match item {
@@ -170,22 +185,18 @@ async fn stream_reply(
             Some(Ok(StreamItem::Done)) | None => return End::Completed,
             Some(Err(e)) => return End::Failed(e),
         }
-        // The save runs beside the relay (one at a time per run): a busy database delays
-        // the stored copy, never the deltas.
-        if unsaved
-            && last_save.elapsed() >= save_every
-            && saving.as_ref().is_none_or(|s| s.is_finished())
-        {
+        // The save goes to the engine's saver (batched with every other run's): a busy
+        // database delays the stored copy, never the deltas.
+        if unsaved && last_save.elapsed() >= save_every {
             let (text, seq) = {
                 let live = active.live.lock().expect("live");
                 (live.text.clone(), live.seq)
             };
-            let (store, reply_id, run_id) = (store.clone(), reply.id.clone(), run.id.clone());
-            *saving = Some(tokio::spawn(async move {
-                if let Err(e) = store.save_reply_text(&reply_id, &text, seq).await {
-                    tracing::warn!(run = %run_id, error = %e, "could not save streamed text");
-                }
-            }));
+            engine.inner.saver.save(super::saver::Save {
+                message_id: reply.id.clone(),
+                text,
+                seq,
+            });
             last_save = Instant::now();
             unsaved = false;
         }

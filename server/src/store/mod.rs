@@ -691,21 +691,24 @@ impl Store {
             })
     }
 
-    /// Stores the reply text streamed so far (called on a timer, never per delta).
-    /// `delta_seq` is how many deltas that text holds.
-    pub async fn save_reply_text(
-        &self,
-        message_id: &str,
-        content: &str,
-        delta_seq: u64,
-    ) -> Result<()> {
+    /// Stores streaming replies' text so far, `(message id, text, delta count)`, in one
+    /// transaction (called in batches on a timer, never per delta). A reply that has ended,
+    /// or whose stored text is already further on, is left alone.
+    pub async fn save_reply_texts(&self, saves: &[(String, String, u64)]) -> Result<()> {
         with_writer!(self, pool => {
-        sqlx::query("UPDATE messages SET content = $1, delta_seq = $2 WHERE id = $3 AND role = 'agent'")
+        let mut tx = pool.begin().await?;
+        for (id, content, seq) in saves {
+            sqlx::query(
+                "UPDATE messages SET content = $1, delta_seq = $2
+                 WHERE id = $3 AND status = 'streaming' AND delta_seq < $2",
+            )
             .bind(content)
-            .bind(delta_seq as i64)
-            .bind(message_id)
-            .execute(pool)
+            .bind(*seq as i64)
+            .bind(id)
+            .execute(&mut *tx)
             .await?;
+        }
+        tx.commit().await?;
         Ok(())
             })
     }
