@@ -62,6 +62,14 @@ pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Ac
         ),
         End::Refused { class, message } => {
             tracing::info!(run = %run.id, class, "run refused: {message}");
+            // The first attempt was recorded as the run started; it ends here, unsent.
+            if let Err(e) = engine
+                .store()
+                .attempt_failed(&run.id, 1, &message, None)
+                .await
+            {
+                tracing::warn!(run = %run.id, error = %e, "could not record an attempt");
+            }
             let class = classify::of(class, None);
             outcome(
                 RunStatus::Failed,
@@ -285,6 +293,9 @@ impl RunAttempts<'_> {
 impl tier1::Observer for RunAttempts<'_> {
     fn started(&mut self, n: u32) -> BoxFuture<'_, ()> {
         Box::pin(async move {
+            if self.offset + n == 1 {
+                return; // recorded as the run started (`Store::start_run`)
+            }
             self.settle().await;
             let (store, run_id, n) = (
                 self.engine.store().clone(),

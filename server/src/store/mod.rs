@@ -656,8 +656,9 @@ impl Store {
             })
     }
 
-    /// In one transaction: the run becomes `running` and gets an empty streaming reply.
-    /// `owner` is the instance that executes it (its heartbeat is the run's lease).
+    /// In one transaction: the run becomes `running`, gets an empty streaming reply, and its
+    /// first Tier 1 attempt starts (the provider is called next; the runner records the later
+    /// ones). `owner` is the instance that executes it (its heartbeat is the run's lease).
     pub async fn start_run(&self, run: &Run, owner: &str) -> Result<(Run, Message)> {
         with_writer!(self, pool => {
         let mut tx = pool.begin().await?;
@@ -676,8 +677,18 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let reply = rows::message(&reply);
+        sqlx::query(
+            "INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, 1, $2)
+             ON CONFLICT (run_id, n) DO UPDATE
+             SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL",
+        )
+        .bind(&run.id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
         let run = sqlx::query(
-            "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3
+            "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
+                 tier1_attempts = 1
              WHERE id = $4 RETURNING *",
         )
         .bind(now)
