@@ -6,6 +6,23 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
+/// The message of a JS `Error` (`SyntaxError: …` without its name), else as [`js_text`].
+fn js_error_text(v: &JsValue) -> String {
+    match v.dyn_ref::<js_sys::Error>() {
+        Some(e) => String::from(e.message()),
+        None => js_text(v),
+    }
+}
+
+/// Parses JSON text as `T` with the browser's `JSON.parse` and serde-wasm-bindgen, which cost
+/// the bundle far less than serde_json's parser compiled once per answer type; the error in
+/// words. Integers are JS numbers on the way: exact up to 2^53, far above any the API sends
+/// (ids are strings; ms timestamps, sequence numbers and event ids stay below it).
+pub fn parse_json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    let value = js_sys::JSON::parse(text).map_err(|e| js_error_text(&e))?;
+    serde_wasm_bindgen::from_value(value).map_err(|e| js_error_text(&e.into()))
+}
+
 fn js_text(v: &JsValue) -> String {
     v.as_string()
         .or_else(|| js_sys::JSON::stringify(v).ok().and_then(|s| s.as_string()))
@@ -34,7 +51,7 @@ pub async fn fetch_json_with<T: DeserializeOwned>(
 ) -> Result<T, ClientError> {
     // Only the parse is generic: the request itself is compiled once, not once per `T`.
     let text = fetch_text(method, url, body, abort).await?;
-    serde_json::from_str(&text).map_err(|e| ClientError::network(format!("unreadable answer: {e}")))
+    parse_json(&text).map_err(|e| ClientError::network(format!("unreadable answer: {e}")))
 }
 
 /// Calls the API; the body of a 2xx answer, else the error.
@@ -75,6 +92,19 @@ async fn fetch_text(
     Ok(text)
 }
 
+/// An event from its SSE name and data, as [`Event::parse`] reads it but with [`parse_json`];
+/// `None` for names this build doesn't know and for data it cannot read.
+fn parse_event(name: &str, data: &str) -> Option<Event> {
+    match name {
+        "message" => parse_json(data).ok().map(Event::Message),
+        "delta" => parse_json(data).ok().map(Event::Delta),
+        "run" => parse_json(data).ok().map(Event::Run),
+        "attempt" => parse_json(data).ok().map(Event::Attempt),
+        "session" => parse_json(data).ok().map(Event::Session),
+        _ => None,
+    }
+}
+
 /// An open `EventSource` on a session's events; closes when dropped or closed.
 pub struct EventStream {
     source: web_sys::EventSource,
@@ -93,7 +123,7 @@ impl EventStream {
                 move |ev: web_sys::MessageEvent| {
                     let data = ev.data().as_string().unwrap_or_default();
                     let id = ev.last_event_id().parse::<i64>().unwrap_or(0);
-                    if let Some(Ok(event)) = Event::parse(name, &data) {
+                    if let Some(event) = parse_event(name, &data) {
                         (handler.borrow_mut())(id, event);
                     }
                 },

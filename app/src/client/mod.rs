@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 #[cfg(feature = "hydrate")]
 mod browser;
 #[cfg(feature = "hydrate")]
-pub use browser::{fetch_json_with, Abort, EventStream};
+pub use browser::{fetch_json_with, parse_json, Abort, EventStream};
 
 /// Calls the API with an optional JSON body; parses a 2xx answer as `T`, else the error.
 pub async fn fetch_json<T: serde::de::DeserializeOwned>(
@@ -40,7 +40,7 @@ impl ClientError {
 
     /// From a non-2xx answer: the contract's `{"error": {...}}`, or the status alone.
     pub fn from_answer(status: u16, body: &str) -> Self {
-        match serde_json::from_str::<ApiError>(body) {
+        match parse_json::<ApiError>(body) {
             Ok(e) => ClientError {
                 status,
                 code: e.error.code,
@@ -62,6 +62,13 @@ impl ClientError {
             _ => self.message.clone(),
         }
     }
+}
+
+/// Parses JSON text as `T`; the error in words. (In the browser, `JSON.parse` parses it:
+/// serde_json's parser, compiled once per answer type, is a large part of the bundle.)
+#[cfg(not(feature = "hydrate"))]
+pub fn parse_json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
 #[cfg(not(feature = "hydrate"))]
