@@ -2,6 +2,7 @@
 use super::ClientError;
 use crate::wire::Event;
 use serde::de::DeserializeOwned;
+use std::future::Future;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -43,24 +44,32 @@ impl Abort {
 }
 
 /// Calls the API with a JSON body, abortable; parses a 2xx answer as `T`, else the error.
-pub async fn fetch_json_with<T: DeserializeOwned>(
-    method: &str,
-    url: &str,
+/// Only the last step is generic: the request and `JSON.parse` are compiled once, not once
+/// per `T`.
+pub fn fetch_json_with<'a, T: DeserializeOwned + 'a>(
+    method: &'a str,
+    url: &'a str,
     body: Option<String>,
-    abort: Option<&Abort>,
-) -> Result<T, ClientError> {
-    // Only the parse is generic: the request itself is compiled once, not once per `T`.
-    let text = fetch_text(method, url, body, abort).await?;
-    parse_json(&text).map_err(|e| ClientError::network(format!("unreadable answer: {e}")))
+    abort: Option<&'a Abort>,
+) -> impl Future<Output = Result<T, ClientError>> + 'a {
+    let answer = fetch_value(method, url, body, abort);
+    async move {
+        serde_wasm_bindgen::from_value(answer.await?)
+            .map_err(|e| unreadable(js_error_text(&e.into())))
+    }
 }
 
-/// Calls the API; the body of a 2xx answer, else the error.
-async fn fetch_text(
+fn unreadable(why: String) -> ClientError {
+    ClientError::network(format!("unreadable answer: {why}"))
+}
+
+/// Calls the API; the body of a 2xx answer through `JSON.parse`, else the error.
+async fn fetch_value(
     method: &str,
     url: &str,
     body: Option<String>,
     abort: Option<&Abort>,
-) -> Result<String, ClientError> {
+) -> Result<JsValue, ClientError> {
     let init = web_sys::RequestInit::new();
     if let Some(a) = abort {
         init.set_signal(Some(&a.0.signal()));
@@ -89,7 +98,7 @@ async fn fetch_text(
     if !resp.ok() {
         return Err(ClientError::from_answer(resp.status(), &text));
     }
-    Ok(text)
+    js_sys::JSON::parse(&text).map_err(|e| unreadable(js_error_text(&e)))
 }
 
 /// An event from its SSE name and data, as [`Event::parse`] reads it but with [`parse_json`];

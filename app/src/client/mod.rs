@@ -13,12 +13,14 @@ mod browser;
 pub use browser::{fetch_json_with, parse_json, Abort, EventStream};
 
 /// Calls the API with an optional JSON body; parses a 2xx answer as `T`, else the error.
-pub async fn fetch_json<T: serde::de::DeserializeOwned>(
-    method: &str,
-    url: &str,
+/// (`fetch_json_with`'s future itself, not one wrapped around it: the browser bundle holds a
+/// copy of these futures for every answer type.)
+pub fn fetch_json<'a, T: serde::de::DeserializeOwned + 'a>(
+    method: &'a str,
+    url: &'a str,
     body: Option<String>,
-) -> Result<T, ClientError> {
-    fetch_json_with(method, url, body, None).await
+) -> impl std::future::Future<Output = Result<T, ClientError>> + 'a {
+    fetch_json_with(method, url, body, None)
 }
 
 /// Why a call failed: the API's refusal, or the network.
