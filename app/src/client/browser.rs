@@ -104,12 +104,14 @@ async fn fetch_value(
 /// An event from its SSE name and data, as [`Event::parse`] reads it but with [`parse_json`];
 /// `None` for names this build doesn't know and for data it cannot read.
 fn parse_event(name: &str, data: &str) -> Option<Event> {
+    use serde_wasm_bindgen::from_value;
+    let value = js_sys::JSON::parse(data).ok()?;
     match name {
-        "message" => parse_json(data).ok().map(Event::Message),
-        "delta" => parse_json(data).ok().map(Event::Delta),
-        "run" => parse_json(data).ok().map(Event::Run),
-        "attempt" => parse_json(data).ok().map(Event::Attempt),
-        "session" => parse_json(data).ok().map(Event::Session),
+        "message" => from_value(value).ok().map(Event::Message),
+        "delta" => from_value(value).ok().map(Event::Delta),
+        "run" => from_value(value).ok().map(Event::Run),
+        "attempt" => from_value(value).ok().map(Event::Attempt),
+        "session" => from_value(value).ok().map(Event::Session),
         _ => None,
     }
 }
