@@ -21,9 +21,10 @@ pub struct AnyAttribute {
     #[cfg(feature = "hydrate")]
     hydrate_from_server:
         fn(Erased, crate::renderer::types::Element) -> AnyAttributeState,
-    #[cfg(feature = "hydrate")]
-    hydrate_from_template:
-        fn(Erased, crate::renderer::types::Element) -> AnyAttributeState,
+    // MULLIGAN PATCH (see vendor/README.md): no `hydrate_from_template` pointer. It kept every
+    // erased attribute's template hydration in the browser bundle, though only a `ViewTemplate`
+    // (the `template!` macro, which Mulligan does not use) hydrates from a template, and an
+    // `AnyView` in one panics already; `AnyAttribute::hydrate::<false>` panics the same way.
     #[cfg(feature = "ssr")]
     #[allow(clippy::type_complexity)]
     resolve: fn(Erased) -> Pin<Box<dyn Future<Output = AnyAttribute> + Send>>,
@@ -111,21 +112,6 @@ where
             }
         }
 
-        #[cfg(feature = "hydrate")]
-        fn hydrate_from_template<T: Attribute + 'static>(
-            value: Erased,
-            el: crate::renderer::types::Element,
-        ) -> AnyAttributeState {
-            AnyAttributeState {
-                type_id: TypeId::of::<T>(),
-                keys: value.get_ref::<T>().keys(),
-                state: ErasedLocal::new(
-                    value.into_inner::<T>().hydrate::<false>(&el),
-                ),
-                el,
-            }
-        }
-
         fn rebuild<T: Attribute + 'static>(
             value: Erased,
             state: &mut AnyAttributeState,
@@ -167,8 +153,6 @@ where
             rebuild: rebuild::<T::CloneableOwned>,
             #[cfg(feature = "hydrate")]
             hydrate_from_server: hydrate_from_server::<T::CloneableOwned>,
-            #[cfg(feature = "hydrate")]
-            hydrate_from_template: hydrate_from_template::<T::CloneableOwned>,
             #[cfg(feature = "ssr")]
             resolve: resolve::<T::CloneableOwned>,
             #[cfg(feature = "ssr")]
@@ -228,7 +212,11 @@ impl Attribute for AnyAttribute {
         if FROM_SERVER {
             (self.hydrate_from_server)(self.value, el.clone())
         } else {
-            (self.hydrate_from_template)(self.value, el.clone())
+            // MULLIGAN PATCH: see the struct.
+            panic!(
+                "hydrating AnyAttribute from inside a ViewTemplate is not \
+                 supported."
+            )
         }
         #[cfg(not(feature = "hydrate"))]
         {
