@@ -2,9 +2,27 @@
 use super::ClientError;
 use crate::wire::Event;
 use serde::de::DeserializeOwned;
+use std::future::Future;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
+
+/// The message of a JS `Error` (`SyntaxError: …` without its name), else as [`js_text`].
+fn js_error_text(v: &JsValue) -> String {
+    match v.dyn_ref::<js_sys::Error>() {
+        Some(e) => String::from(e.message()),
+        None => js_text(v),
+    }
+}
+
+/// Parses JSON text as `T` with the browser's `JSON.parse` and serde-wasm-bindgen, which cost
+/// the bundle far less than serde_json's parser compiled once per answer type; the error in
+/// words. Integers are JS numbers on the way: exact up to 2^53, far above any the API sends
+/// (ids are strings; ms timestamps, sequence numbers and event ids stay below it).
+pub fn parse_json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    let value = js_sys::JSON::parse(text).map_err(|e| js_error_text(&e))?;
+    serde_wasm_bindgen::from_value(value).map_err(|e| js_error_text(&e.into()))
+}
 
 fn js_text(v: &JsValue) -> String {
     v.as_string()
@@ -26,24 +44,32 @@ impl Abort {
 }
 
 /// Calls the API with a JSON body, abortable; parses a 2xx answer as `T`, else the error.
-pub async fn fetch_json_with<T: DeserializeOwned>(
-    method: &str,
-    url: &str,
+/// Only the last step is generic: the request and `JSON.parse` are compiled once, not once
+/// per `T`.
+pub fn fetch_json_with<'a, T: DeserializeOwned + 'a>(
+    method: &'a str,
+    url: &'a str,
     body: Option<String>,
-    abort: Option<&Abort>,
-) -> Result<T, ClientError> {
-    // Only the parse is generic: the request itself is compiled once, not once per `T`.
-    let text = fetch_text(method, url, body, abort).await?;
-    serde_json::from_str(&text).map_err(|e| ClientError::network(format!("unreadable answer: {e}")))
+    abort: Option<&'a Abort>,
+) -> impl Future<Output = Result<T, ClientError>> + 'a {
+    let answer = fetch_value(method, url, body, abort);
+    async move {
+        serde_wasm_bindgen::from_value(answer.await?)
+            .map_err(|e| unreadable(js_error_text(&e.into())))
+    }
 }
 
-/// Calls the API; the body of a 2xx answer, else the error.
-async fn fetch_text(
+fn unreadable(why: String) -> ClientError {
+    ClientError::network(format!("unreadable answer: {why}"))
+}
+
+/// Calls the API; the body of a 2xx answer through `JSON.parse`, else the error.
+async fn fetch_value(
     method: &str,
     url: &str,
     body: Option<String>,
     abort: Option<&Abort>,
-) -> Result<String, ClientError> {
+) -> Result<JsValue, ClientError> {
     let init = web_sys::RequestInit::new();
     if let Some(a) = abort {
         init.set_signal(Some(&a.0.signal()));
@@ -72,7 +98,22 @@ async fn fetch_text(
     if !resp.ok() {
         return Err(ClientError::from_answer(resp.status(), &text));
     }
-    Ok(text)
+    js_sys::JSON::parse(&text).map_err(|e| unreadable(js_error_text(&e)))
+}
+
+/// An event from its SSE name and data, as [`Event::parse`] reads it but with [`parse_json`];
+/// `None` for names this build doesn't know and for data it cannot read.
+fn parse_event(name: &str, data: &str) -> Option<Event> {
+    use serde_wasm_bindgen::from_value;
+    let value = js_sys::JSON::parse(data).ok()?;
+    match name {
+        "message" => from_value(value).ok().map(Event::Message),
+        "delta" => from_value(value).ok().map(Event::Delta),
+        "run" => from_value(value).ok().map(Event::Run),
+        "attempt" => from_value(value).ok().map(Event::Attempt),
+        "session" => from_value(value).ok().map(Event::Session),
+        _ => None,
+    }
 }
 
 /// An open `EventSource` on a session's events; closes when dropped or closed.
@@ -93,7 +134,7 @@ impl EventStream {
                 move |ev: web_sys::MessageEvent| {
                     let data = ev.data().as_string().unwrap_or_default();
                     let id = ev.last_event_id().parse::<i64>().unwrap_or(0);
-                    if let Some(Ok(event)) = Event::parse(name, &data) {
+                    if let Some(event) = parse_event(name, &data) {
                         (handler.borrow_mut())(id, event);
                     }
                 },

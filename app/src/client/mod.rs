@@ -10,15 +10,17 @@ use serde::de::DeserializeOwned;
 #[cfg(feature = "hydrate")]
 mod browser;
 #[cfg(feature = "hydrate")]
-pub use browser::{fetch_json_with, Abort, EventStream};
+pub use browser::{fetch_json_with, parse_json, Abort, EventStream};
 
 /// Calls the API with an optional JSON body; parses a 2xx answer as `T`, else the error.
-pub async fn fetch_json<T: serde::de::DeserializeOwned>(
-    method: &str,
-    url: &str,
+/// (`fetch_json_with`'s future itself, not one wrapped around it: the browser bundle holds a
+/// copy of these futures for every answer type.)
+pub fn fetch_json<'a, T: serde::de::DeserializeOwned + 'a>(
+    method: &'a str,
+    url: &'a str,
     body: Option<String>,
-) -> Result<T, ClientError> {
-    fetch_json_with(method, url, body, None).await
+) -> impl std::future::Future<Output = Result<T, ClientError>> + 'a {
+    fetch_json_with(method, url, body, None)
 }
 
 /// Why a call failed: the API's refusal, or the network.
@@ -40,7 +42,7 @@ impl ClientError {
 
     /// From a non-2xx answer: the contract's `{"error": {...}}`, or the status alone.
     pub fn from_answer(status: u16, body: &str) -> Self {
-        match serde_json::from_str::<ApiError>(body) {
+        match parse_json::<ApiError>(body) {
             Ok(e) => ClientError {
                 status,
                 code: e.error.code,
@@ -62,6 +64,13 @@ impl ClientError {
             _ => self.message.clone(),
         }
     }
+}
+
+/// Parses JSON text as `T`; the error in words. (In the browser, `JSON.parse` parses it:
+/// serde_json's parser, compiled once per answer type, is a large part of the bundle.)
+#[cfg(not(feature = "hydrate"))]
+pub fn parse_json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
 #[cfg(not(feature = "hydrate"))]
