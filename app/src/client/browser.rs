@@ -7,24 +7,21 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
-/// The message of a JS `Error` (`SyntaxError: …` without its name), else as [`js_text`].
-fn js_error_text(v: &JsValue) -> String {
-    match v.dyn_ref::<js_sys::Error>() {
-        Some(e) => String::from(e.message()),
-        None => js_text(v),
-    }
-}
-
 /// Parses JSON text as `T` with the browser's `JSON.parse` and serde-wasm-bindgen, which cost
 /// the bundle far less than serde_json's parser compiled once per answer type; the error in
 /// words. Integers are JS numbers on the way: exact up to 2^53, far above any the API sends
 /// (ids are strings; ms timestamps, sequence numbers and event ids stay below it).
 pub fn parse_json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    let value = js_sys::JSON::parse(text).map_err(|e| js_error_text(&e))?;
-    serde_wasm_bindgen::from_value(value).map_err(|e| js_error_text(&e.into()))
+    let value = js_sys::JSON::parse(text).map_err(|e| js_text(&e))?;
+    serde_wasm_bindgen::from_value(value).map_err(|e| js_text(&e.into()))
 }
 
+/// A JS value in words: an `Error`'s message (a failed fetch's "Failed to fetch", which
+/// `JSON.stringify` would turn into `{}`), a string, else its JSON.
 fn js_text(v: &JsValue) -> String {
+    if let Some(e) = v.dyn_ref::<js_sys::Error>() {
+        return String::from(e.message());
+    }
     v.as_string()
         .or_else(|| js_sys::JSON::stringify(v).ok().and_then(|s| s.as_string()))
         .unwrap_or_else(|| "unknown error".into())
@@ -55,7 +52,7 @@ pub fn fetch_json_with<'a, T: DeserializeOwned + 'a>(
     let answer = fetch_value(method, url, body, abort);
     async move {
         serde_wasm_bindgen::from_value(answer.await?)
-            .map_err(|e| unreadable(js_error_text(&e.into())))
+            .map_err(|e| unreadable(js_text(&e.into())))
     }
 }
 
@@ -98,7 +95,7 @@ async fn fetch_value(
     if !resp.ok() {
         return Err(ClientError::from_answer(resp.status(), &text));
     }
-    js_sys::JSON::parse(&text).map_err(|e| unreadable(js_error_text(&e)))
+    js_sys::JSON::parse(&text).map_err(|e| unreadable(js_text(&e)))
 }
 
 /// An event from its SSE name and data, as [`Event::parse`] reads it but with [`parse_json`];
