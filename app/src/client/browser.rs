@@ -51,8 +51,7 @@ pub fn fetch_json_with<'a, T: DeserializeOwned + 'a>(
 ) -> impl Future<Output = Result<T, ClientError>> + 'a {
     let answer = fetch_value(method, url, body, abort);
     async move {
-        serde_wasm_bindgen::from_value(answer.await?)
-            .map_err(|e| unreadable(js_text(&e.into())))
+        serde_wasm_bindgen::from_value(answer.await?).map_err(|e| unreadable(js_text(&e.into())))
     }
 }
 

@@ -7,6 +7,7 @@ mod background;
 mod compact;
 mod dispatch;
 mod lease;
+mod locks;
 mod runner;
 mod saver;
 
@@ -50,7 +51,7 @@ struct Inner {
     saver: saver::Saver,
     /// This instance's id: the owner recorded on the runs it executes.
     instance: String,
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    locks: locks::Locks,
     active: Mutex<HashMap<String, Active>>,
     tasks: TaskTracker,
     /// Cancelled when the server stops: runners record their run as interrupted.
@@ -87,7 +88,7 @@ impl Engine {
                 provider,
                 cfg,
                 instance: crate::clock::new_id("i"),
-                locks: Mutex::default(),
+                locks: locks::Locks::default(),
                 active: Mutex::default(),
                 tasks: TaskTracker::new(),
                 stopping: CancellationToken::new(),
@@ -136,15 +137,7 @@ impl Engine {
     /// is also held across instances, and released only once the events published under it
     /// are in the shared log (so no instance acts on a state its events have not reached).
     async fn lock(&self, session_id: &str) -> Result<SessionGuard> {
-        let m = self
-            .inner
-            .locks
-            .lock()
-            .expect("locks")
-            .entry(session_id.to_string())
-            .or_default()
-            .clone();
-        let local = m.lock_owned().await;
+        let local = self.inner.locks.lock(session_id).await;
         let shared = self.inner.store.lock_session(session_id).await?;
         Ok(SessionGuard {
             _local: local,
@@ -320,7 +313,7 @@ impl Engine {
                 self.publish(session_id, Event::Run(run.clone()));
                 match run.status {
                     RunStatus::Failed => {
-                        for held in self.inner.store.hold_queued(session_id, &run.id).await? {
+                        for held in self.inner.store.held_runs(session_id).await? {
                             self.publish(session_id, Event::Run(held));
                         }
                         self.schedule_background(&run).await?;
@@ -390,7 +383,7 @@ impl Engine {
             if let Some(reply) = reply {
                 self.publish(&run.session_id, Event::Message(reply));
             }
-            let held = store.hold_queued(&run.session_id, &run.id).await?;
+            let held = store.held_runs(&run.session_id).await?;
             let session_id = run.session_id.clone();
             self.publish(&session_id, Event::Run(run.clone()));
             for h in held {
@@ -416,7 +409,7 @@ impl Engine {
 
 /// A held session lock (see [`Engine::lock`]).
 struct SessionGuard {
-    _local: tokio::sync::OwnedMutexGuard<()>,
+    _local: locks::Held,
     shared: Option<(SessionLock, EventHub)>,
 }
 

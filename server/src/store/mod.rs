@@ -799,20 +799,6 @@ impl Store {
             })
     }
 
-    /// Holds the prompts queued behind a failed run, so a retry of that turn runs first.
-    pub async fn hold_queued(&self, session_id: &str, failed_run_id: &str) -> Result<Vec<Run>> {
-        with_writer!(self, pool => {
-        sqlx::query(
-            "UPDATE runs SET held_by = $1 WHERE session_id = $2 AND status = 'queued' AND held_by IS NULL",
-        )
-        .bind(failed_run_id)
-        .bind(session_id)
-        .execute(pool)
-        .await?;
-        self.held_runs(session_id).await
-            })
-    }
-
     /// Lets every held prompt of the session go on; answers the released runs, in order.
     pub async fn release_held(&self, session_id: &str) -> Result<Vec<Run>> {
         with_writer!(self, pool => {
@@ -830,7 +816,8 @@ impl Store {
             })
     }
 
-    async fn held_runs(&self, session_id: &str) -> Result<Vec<Run>> {
+    /// The session's prompts held behind a failed turn (`finish_run` holds them), in order.
+    pub async fn held_runs(&self, session_id: &str) -> Result<Vec<Run>> {
         with_pool!(self, pool => {
         let rows = sqlx::query(
             "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL ORDER BY seq",
