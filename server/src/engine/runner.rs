@@ -28,17 +28,12 @@ enum End {
 
 pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Active) {
     let mut tokens = 0u64;
-    let mut pending = None;
     let end = tokio::select! {
         biased;
         _ = active.cancel.cancelled() => End::Cancelled,
         _ = engine.inner.stopping.cancelled() => End::Stopping,
-        end = stream_reply(&engine, &run, &reply, &active, &mut tokens, &mut pending) => end,
+        end = stream_reply(&engine, &run, &reply, &active, &mut tokens) => end,
     };
-    // The attempt's record lands before the run's end does.
-    if let Some(write) = pending.take() {
-        let _ = write.await;
-    }
     // A cancel wins over whatever the provider reported meanwhile.
     let end = if active.cancel.is_cancelled() {
         End::Cancelled
@@ -117,7 +112,6 @@ async fn stream_reply(
     reply: &Message,
     active: &Active,
     tokens: &mut u64,
-    pending: &mut Option<tokio::task::JoinHandle<()>>,
 ) -> End {
     let (request, spent) = match request_for(engine, run).await {
         Ok(r) => r,
@@ -138,7 +132,7 @@ async fn stream_reply(
             };
         }
     }
-    let opened = match open(engine, run, request, pending).await {
+    let opened = match open(engine, run, request).await {
         Ok(o) => o,
         Err(e) => return End::Failed(e),
     };
@@ -212,13 +206,11 @@ async fn stream_reply(
 }
 
 /// Opens the provider stream through Tier 1; after a context overflow, compacts the
-/// conversation once and tries again (a second overflow fails the run). Recording an
-/// attempt's start runs beside the call (in `pending`, the run's one background write).
+/// conversation once and tries again (a second overflow fails the run).
 async fn open(
     engine: &Engine,
     run: &Run,
     mut request: ChatRequest,
-    pending: &mut Option<tokio::task::JoinHandle<()>>,
 ) -> Result<tier1::Opened, ProviderError> {
     let cfg = &engine.inner.cfg;
     let provider = &*engine.inner.provider;
@@ -226,7 +218,6 @@ async fn open(
         engine,
         run,
         offset: 0,
-        pending,
     };
     let mut compacted = false;
     loop {
@@ -277,36 +268,18 @@ struct RunAttempts<'a> {
     run: &'a Run,
     /// Attempts made before this Tier 1 round (a compaction starts a new round).
     offset: u32,
-    /// The attempt's start being recorded: the provider is not kept waiting for it.
-    pending: &'a mut Option<tokio::task::JoinHandle<()>>,
-}
-
-impl RunAttempts<'_> {
-    /// Waits for the run's background write (so an attempt's end lands after its start).
-    async fn settle(&mut self) {
-        if let Some(write) = self.pending.take() {
-            let _ = write.await;
-        }
-    }
 }
 
 impl tier1::Observer for RunAttempts<'_> {
     fn started(&mut self, n: u32) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if self.offset + n == 1 {
-                return; // recorded as the run started (`Store::start_run`)
+            let n = self.offset + n;
+            if n == 1 {
+                return; // recorded in the transaction that started the run (`Store::start_run`)
             }
-            self.settle().await;
-            let (store, run_id, n) = (
-                self.engine.store().clone(),
-                self.run.id.clone(),
-                self.offset + n,
-            );
-            *self.pending = Some(tokio::spawn(async move {
-                if let Err(e) = store.attempt_started(&run_id, n).await {
-                    tracing::warn!(run = %run_id, error = %e, "could not record an attempt");
-                }
-            }));
+            if let Err(e) = self.engine.store().attempt_started(&self.run.id, n).await {
+                tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
+            }
         })
     }
 
@@ -317,7 +290,6 @@ impl tier1::Observer for RunAttempts<'_> {
         retry_in: Option<Duration>,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            self.settle().await;
             let retry_in_ms = retry_in.map(|d| d.as_millis() as i64);
             let reason = err.to_string();
             if let Err(e) = self
