@@ -16,30 +16,47 @@ pub trait Get {
     fn opt_flag(&self, column: &str) -> Option<bool>;
 }
 
+/// Reads a column; a value of the wrong type is logged and read as `fallback`, so that one
+/// bad row never takes down a page or a list. An integer column holding a REAL (SQLite
+/// turns an overflowing sum into one) reads as the nearest integer.
 macro_rules! impl_get {
     ($row:ty) => {
         impl Get for $row {
             fn text(&self, column: &str) -> String {
-                self.get(column)
+                read(self.try_get(column), column).unwrap_or_default()
             }
             fn opt_text(&self, column: &str) -> Option<String> {
-                self.get(column)
+                read(self.try_get(column), column).flatten()
             }
             fn int(&self, column: &str) -> i64 {
-                self.get(column)
+                self.opt_int(column).unwrap_or(0)
             }
             fn opt_int(&self, column: &str) -> Option<i64> {
-                self.get(column)
+                match self.try_get::<Option<i64>, _>(column) {
+                    Ok(v) => v,
+                    // `as` saturates: NaN reads 0, ±inf the ends of i64.
+                    Err(_) => read(self.try_get::<Option<f64>, _>(column), column)
+                        .flatten()
+                        .map(|f| f as i64),
+                }
             }
             fn flag(&self, column: &str) -> bool {
-                self.get(column)
+                read(self.try_get(column), column).unwrap_or_default()
             }
             fn opt_flag(&self, column: &str) -> Option<bool> {
-                self.get(column)
+                read(self.try_get(column), column).flatten()
             }
         }
     };
 }
+
+/// A column's value, or `None` with the reason logged.
+fn read<T>(value: Result<T, sqlx::Error>, column: &str) -> Option<T> {
+    value
+        .map_err(|e| tracing::error!(column, error = %e, "a stored value could not be read"))
+        .ok()
+}
+
 impl_get!(SqliteRow);
 impl_get!(PgRow);
 
