@@ -18,14 +18,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the web app and the API (prints the URL to open).
-    Serve(Config),
+    Serve(Box<Config>),
     #[command(flatten)]
     Client(cli::Command),
 }
 
 fn main() -> std::process::ExitCode {
     let config = match Cli::parse().command {
-        Command::Serve(config) => config,
+        Command::Serve(config) => *config,
         Command::Client(cmd) => return cli::run(cmd),
     };
     tracing_subscriber::fmt()
