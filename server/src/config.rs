@@ -56,6 +56,27 @@ pub struct Config {
     /// No bytes this long mid-stream ends the run as `stream_interrupted`.
     #[arg(long, env = "MULLIGAN_STREAM_IDLE_MS", default_value_t = 60_000)]
     pub stream_idle_ms: u64,
+    /// The longest wait a provider may advise (`Retry-After`, `retry-after-ms`, reset
+    /// headers); a longer one is taken as this. Cooldowns never last longer.
+    #[arg(
+        long,
+        env = "MULLIGAN_MAX_ADVISED_WAIT_MS",
+        default_value_t = 86_400_000
+    )]
+    pub max_advised_wait_ms: u64,
+    /// How long a provider may take to answer a call (status line and headers) before the
+    /// attempt fails as `timeout` and Tier 1 goes on.
+    #[arg(long, env = "MULLIGAN_HEADER_TIMEOUT_MS", default_value_t = 60_000)]
+    pub header_timeout_ms: u64,
+    /// The largest SSE line or event a provider may send; a larger one fails the attempt.
+    #[arg(long, env = "MULLIGAN_MAX_EVENT_BYTES", default_value_t = 1_048_576)]
+    pub max_event_bytes: usize,
+    /// The longest reply a run may stream; a longer one fails `reply_too_large`.
+    #[arg(long, env = "MULLIGAN_MAX_REPLY_BYTES", default_value_t = 1_048_576)]
+    pub max_reply_bytes: usize,
+    /// The longest a run may take from its start; a longer one fails `timeout`.
+    #[arg(long, env = "MULLIGAN_MAX_RUN_MS", default_value_t = 3_600_000)]
+    pub max_run_ms: u64,
     /// Where the built browser bundle lives (cargo-leptos' site root).
     #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
     pub site_root: String,
@@ -76,6 +97,15 @@ impl Config {
         let mut c = Wrap::parse_from(["mulligan"]).c;
         c.data_dir = data_dir.into();
         c
+    }
+
+    /// What every provider call is held to.
+    pub fn provider_limits(&self) -> crate::llm::Limits {
+        crate::llm::Limits {
+            max_advised_wait: std::time::Duration::from_millis(self.max_advised_wait_ms),
+            header_timeout: std::time::Duration::from_millis(self.header_timeout_ms.max(1)),
+            max_event_bytes: self.max_event_bytes.max(1024),
+        }
     }
 
     pub fn database_url(&self) -> String {

@@ -89,6 +89,8 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
             },
             spend_limit_tokens: config.spend_limit_tokens,
             context_tokens: config.context_tokens,
+            max_reply_bytes: config.max_reply_bytes,
+            max_run: Duration::from_millis(config.max_run_ms.max(1)),
             background: app::tier2::Policy {
                 base_ms: config.tier2_base_ms,
                 cap_ms: config.tier2_cap_ms,
@@ -158,6 +160,7 @@ fn provider_for(
         .connect_timeout(Duration::from_secs(10))
         .build()
         .expect("the HTTP client builds");
+    let limits = config.provider_limits();
     let (name, base, provider): (_, _, Arc<dyn llm::Provider>) = match config.provider {
         ProviderKind::Demo => {
             let host = if addr.ip().is_unspecified() {
@@ -169,7 +172,7 @@ fn provider_for(
                 .base_url
                 .clone()
                 .unwrap_or_else(|| format!("http://{host}:{}/demo/v1", addr.port()));
-            let provider = llm::openai::OpenAi::new(client, &base, None, false);
+            let provider = llm::openai::OpenAi::new(client, &base, None, false, limits);
             ("demo", base, Arc::new(provider))
         }
         ProviderKind::Openai => {
@@ -177,7 +180,8 @@ fn provider_for(
                 .base_url
                 .clone()
                 .unwrap_or_else(|| llm::openai::DEFAULT_BASE_URL.to_string());
-            let provider = llm::openai::OpenAi::new(client, &base, config.api_key.clone(), true);
+            let provider =
+                llm::openai::OpenAi::new(client, &base, config.api_key.clone(), true, limits);
             ("openai", base, Arc::new(provider))
         }
         ProviderKind::Anthropic => {
@@ -185,7 +189,8 @@ fn provider_for(
                 .base_url
                 .clone()
                 .unwrap_or_else(|| llm::anthropic::DEFAULT_BASE_URL.to_string());
-            let provider = llm::anthropic::Anthropic::new(client, &base, config.api_key.clone());
+            let provider =
+                llm::anthropic::Anthropic::new(client, &base, config.api_key.clone(), limits);
             ("anthropic", base, Arc::new(provider))
         }
     };
@@ -194,7 +199,12 @@ fn provider_for(
         _ => config.api_key.as_deref(),
     };
     Arc::new(retry::gate::Gate::new(
-        provider, cooldowns, name, &base, api_key,
+        provider,
+        cooldowns,
+        name,
+        &base,
+        api_key,
+        limits.max_advised_wait,
     ))
 }
 

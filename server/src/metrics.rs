@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Tier 1 attempt outcomes: `ok`, or the class of the failure.
-const ATTEMPT_CLASSES: [&str; 13] = [
+const ATTEMPT_CLASSES: [&str; 17] = [
     "ok",
     class::RATE_LIMITED,
     class::OVERLOADED,
@@ -13,6 +13,10 @@ const ATTEMPT_CLASSES: [&str; 13] = [
     class::NETWORK,
     class::STREAM_INTERRUPTED,
     class::INTERRUPTED,
+    class::TIMEOUT,
+    class::INTERNAL,
+    class::MAX_STEPS,
+    class::REPLY_TOO_LARGE,
     class::CONTEXT_OVERFLOW,
     class::AUTH_FAILED,
     class::CREDENTIALS_UNRESOLVED,

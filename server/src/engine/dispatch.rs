@@ -187,7 +187,13 @@ impl Engine {
             .unwrap_or_else(|| "an error".into());
         let continuation = format!(
             "Your previous turn was cut off by {why}{}. Check what already finished before going on, then continue from where you stopped.",
-            failed.error_message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
+            failed
+                .error_message
+                .as_deref()
+                .map(crate::llm::limits::quoted_reason)
+                .filter(|m| !m.is_empty())
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default()
         );
         let (kind, new) = if partial {
             (

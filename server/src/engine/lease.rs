@@ -96,8 +96,13 @@ impl Engine {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let run = store.run(run_id).await?;
-            if !matches!(run.status, RunStatus::Queued | RunStatus::Running) {
-                return Ok(run);
+            match run.status {
+                RunStatus::Queued | RunStatus::Running => {}
+                RunStatus::Cancelled => return Ok(run),
+                // It ended some other way before the cancel reached it.
+                RunStatus::Completed | RunStatus::Failed => {
+                    return Err(Error::conflict("that run has already ended"))
+                }
             }
             if Instant::now() >= deadline {
                 return Err(Error::conflict(

@@ -34,6 +34,10 @@ pub struct EngineConfig {
     pub spend_limit_tokens: Option<u64>,
     /// Context window used for compaction (`None`: drop the older half).
     pub context_tokens: Option<u64>,
+    /// The longest reply a run may stream (bytes); past it the run fails `reply_too_large`.
+    pub max_reply_bytes: usize,
+    /// The longest a run may take from its start; past it the run fails `timeout`.
+    pub max_run: Duration,
     /// Background retries' countdown (Tier 2's policy, served to the browser too).
     pub background: app::tier2::Policy,
 }
@@ -64,6 +68,15 @@ struct Active {
     cancel: CancellationToken,
     live: Arc<Mutex<Live>>,
     ended: Arc<tokio::sync::Notify>,
+}
+
+impl Active {
+    /// The live text; a panic elsewhere while it was held does not make it unreadable.
+    fn live(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// The reply text streamed so far and how many deltas it holds.
@@ -195,12 +208,17 @@ impl Engine {
                     drop(guard);
                     return self.cancel_elsewhere(run_id).await;
                 };
-                let ended = active.ended.notified();
+                let stopped = active.ended.notified();
                 active.cancel.cancel();
                 drop(guard);
                 // The runner records `cancelled` and notifies; it never takes long.
-                let _ = tokio::time::timeout(Duration::from_secs(5), ended).await;
-                self.inner.store.run(run_id).await
+                let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
+                let run = self.inner.store.run(run_id).await?;
+                match run.status {
+                    // It ended some other way before the cancel reached it.
+                    RunStatus::Completed | RunStatus::Failed => Err(ended()),
+                    _ => Ok(run),
+                }
             }
             _ => Err(ended()),
         }
@@ -244,7 +262,7 @@ impl Engine {
         self.inner
             .active
             .lock()
-            .expect("active")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(run_id)
             .cloned()
     }
@@ -252,8 +270,17 @@ impl Engine {
     /// The streamed text of a run executing here, for snapshots of a streaming reply.
     pub fn live_text(&self, run_id: &str) -> Option<(String, u64)> {
         let active = self.active(run_id)?;
-        let live = active.live.lock().expect("live");
+        let live = active.live();
         Some((live.text.clone(), live.seq))
+    }
+
+    /// Takes a run out of this instance's active set (its task has ended).
+    fn forget_active(&self, run_id: &str) -> Option<Active> {
+        self.inner
+            .active
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(run_id)
     }
 
     /// Starts the session's next queued run unless one is running. Call under the lock.
@@ -282,7 +309,7 @@ impl Engine {
             self.inner
                 .active
                 .lock()
-                .expect("active")
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .insert(run.id.clone(), active.clone());
             let engine = self.clone();
             let id = run.id.clone();
@@ -294,8 +321,34 @@ impl Engine {
     }
 
     /// Records a run's end (unless it already ended), holds the prompts behind a failure,
-    /// and starts the next run.
+    /// and starts the next run. A failed write is tried again (a busy database must not
+    /// leave a run `running`); should every try fail, the reconcile ends the run later.
     async fn finish(&self, run: &Run, outcome: Outcome) {
+        let session_id = &run.session_id;
+        let mut delay = Duration::from_millis(50);
+        for attempt in 1..=FINISH_TRIES {
+            match self.record_end(run, &outcome).await {
+                Ok(()) => break,
+                Err(e) if attempt < FINISH_TRIES => {
+                    tracing::warn!(run = %run.id, attempt, error = %e, "could not record the end of a run; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = delay.saturating_mul(2).min(Duration::from_secs(2));
+                }
+                Err(e) => {
+                    tracing::error!(run = %run.id, error = %e, "could not record the end of a run; the reconcile will end it");
+                }
+            }
+        }
+        if let Some(active) = self.forget_active(&run.id) {
+            active.ended.notify_waiters();
+        }
+        if let Err(e) = self.start_next(session_id).await {
+            tracing::error!(session = %session_id, error = %e, "could not start the next run");
+        }
+    }
+
+    /// Records the end under the session's lock and announces what it changed.
+    async fn record_end(&self, run: &Run, outcome: &Outcome) -> Result<()> {
         let session_id = &run.session_id;
         let _guard = match self.lock(session_id).await {
             Ok(g) => Some(g),
@@ -305,40 +358,34 @@ impl Engine {
                 None
             }
         };
-        let result: Result<()> = async {
-            if let Some((run, reply)) = self.inner.store.finish_run(&run.id, &outcome).await? {
-                if let Some(reply) = reply {
-                    self.publish(session_id, Event::Message(reply));
-                }
-                self.publish(session_id, Event::Run(run.clone()));
-                match run.status {
-                    RunStatus::Failed => {
-                        for held in self.inner.store.held_runs(session_id).await? {
-                            self.publish(session_id, Event::Run(held));
-                        }
-                        self.schedule_background(&run).await?;
-                    }
-                    // A turn that completes lets the prompts held behind a failure go on.
-                    RunStatus::Completed => {
-                        for released in self.inner.store.release_held(session_id).await? {
-                            self.publish(session_id, Event::Run(released));
-                        }
-                    }
-                    _ => {}
-                }
+        if let Some((run, reply)) = self.inner.store.finish_run(&run.id, outcome).await? {
+            if let Some(reply) = reply {
+                self.publish(session_id, Event::Message(reply));
             }
-            Ok(())
+            self.publish(session_id, Event::Run(run.clone()));
+            match run.status {
+                RunStatus::Failed => {
+                    for held in self.inner.store.held_runs(session_id).await? {
+                        self.publish(session_id, Event::Run(held));
+                    }
+                    self.schedule_background(&run).await?;
+                }
+                // A turn that completes lets the prompts held behind a failure go on.
+                RunStatus::Completed => {
+                    for released in self.inner.store.release_held(session_id).await? {
+                        self.publish(session_id, Event::Run(released));
+                    }
+                }
+                _ => {}
+            }
         }
-        .await;
-        if let Err(e) = result {
-            tracing::error!(run = %run.id, error = %e, "could not record the end of a run");
-        }
-        if let Some(active) = self.inner.active.lock().expect("active").remove(&run.id) {
-            active.ended.notify_waiters();
-        }
-        if let Err(e) = self.pump(session_id).await {
-            tracing::error!(session = %session_id, error = %e, "could not start the next run");
-        }
+        Ok(())
+    }
+
+    /// Starts the session's next run under its lock.
+    async fn start_next(&self, session_id: &str) -> Result<()> {
+        let _guard = self.lock(session_id).await?;
+        self.pump(session_id).await.map(|_| ())
     }
 
     /// On start: runs left `running` by a stop become `failed`/`interrupted` with their
@@ -424,6 +471,9 @@ impl Drop for SessionGuard {
     }
 }
 
+/// How many times a run's end is written before the reconcile is left to end it.
+const FINISH_TRIES: u32 = 5;
+
 fn ended() -> Error {
     Error::conflict("that run has already ended")
 }
@@ -465,3 +515,6 @@ pub fn overlay_live(engine: &Engine, mut m: Message) -> Message {
     }
     m
 }
+
+#[cfg(test)]
+mod tests;

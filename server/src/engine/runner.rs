@@ -3,12 +3,14 @@
 //! records how the run ended.
 use super::{compact, Active, Engine};
 use crate::clock::now_ms;
+use crate::llm::limits;
 use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem};
 use crate::retry::{classify, tier1};
 use crate::store::Outcome;
 use app::wire::{AttemptEvent, Delta, Event, Message, Role, Run, RunStatus};
 use futures::future::BoxFuture;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -19,20 +21,86 @@ enum End {
     Cancelled,
     /// The server is stopping: the run is recorded as interrupted.
     Stopping,
-    /// Failed before or without the provider (spend limit, the server itself).
+    /// Failed before or without the provider (spend limit, the server itself), or ended by
+    /// one of Mulligan's own limits (a reply too large).
     Refused {
         class: &'static str,
         message: String,
     },
 }
 
+/// Executes the run and records its end, whatever happens: a panic anywhere in executing it
+/// is caught and recorded as `failed`/`internal` (retryable), and the run leaves this
+/// instance's active set (waking a waiting cancel) even if recording it panics too.
 pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Active) {
+    let _leaves = Leaves {
+        engine: engine.clone(),
+        run_id: run.id.clone(),
+        active: active.clone(),
+    };
+    let executed = AssertUnwindSafe(outcome_of(&engine, &run, &reply, &active))
+        .catch_unwind()
+        .await;
+    let outcome = match executed {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let what = panic_text(&*panic);
+            tracing::error!(run = %run.id, panic = %what, "the runner panicked; the run fails as internal");
+            let content = std::mem::take(&mut active.live().text);
+            outcome(
+                RunStatus::Failed,
+                content,
+                Some(format!(
+                    "Mulligan failed this run internally ({}); retrying it is safe",
+                    limits::truncate(&what, 200)
+                )),
+                Some(classify::of(classify::class::INTERNAL, None)),
+                0,
+            )
+        }
+    };
+    crate::metrics::metrics().run_ended(outcome.status);
+    engine.finish(&run, outcome).await;
+}
+
+/// Takes a run out of this instance's active set when its task ends, however it ends.
+struct Leaves {
+    engine: Engine,
+    run_id: String,
+    active: Active,
+}
+
+impl Drop for Leaves {
+    fn drop(&mut self) {
+        let _ = self.engine.forget_active(&self.run_id);
+        self.active.ended.notify_waiters();
+    }
+}
+
+/// A panic's message, when it has one.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
+}
+
+/// Streams the run and says how to record its end.
+async fn outcome_of(engine: &Engine, run: &Run, reply: &Message, active: &Active) -> Outcome {
     let mut tokens = 0u64;
+    let max_run = engine.inner.cfg.max_run;
     let end = tokio::select! {
         biased;
         _ = active.cancel.cancelled() => End::Cancelled,
         _ = engine.inner.stopping.cancelled() => End::Stopping,
-        end = stream_reply(&engine, &run, &reply, &active, &mut tokens) => end,
+        end = stream_reply(engine, run, reply, active, &mut tokens) => end,
+        () = tokio::time::sleep(max_run) => End::Failed(ProviderError::Timeout {
+            message: format!(
+                "the run took longer than its limit of {} s (MULLIGAN_MAX_RUN_MS)",
+                max_run.as_secs()
+            ),
+        }),
     };
     // A cancel wins over whatever the provider reported meanwhile.
     let end = if active.cancel.is_cancelled() {
@@ -40,12 +108,13 @@ pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Ac
     } else {
         end
     };
-    let content = std::mem::take(&mut active.live.lock().expect("live").text);
-    if tokens == 0 {
-        tokens = (content.len() / 4) as u64;
-    }
+    let content = std::mem::take(&mut active.live().text);
+    // What the provider reported, but never less than the reply's own size suggests (a
+    // provider cannot stream past the spend limit by reporting few tokens).
+    let estimate = u64::try_from(content.len() / 4).unwrap_or(u64::MAX);
+    let tokens = limits::tokens(tokens.max(estimate));
     let started = !content.is_empty();
-    let outcome = match end {
+    match end {
         End::Completed => outcome(RunStatus::Completed, content, None, None, tokens),
         End::Cancelled => outcome(RunStatus::Cancelled, content, None, None, tokens),
         End::Stopping => outcome(
@@ -58,12 +127,14 @@ pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Ac
         End::Refused { class, message } => {
             tracing::info!(run = %run.id, class, "run refused: {message}");
             // The first attempt was recorded as the run started; it ends here, unsent.
-            if let Err(e) = engine
-                .store()
-                .attempt_failed(&run.id, 1, &message, None)
-                .await
-            {
-                tracing::warn!(run = %run.id, error = %e, "could not record an attempt");
+            if !started {
+                if let Err(e) = engine
+                    .store()
+                    .attempt_failed(&run.id, 1, &message, None)
+                    .await
+                {
+                    tracing::warn!(run = %run.id, error = %e, "could not record an attempt");
+                }
             }
             let class = classify::of(class, None);
             outcome(
@@ -76,18 +147,17 @@ pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Ac
         }
         End::Failed(err) => {
             let class = classify::classify(&err, started, now_ms());
-            tracing::info!(run = %run.id, class = %class.retry_class, error = %err, "run failed");
+            let message = limits::error_text(&err.to_string());
+            tracing::info!(run = %run.id, class = %class.retry_class, error = %message, "run failed");
             outcome(
                 RunStatus::Failed,
                 content,
-                Some(err.to_string()),
+                Some(message),
                 Some(class),
                 tokens,
             )
         }
-    };
-    crate::metrics::metrics().run_ended(outcome.status);
-    engine.finish(&run, outcome).await;
+    }
 }
 
 fn outcome(
@@ -102,7 +172,7 @@ fn outcome(
         content,
         error_message,
         retry,
-        tokens_used: tokens as i64,
+        tokens_used: i64::try_from(tokens).unwrap_or(i64::MAX),
     }
 }
 
@@ -118,7 +188,7 @@ async fn stream_reply(
         Err(e) => {
             return End::Refused {
                 class: classify::class::SERVER_ERROR,
-                message: e.to_string(),
+                message: limits::error_text(&e.to_string()),
             }
         }
     };
@@ -140,6 +210,7 @@ async fn stream_reply(
     let mut stream = opened.stream;
     let mut head = opened.head.into_iter();
     let save_every = engine.inner.cfg.save_every;
+    let max_reply = engine.inner.cfg.max_reply_bytes;
     let mut last_save = Instant::now();
     let mut unsaved = false;
     // One timer for the stall check, moved on only when it fires (not one per delta).
@@ -169,7 +240,15 @@ async fn stream_reply(
         match item {
             Some(Ok(StreamItem::Delta(text))) => {
                 let seq = {
-                    let mut live = active.live.lock().expect("live");
+                    let mut live = active.live();
+                    if live.text.len().saturating_add(text.len()) > max_reply {
+                        return End::Refused {
+                            class: classify::class::REPLY_TOO_LARGE,
+                            message: format!(
+                                "the reply passed its limit of {max_reply} bytes (MULLIGAN_MAX_REPLY_BYTES); the text so far is kept"
+                            ),
+                        };
+                    }
                     live.text.push_str(&text);
                     live.seq += 1;
                     live.seq
@@ -183,7 +262,7 @@ async fn stream_reply(
                 engine.publish(&run.session_id, Event::Delta(delta));
                 unsaved = true;
             }
-            Some(Ok(StreamItem::Usage { total_tokens })) => *tokens = total_tokens,
+            Some(Ok(StreamItem::Usage { total_tokens })) => *tokens = limits::tokens(total_tokens),
             Some(Ok(StreamItem::Done)) | None => return End::Completed,
             Some(Err(e)) => return End::Failed(e),
         }
@@ -191,7 +270,7 @@ async fn stream_reply(
         // database delays the stored copy, never the deltas.
         if unsaved && last_save.elapsed() >= save_every {
             let (text, seq) = {
-                let live = active.live.lock().expect("live");
+                let live = active.live();
                 (live.text.clone(), live.seq)
             };
             engine.inner.saver.save(super::saver::Save {
@@ -290,8 +369,8 @@ impl tier1::Observer for RunAttempts<'_> {
         retry_in: Option<Duration>,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let retry_in_ms = retry_in.map(|d| d.as_millis() as i64);
-            let reason = err.to_string();
+            let retry_in_ms = retry_in.map(limits::millis);
+            let reason = limits::error_text(&err.to_string());
             if let Err(e) = self
                 .engine
                 .store()
@@ -334,5 +413,8 @@ async fn request_for(engine: &Engine, run: &Run) -> crate::error::Result<(ChatRe
             content,
         })
         .collect();
-    Ok((ChatRequest { model, messages }, spent.max(0) as u64))
+    Ok((
+        ChatRequest { model, messages },
+        u64::try_from(spent).unwrap_or(0),
+    ))
 }

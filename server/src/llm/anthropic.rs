@@ -1,6 +1,5 @@
 //! The `anthropic` provider: the Anthropic Messages streaming API (`POST {base}/messages`).
-use super::sse::status_error;
-use super::{ChatRequest, DeltaStream, Provider, ProviderError, RetryAfter, StreamItem};
+use super::{ChatRequest, DeltaStream, Limits, Provider, ProviderError, RetryAfter, StreamItem};
 use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
 
@@ -12,14 +11,21 @@ pub struct Anthropic {
     client: reqwest::Client,
     url: String,
     api_key: Option<String>,
+    limits: Limits,
 }
 
 impl Anthropic {
-    pub fn new(client: reqwest::Client, base_url: &str, api_key: Option<String>) -> Self {
+    pub fn new(
+        client: reqwest::Client,
+        base_url: &str,
+        api_key: Option<String>,
+        limits: Limits,
+    ) -> Self {
         Anthropic {
             client,
             url: format!("{}/messages", base_url.trim_end_matches('/')),
             api_key: api_key.filter(|k| !k.is_empty()),
+            limits,
         }
     }
 }
@@ -33,28 +39,26 @@ impl Provider for Anthropic {
                 return Err(ProviderError::NoCredentials);
             };
             key.set_sensitive(true);
-            let resp = self
+            let call = self
                 .client
                 .post(&self.url)
                 .header("x-api-key", key)
                 .header("anthropic-version", API_VERSION)
-                .json(&request_body(&req))
-                .send()
-                .await?;
+                .json(&request_body(&req));
+            let resp = super::sse::send(call, &self.limits).await?;
             let status = resp.status();
             if !status.is_success() {
-                let headers = resp.headers().clone();
-                let text = resp.text().await.unwrap_or_default();
-                let now = crate::clock::now_ms();
-                let mut err = status_error(status.as_u16(), &headers, &text, now);
+                let (mut err, headers) = super::sse::answer_error(resp, &self.limits).await;
                 if let ProviderError::Status { retry_after, .. } = &mut err {
                     if retry_after.is_none() && status.as_u16() == 429 {
-                        *retry_after = reset_after(&headers, now);
+                        let now = crate::clock::now_ms();
+                        *retry_after = reset_after(&headers, now)
+                            .map(|at| RetryAfter::At(self.limits.clamp_until(at, now)));
                     }
                 }
                 return Err(err);
             }
-            Ok(parse_stream(resp))
+            Ok(parse_stream(resp, &self.limits))
         })
     }
 }
@@ -105,9 +109,9 @@ fn request_body(req: &ChatRequest) -> serde_json::Value {
 }
 
 /// Turns a 2xx SSE body into stream items; ends after `message_stop`, cut if it ends before.
-fn parse_stream(resp: reqwest::Response) -> DeltaStream {
+fn parse_stream(resp: reqwest::Response, limits: &Limits) -> DeltaStream {
     let mut usage = UsageState::default();
-    super::sse::item_stream(resp, "message_stop", move |event, data| {
+    super::sse::item_stream(resp, "message_stop", limits, move |event, data| {
         event_items(event, data, &mut usage)
     })
 }
@@ -124,14 +128,17 @@ impl UsageState {
     /// Input counts include prompt-cache reads and writes; Anthropic reports them apart.
     fn absorb(&mut self, usage: Option<&serde_json::Value>) {
         let Some(u) = usage else { return };
-        let n = |k: &str| u.get(k).and_then(|x| x.as_u64());
+        let n = |k: &str| u.get(k).and_then(|x| x.as_u64()).map(super::limits::tokens);
         let keys = [
             "input_tokens",
             "cache_creation_input_tokens",
             "cache_read_input_tokens",
         ];
         if keys.iter().any(|k| n(k).is_some()) {
-            self.input_tokens = keys.iter().filter_map(|k| n(k)).sum();
+            self.input_tokens = keys
+                .iter()
+                .filter_map(|k| n(k))
+                .fold(0, u64::saturating_add);
         }
         if let Some(out) = n("output_tokens") {
             self.output_tokens = out; // cumulative in both message_start and message_delta
@@ -150,7 +157,7 @@ fn event_items(
     }
     let v: serde_json::Value =
         serde_json::from_str(data).map_err(|e| ProviderError::StreamCut {
-            message: format!("unreadable event: {e}"),
+            message: super::limits::error_text(&format!("unreadable event: {e}")),
         })?;
     // Without an `event:` line the name defaults to "message"; the payload's `type` says it too.
     let kind = match event_name {
@@ -176,7 +183,9 @@ fn event_items(
             state.done = true;
             vec![
                 StreamItem::Usage {
-                    total_tokens: state.input_tokens + state.output_tokens,
+                    total_tokens: super::limits::tokens(
+                        state.input_tokens.saturating_add(state.output_tokens),
+                    ),
                 },
                 StreamItem::Done,
             ]
@@ -189,7 +198,7 @@ fn event_items(
 /// The advised wait from `anthropic-ratelimit-*-reset` (RFC 3339) on a 429 without
 /// `Retry-After`: the latest reset of the exhausted limits (`*-remaining: 0`), else the
 /// earliest reset given. Resets not after `now_ms` are ignored.
-fn reset_after(headers: &HeaderMap, now_ms: i64) -> Option<RetryAfter> {
+fn reset_after(headers: &HeaderMap, now_ms: i64) -> Option<i64> {
     let get = |name: String| headers.get(name).and_then(|v| v.to_str().ok());
     let resets: Vec<(bool, i64)> = ["requests", "tokens", "input-tokens", "output-tokens"]
         .iter()
@@ -201,9 +210,7 @@ fn reset_after(headers: &HeaderMap, now_ms: i64) -> Option<RetryAfter> {
         .filter(|&(_, at)| at > now_ms)
         .collect();
     let exhausted = resets.iter().filter(|r| r.0).map(|r| r.1).max();
-    exhausted
-        .or_else(|| resets.iter().map(|r| r.1).min())
-        .map(RetryAfter::At)
+    exhausted.or_else(|| resets.iter().map(|r| r.1).min())
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.frac]Z` (the form Anthropic sends) to epoch millis.
@@ -357,7 +364,7 @@ mod tests {
             ("tokens-reset", "2024-08-14T17:46:00Z"),
             ("input-tokens-reset", "2020-01-01T00:00:00Z"), // past: ignored
         ]);
-        let at = |ms| Some(RetryAfter::At(ms));
+        let at = |ms| Some(ms);
         assert_eq!(reset_after(&h, now), at(1_723_657_560_000)); // the exhausted limit
         h.remove("anthropic-ratelimit-tokens-remaining");
         assert_eq!(reset_after(&h, now), at(1_723_657_521_000)); // none exhausted: earliest

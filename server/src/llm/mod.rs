@@ -1,8 +1,11 @@
 //! Providers: one trait, "open a streaming chat completion, then yield deltas".
 pub mod anthropic;
 pub mod demo;
+pub mod limits;
 pub mod openai;
 mod sse;
+
+pub use limits::Limits;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -53,6 +56,11 @@ pub enum ProviderError {
     StreamCut { message: String },
     /// No bytes for the idle limit mid-stream.
     Stalled { idle: Duration },
+    /// The provider did not answer in time: no status line within the header timeout, or a
+    /// run past its longest duration.
+    Timeout { message: String },
+    /// The provider broke the protocol: an SSE line or event larger than the cap.
+    Protocol { message: String },
     /// No API key is configured for a provider that needs one.
     NoCredentials,
     /// Not sent: a provider-wide cooldown holds this provider, endpoint, key and model until
@@ -106,13 +114,16 @@ impl std::fmt::Display for ProviderError {
                     idle.as_secs()
                 )
             }
+            ProviderError::Timeout { message } => write!(f, "{message}"),
+            ProviderError::Protocol { message } => {
+                write!(f, "the provider broke the stream protocol: {message}")
+            }
             ProviderError::NoCredentials => write!(f, "no API key is configured for this provider"),
             ProviderError::CoolingDown { class, until } => {
-                let at = std::time::UNIX_EPOCH + Duration::from_millis((*until).max(0) as u64);
                 write!(
                     f,
                     "not sent: the provider advised waiting until {} ({class}) for this model and key",
-                    httpdate::fmt_http_date(at)
+                    limits::http_date(*until)
                 )
             }
         }

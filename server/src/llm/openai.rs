@@ -1,7 +1,6 @@
 //! The `openai` provider: the Chat Completions streaming API of any compatible server
 //! (OpenAI, vLLM, llama.cpp, Ollama, and Mulligan's own demo endpoint).
-use super::sse::status_error;
-use super::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
+use super::{ChatRequest, DeltaStream, Limits, Provider, ProviderError, StreamItem};
 use futures::future::BoxFuture;
 
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -11,6 +10,7 @@ pub struct OpenAi {
     url: String,
     api_key: Option<String>,
     requires_key: bool,
+    limits: Limits,
 }
 
 impl OpenAi {
@@ -20,12 +20,14 @@ impl OpenAi {
         base_url: &str,
         api_key: Option<String>,
         requires_key: bool,
+        limits: Limits,
     ) -> Self {
         OpenAi {
             client,
             url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
             api_key: api_key.filter(|k| !k.is_empty()),
             requires_key,
+            limits,
         }
     }
 }
@@ -46,28 +48,22 @@ impl Provider for OpenAi {
             if let Some(key) = &self.api_key {
                 call = call.bearer_auth(key);
             }
-            let resp = call.send().await?;
-            let status = resp.status();
-            if !status.is_success() {
-                let headers = resp.headers().clone();
-                let text = resp.text().await.unwrap_or_default();
-                return Err(status_error(
-                    status.as_u16(),
-                    &headers,
-                    &text,
-                    crate::clock::now_ms(),
-                ));
+            let resp = super::sse::send(call, &self.limits).await?;
+            if !resp.status().is_success() {
+                return Err(super::sse::answer_error(resp, &self.limits).await.0);
             }
-            Ok(parse_stream(resp))
+            Ok(parse_stream(resp, &self.limits))
         })
     }
 }
 
 /// Turns a 2xx SSE body into stream items; ends after `[DONE]`, cut if it ends before.
-fn parse_stream(resp: reqwest::Response) -> DeltaStream {
-    super::sse::item_stream(resp, "[DONE]", |_event, data| match chunk_items(data)? {
-        ChunkItems::Done => Ok(vec![StreamItem::Done]),
-        ChunkItems::Items(items) => Ok(items),
+fn parse_stream(resp: reqwest::Response, limits: &Limits) -> DeltaStream {
+    super::sse::item_stream(resp, "[DONE]", limits, |_event, data| {
+        match chunk_items(data)? {
+            ChunkItems::Done => Ok(vec![StreamItem::Done]),
+            ChunkItems::Items(items) => Ok(items),
+        }
     })
 }
 
@@ -113,7 +109,7 @@ fn chunk_items(data: &str) -> Result<ChunkItems, ProviderError> {
         return Ok(ChunkItems::Done);
     }
     let chunk: Chunk = serde_json::from_str(data).map_err(|e| ProviderError::StreamCut {
-        message: format!("unreadable chunk: {e}"),
+        message: super::limits::error_text(&format!("unreadable chunk: {e}")),
     })?;
     if chunk.error.is_some() {
         return Err(super::sse::stream_error(data));
@@ -133,7 +129,7 @@ fn chunk_items(data: &str) -> Result<ChunkItems, ProviderError> {
     }
     if let Some(total) = chunk.usage.and_then(|u| u.total_tokens) {
         items.push(StreamItem::Usage {
-            total_tokens: total,
+            total_tokens: super::limits::tokens(total),
         });
     }
     Ok(ChunkItems::Items(items))

@@ -1,13 +1,16 @@
-//! Reading provider responses: SSE parsing (eventsource-stream) and the error answer's fields.
+//! Reading provider responses: SSE parsing (eventsource-stream) behind a size guard, and the
+//! error answer's fields, every one bounded by the provider's [`Limits`].
+use super::limits::{self, Limits};
 use super::{DeltaStream, ProviderError, RetryAfter, StreamItem};
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
 use reqwest::header::HeaderMap;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-/// The advised wait from `retry-after-ms`, `Retry-After` (seconds or HTTP date).
-pub fn retry_after(headers: &HeaderMap, now_ms: i64) -> Option<RetryAfter> {
+/// The advised wait from `retry-after-ms`, `Retry-After` (seconds or HTTP date), clamped to
+/// the limits' maximum however large (or far off) the provider said.
+pub fn retry_after(headers: &HeaderMap, now_ms: i64, limits: &Limits) -> Option<RetryAfter> {
     let get = |name: &str| {
         headers
             .get(name)
@@ -16,26 +19,67 @@ pub fn retry_after(headers: &HeaderMap, now_ms: i64) -> Option<RetryAfter> {
     };
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
-            return Some(RetryAfter::Delay(Duration::from_millis(ms as u64)));
+            // `as` saturates a float that is too large for the integer.
+            let wait = Duration::from_millis(ms as u64);
+            return Some(RetryAfter::Delay(limits.clamp_wait(wait)));
         }
     }
     let value = get("retry-after")?;
-    parse_retry_after(value, now_ms)
+    parse_retry_after(value, now_ms, limits)
 }
 
-/// Parses a `Retry-After` value: delta-seconds or an HTTP date.
-pub fn parse_retry_after(value: &str, _now_ms: i64) -> Option<RetryAfter> {
+/// Parses a `Retry-After` value: delta-seconds or an HTTP date, clamped to the maximum.
+pub fn parse_retry_after(value: &str, now_ms: i64, limits: &Limits) -> Option<RetryAfter> {
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0)
-            .then(|| RetryAfter::Delay(Duration::from_millis((secs * 1000.0) as u64)));
+        if !(secs.is_finite() && secs >= 0.0) {
+            return None;
+        }
+        // Clamped as seconds first, so the multiplication cannot leave the float's range.
+        let max_secs = limits.max_advised_wait.as_secs_f64();
+        let wait = Duration::from_secs_f64(secs.min(max_secs));
+        return Some(RetryAfter::Delay(limits.clamp_wait(wait)));
     }
     let at = httpdate::parse_http_date(value).ok()?;
-    let ms = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64;
-    Some(RetryAfter::At(ms))
+    let ms = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
+    let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+    Some(RetryAfter::At(limits.clamp_until(ms, now_ms)))
+}
+
+/// Sends a call: its status line and headers must arrive within the header timeout, else the
+/// attempt fails as `timeout` (retryable). Dropping the future aborts the request.
+pub async fn send(
+    call: reqwest::RequestBuilder,
+    limits: &Limits,
+) -> Result<reqwest::Response, ProviderError> {
+    match tokio::time::timeout(limits.header_timeout, call.send()).await {
+        Ok(resp) => Ok(resp?),
+        Err(_) => Err(ProviderError::Timeout {
+            message: format!(
+                "the provider did not answer within {} s",
+                limits.header_timeout.as_secs_f64()
+            ),
+        }),
+    }
+}
+
+/// The error of a non-2xx answer, and its headers: the body is read up to
+/// [`limits::MAX_ERROR_BODY_BYTES`] and within the header timeout.
+pub async fn answer_error(resp: reqwest::Response, limits: &Limits) -> (ProviderError, HeaderMap) {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = limits::read_capped(resp, limits.header_timeout).await;
+    let now = crate::clock::now_ms();
+    (status_error(status, &headers, &body, now, limits), headers)
 }
 
 /// Builds the error for a non-2xx answer from its status, headers and (JSON) body.
-pub fn status_error(status: u16, headers: &HeaderMap, body: &str, now_ms: i64) -> ProviderError {
+pub fn status_error(
+    status: u16,
+    headers: &HeaderMap,
+    body: &str,
+    now_ms: i64,
+    limits: &Limits,
+) -> ProviderError {
     let should_retry = headers
         .get("x-should-retry")
         .and_then(|v| v.to_str().ok())
@@ -49,8 +93,8 @@ pub fn status_error(status: u16, headers: &HeaderMap, body: &str, now_ms: i64) -
         status,
         error_type,
         error_code,
-        message: message.unwrap_or_else(|| short(body)),
-        retry_after: retry_after(headers, now_ms),
+        message: limits::error_text(&message.unwrap_or_else(|| short(body))),
+        retry_after: retry_after(headers, now_ms, limits),
         should_retry,
     }
 }
@@ -62,8 +106,8 @@ pub fn error_fields(body: &str) -> (Option<String>, Option<String>, Option<Strin
         return (None, None, None);
     };
     let err = v.get("error").unwrap_or(&v);
-    let s = |k: &str| err.get(k).and_then(|x| x.as_str()).map(str::to_string);
-    let code = s("code").or_else(|| err.get("code").map(|c| c.to_string()));
+    let s = |k: &str| err.get(k).and_then(|x| x.as_str()).map(limits::error_text);
+    let code = s("code").or_else(|| err.get("code").map(|c| limits::error_text(&c.to_string())));
     (s("type"), code, s("message"))
 }
 
@@ -75,7 +119,7 @@ pub fn stream_error(data: &str) -> ProviderError {
         status: 0,
         error_type,
         error_code,
-        message: message.unwrap_or_else(|| "error event in the stream".into()),
+        message: limits::error_text(&message.unwrap_or_else(|| "error event in the stream".into())),
         retry_after: None,
         should_retry: None,
     }
@@ -91,26 +135,35 @@ fn short(body: &str) -> String {
 
 impl From<reqwest::Error> for ProviderError {
     fn from(e: reqwest::Error) -> Self {
-        // reqwest's Display never includes headers; URLs carry no key in any provider we speak.
+        // Without its URL: a base URL may carry user-info or a query with a secret in it.
+        // reqwest's Display never includes headers.
+        let e = e.without_url();
         let mut message = e.to_string();
         let mut src = std::error::Error::source(&e);
         while let Some(s) = src {
             message = format!("{message}: {s}");
             src = s.source();
         }
-        ProviderError::Transport { message }
+        ProviderError::Transport {
+            message: limits::error_text(&message),
+        }
     }
 }
 
 /// Turns a 2xx SSE body into stream items with a provider's per-event parser
 /// (`parse(event_name, data)`). The stream ends after the parser yields `Done`; a body that
 /// ends or breaks before that is a `StreamCut` ("ended before `what_ends`").
-pub fn item_stream<F>(resp: reqwest::Response, what_ends: &'static str, parse: F) -> DeltaStream
+pub fn item_stream<F>(
+    resp: reqwest::Response,
+    what_ends: &'static str,
+    limits: &Limits,
+    parse: F,
+) -> DeltaStream
 where
     F: FnMut(&str, &str) -> Result<Vec<StreamItem>, ProviderError> + Send + 'static,
 {
     let state = (
-        resp.bytes_stream().eventsource(),
+        guarded(resp.bytes_stream(), limits.max_event_bytes).eventsource(),
         VecDeque::new(),
         false,
         parse,
@@ -129,8 +182,13 @@ where
                     None => ProviderError::StreamCut {
                         message: format!("ended before {what_ends}"),
                     },
+                    Some(Err(EventStreamError::Transport(Read::TooLarge(max)))) => {
+                        ProviderError::Protocol {
+                            message: format!("an event or line longer than {max} bytes"),
+                        }
+                    }
                     Some(Err(e)) => ProviderError::StreamCut {
-                        message: e.to_string(),
+                        message: limits::error_text(&e.to_string()),
                     },
                     Some(Ok(ev)) => match parse(&ev.event, &ev.data) {
                         Ok(items) => {
@@ -146,4 +204,157 @@ where
         },
     )
     .boxed()
+}
+
+/// A failure reading the body: the transport's, or an event past the size cap.
+#[derive(Debug)]
+pub enum Read {
+    Transport(reqwest::Error),
+    TooLarge(usize),
+}
+
+impl std::fmt::Display for Read {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Read::Transport(e) => {
+                write!(f, "{e}")?;
+                let mut src = std::error::Error::source(e);
+                while let Some(s) = src {
+                    write!(f, ": {s}")?;
+                    src = s.source();
+                }
+                Ok(())
+            }
+            Read::TooLarge(max) => write!(f, "an event or line longer than {max} bytes"),
+        }
+    }
+}
+
+impl std::error::Error for Read {}
+
+/// The body's chunks, failed with [`Read::TooLarge`] as soon as one SSE event (the bytes
+/// since the last blank line) passes `max` bytes, so that no line or event is ever buffered
+/// whole past the cap. One pass over each chunk's bytes; nothing is copied.
+fn guarded<B: AsRef<[u8]> + Send + 'static>(
+    body: impl Stream<Item = Result<B, reqwest::Error>> + Send + 'static,
+    max: usize,
+) -> impl Stream<Item = Result<B, Read>> + Send + 'static {
+    let mut scan = EventSize::default();
+    let mut failed = false;
+    body.map(move |chunk| {
+        if failed {
+            return Err(Read::TooLarge(max));
+        }
+        // Without its URL (see `From<reqwest::Error>`).
+        let chunk = chunk.map_err(|e| Read::Transport(e.without_url()))?;
+        if scan.feed(chunk.as_ref(), max) {
+            Ok(chunk)
+        } else {
+            failed = true;
+            Err(Read::TooLarge(max))
+        }
+    })
+}
+
+/// How far into the current line and event a byte stream is.
+#[derive(Default)]
+struct EventSize {
+    line: usize,
+    event: usize,
+}
+
+impl EventSize {
+    /// Takes the next bytes; false once the current event passes `max`.
+    fn feed(&mut self, bytes: &[u8], max: usize) -> bool {
+        for &b in bytes {
+            match b {
+                b'\n' => {
+                    if self.line == 0 {
+                        self.event = 0; // a blank line ends the event
+                    }
+                    self.line = 0;
+                }
+                b'\r' => {}
+                _ => {
+                    self.line += 1;
+                    self.event += 1;
+                }
+            }
+        }
+        self.event <= max
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    const DAY_MS: i64 = 86_400_000;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn until(h: &HeaderMap, now: i64) -> i64 {
+        crate::retry::classify::until(retry_after(h, now, &Limits::default()).unwrap(), now)
+    }
+
+    #[test]
+    fn absurd_advised_waits_are_clamped_to_a_day() {
+        let now = 1_700_000_000_000;
+        for h in [
+            headers(&[("retry-after", "300000000000")]),
+            headers(&[("retry-after", "1e308")]),
+            headers(&[("retry-after-ms", "18446744073709551615")]),
+            headers(&[("retry-after-ms", "1e300")]),
+            headers(&[("retry-after", "Fri, 31 Dec 9999 23:59:59 GMT")]),
+        ] {
+            assert_eq!(until(&h, now), now + DAY_MS, "{h:?}");
+        }
+        // Sane values are kept exactly.
+        assert_eq!(until(&headers(&[("retry-after", "30")]), now), now + 30_000);
+        assert_eq!(
+            until(&headers(&[("retry-after-ms", "1500")]), now),
+            now + 1_500
+        );
+        // Negative, non-finite and unreadable values are no advice.
+        for v in ["-5", "NaN", "inf", "soon"] {
+            assert_eq!(
+                retry_after(&headers(&[("retry-after", v)]), now, &Limits::default()),
+                None,
+                "{v}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_large_error_body_becomes_a_short_message() {
+        let body = format!(r#"{{"error":{{"message":"{}"}}}}"#, "x".repeat(100_000));
+        let err = status_error(500, &HeaderMap::new(), &body, 0, &Limits::default());
+        let shown = err.to_string();
+        assert!(shown.len() < 1_200, "{} bytes", shown.len());
+        assert!(shown.contains("cut"), "says it was cut");
+    }
+
+    #[test]
+    fn an_event_past_the_cap_is_caught_without_a_newline() {
+        let mut size = EventSize::default();
+        assert!(size.feed(b"data: hello\n\n", 16));
+        assert!(size.feed(b"data: 0123456789\n", 16)); // 16 bytes: at the cap
+        assert!(!size.feed(b"x", 16), "the event passed the cap");
+        let mut size = EventSize::default();
+        // Many small events never add up.
+        for _ in 0..10_000 {
+            assert!(size.feed(b"data: {\"a\":1}\r\n\r\n", 16));
+        }
+        // A line with no newline at all, fed in pieces.
+        let mut size = EventSize::default();
+        assert!(size.feed(&[b'a'; 10], 16));
+        assert!(!size.feed(&[b'a'; 10], 16));
+    }
 }

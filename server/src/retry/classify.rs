@@ -11,18 +11,29 @@ pub mod class {
     pub const NETWORK: &str = "network";
     pub const STREAM_INTERRUPTED: &str = "stream_interrupted";
     pub const INTERRUPTED: &str = "interrupted";
+    pub const TIMEOUT: &str = "timeout";
+    pub const INTERNAL: &str = "internal";
     pub const CONTEXT_OVERFLOW: &str = "context_overflow";
     pub const AUTH_FAILED: &str = "auth_failed";
     pub const CREDENTIALS_UNRESOLVED: &str = "credentials_unresolved";
     pub const SPEND_LIMIT_EXCEEDED: &str = "spend_limit_exceeded";
     pub const QUOTA_EXHAUSTED: &str = "quota_exhausted";
     pub const INVALID_REQUEST: &str = "invalid_request";
+    pub const MAX_STEPS: &str = "max_steps";
+    pub const REPLY_TOO_LARGE: &str = "reply_too_large";
 
     /// Whether a class may be retried (Tier 2 arms only on these).
     pub fn retryable(class: &str) -> bool {
         matches!(
             class,
-            RATE_LIMITED | OVERLOADED | SERVER_ERROR | NETWORK | STREAM_INTERRUPTED | INTERRUPTED
+            RATE_LIMITED
+                | OVERLOADED
+                | SERVER_ERROR
+                | NETWORK
+                | STREAM_INTERRUPTED
+                | INTERRUPTED
+                | TIMEOUT
+                | INTERNAL
         )
     }
 }
@@ -36,10 +47,10 @@ pub fn of(class: &str, retry_after_until: Option<i64>) -> RetryClassification {
     }
 }
 
-/// The absolute time an advised wait ends.
+/// The absolute time an advised wait ends (saturating: no advice can overflow it).
 pub fn until(advice: RetryAfter, now_ms: i64) -> i64 {
     match advice {
-        RetryAfter::Delay(d) => now_ms + d.as_millis() as i64,
+        RetryAfter::Delay(d) => now_ms.saturating_add(crate::llm::limits::millis(d)),
         RetryAfter::At(at) => at,
         RetryAfter::Pinned { until, .. } => until,
     }
@@ -56,6 +67,9 @@ pub fn classify(err: &ProviderError, after_first_delta: bool, now_ms: i64) -> Re
         ProviderError::StreamCut { .. } | ProviderError::Stalled { .. } => {
             class::STREAM_INTERRUPTED
         }
+        ProviderError::Timeout { .. } => class::TIMEOUT,
+        // A provider that breaks the protocol is failing on its side; another try may not.
+        ProviderError::Protocol { .. } => class::SERVER_ERROR,
         ProviderError::Status {
             status,
             error_type,
@@ -219,6 +233,22 @@ mod tests {
                 "credentials_unresolved",
                 false,
             ),
+            (
+                ProviderError::Timeout {
+                    message: "no answer".into(),
+                },
+                false,
+                "timeout",
+                true,
+            ),
+            (
+                ProviderError::Protocol {
+                    message: "a 16 MB line".into(),
+                },
+                false,
+                "server_error",
+                true,
+            ),
         ];
         for (err, started, want, retryable) in cases {
             let c = classify(&err, started, 0);
@@ -254,6 +284,8 @@ mod tests {
             Some(3_001_000)
         );
         assert_eq!(until(RetryAfter::At(42), 1_000), 42);
+        // Saturates instead of overflowing.
+        assert_eq!(until(RetryAfter::Delay(Duration::MAX), 1_000), i64::MAX);
         let pinned = RetryAfter::Pinned {
             wait: Duration::from_secs(5),
             until: 77,

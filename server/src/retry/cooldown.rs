@@ -26,7 +26,9 @@ impl Key {
     pub fn new(provider: &str, endpoint: &str, api_key: Option<&str>, model: &str) -> Key {
         Key {
             provider: provider.to_string(),
-            endpoint: endpoint.trim_end_matches('/').to_string(),
+            endpoint: crate::llm::limits::redacted_url(endpoint)
+                .trim_end_matches('/')
+                .to_string(),
             credential: api_key.filter(|k| !k.is_empty()).map(credential_hash),
             model: model.to_string(),
         }

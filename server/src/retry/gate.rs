@@ -14,6 +14,9 @@ pub struct Gate {
     /// Provider kind, endpoint and hashed API key: the cooldown key of each request but
     /// for its model.
     endpoint: Key,
+    /// No cooldown lasts longer than this from now (advice is clamped when parsed; this
+    /// also bounds cooldowns kept from before).
+    max_wait: std::time::Duration,
 }
 
 impl Gate {
@@ -23,11 +26,13 @@ impl Gate {
         provider: &str,
         endpoint: &str,
         api_key: Option<&str>,
+        max_wait: std::time::Duration,
     ) -> Gate {
         Gate {
             inner,
             cooldowns,
             endpoint: Key::new(provider, endpoint, api_key, ""),
+            max_wait,
         }
     }
 }
@@ -36,14 +41,18 @@ impl Provider for Gate {
     fn open(&self, req: ChatRequest) -> BoxFuture<'_, Result<DeltaStream, ProviderError>> {
         Box::pin(async move {
             let key = self.endpoint.for_model(&req.model);
-            if let Some(wait) = self.cooldowns.check(&key, now_ms()).await {
+            let now = now_ms();
+            let latest = now.saturating_add(crate::llm::limits::millis(self.max_wait));
+            if let Some(mut wait) = self.cooldowns.check(&key, now).await {
                 metrics().request_avoided();
+                wait.until = wait.until.min(latest);
                 return Err(wait.refusal());
             }
             let mut opened = self.inner.open(req).await;
             if let Err(err) = &mut opened {
                 let now = now_ms();
                 if let Some((until, reason)) = cooldown::advised(err, now) {
+                    let until = until.min(latest);
                     tracing::info!(key = %key.shown(), until, reason, "provider cooldown starts");
                     self.cooldowns.note(key, until, reason, now).await;
                     // The failing run and the runs the cooldown holds share one deadline.
@@ -111,6 +120,7 @@ mod tests {
             "openai",
             "https://api.example/v1",
             Some("sk-secret"),
+            Duration::from_secs(86_400),
         );
         let Err(first) = gate.open(request("m")).await else {
             panic!("a 429")

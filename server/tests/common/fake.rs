@@ -31,6 +31,16 @@ pub enum Script {
         headers: Vec<(&'static str, String)>,
         body: Value,
     },
+    /// Accepts the request and never answers (no status line).
+    Hang,
+    /// Answers `code` with a JSON error whose message is `bytes` long, generated as it is sent.
+    HugeError { code: u16, bytes: usize },
+    /// Answers 200 and one SSE line of `bytes` bytes that never ends in a newline.
+    LongLine { bytes: usize },
+    /// Streams deltas of `text` for ever, each after `every` (zero: as fast as it can).
+    Endless { text: String, every: Duration },
+    /// Streams one delta, then reports `total_tokens` as the call's usage, and finishes.
+    Usage { total_tokens: u64 },
 }
 
 impl Script {
@@ -117,6 +127,56 @@ async fn chat(
             .unwrap_or_else(|| Script::reply(&["ok"]))
     };
     match script {
+        Script::Hang => std::future::pending().await,
+        Script::HugeError { code, bytes } => {
+            let filler = Bytes::from(vec![b'x'; 64 * 1024]);
+            let chunks = bytes.div_ceil(filler.len());
+            let body = futures::stream::iter(
+                std::iter::once(Bytes::from_static(
+                    br#"{"error":{"type":"server_error","message":""#,
+                ))
+                .chain(std::iter::repeat_n(filler, chunks))
+                .chain(std::iter::once(Bytes::from_static(br#""}}"#)))
+                .map(Ok::<_, std::io::Error>),
+            );
+            let mut resp = Body::from_stream(body).into_response();
+            *resp.status_mut() = StatusCode::from_u16(code).unwrap();
+            resp.headers_mut()
+                .insert("content-type", HeaderValue::from_static("application/json"));
+            resp
+        }
+        Script::LongLine { bytes } => {
+            let filler = Bytes::from(vec![b'x'; 64 * 1024]);
+            let chunks = bytes.div_ceil(filler.len());
+            let body = futures::stream::iter(
+                std::iter::once(Bytes::from_static(b"data: "))
+                    .chain(std::iter::repeat_n(filler, chunks))
+                    .map(Ok::<_, std::io::Error>),
+            )
+            // The connection stays open after the line: only the cap can end the call.
+            .chain(futures::stream::pending());
+            event_stream(Body::from_stream(body))
+        }
+        Script::Endless { text, every } => {
+            let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]});
+            let frame = Bytes::from(format!("data: {chunk}\n\n"));
+            let body = futures::stream::unfold(frame, move |frame| async move {
+                if every.is_zero() {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(every).await;
+                }
+                Some((Ok::<_, std::io::Error>(frame.clone()), frame))
+            });
+            event_stream(Body::from_stream(body))
+        }
+        Script::Usage { total_tokens } => {
+            let body = format!(
+                "data: {}\n\ndata: {{\"choices\":[],\"usage\":{{\"total_tokens\":{total_tokens}}}}}\n\ndata: [DONE]\n\n",
+                serde_json::json!({"choices": [{"index": 0, "delta": {"content": "counted"}}]})
+            );
+            event_stream(Body::from(body))
+        }
         Script::Status {
             code,
             headers,
@@ -186,4 +246,14 @@ async fn chat(
             resp
         }
     }
+}
+
+/// A 200 `text/event-stream` answer with `body`.
+fn event_stream(body: Body) -> Response {
+    let mut resp = body.into_response();
+    resp.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    resp
 }
