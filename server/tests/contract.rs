@@ -1,0 +1,190 @@
+//! CONTRACT promises that no other suite pinned: `Retry-After` as an HTTP date, every
+//! retried status and transport failure over real HTTP, an advised wait on the last attempt,
+//! `regenerate.stale` for a run that did not fail, the content limit at its edge, and the
+//! agent token shown once only.
+mod common;
+
+use app::wire::{Receipt, RunStatus};
+use common::fake::{FakeProvider, Script};
+use common::{config, now_ms, temp_dir, TestServer};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+async fn setup(tag: &str) -> (FakeProvider, TestServer) {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir(tag), &fake.url)).await;
+    (fake, server)
+}
+
+fn status(code: u16, headers: Vec<(&'static str, String)>) -> Script {
+    Script::Status {
+        code,
+        headers,
+        body: json!({"error": {"message": format!("status {code}")}}),
+    }
+}
+
+/// The answer is the contract's error with exactly `code`.
+fn assert_error(answer: &(u16, Value), http: u16, code: &str) {
+    assert_eq!(answer.0, http, "{}", answer.1);
+    assert_eq!(answer.1["error"]["code"], code, "{}", answer.1);
+    assert!(
+        answer.1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "a message says why: {}",
+        answer.1
+    );
+}
+
+#[tokio::test]
+async fn retry_after_as_an_http_date_is_slept_until_that_time() {
+    let (fake, server) = setup("ra-date").await;
+    // Whole seconds: an HTTP date has no finer grain. 2–3 s ahead.
+    let at_s = now_ms() / 1000 + 3;
+    let date = httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_secs(at_s as u64));
+    fake.push(status(503, vec![("retry-after", date)]));
+    let sid = server.create_session().await;
+    let rid = server.send(&sid, "hi").await.run_id;
+    let run = server.wait_run_end(&rid).await;
+    assert_eq!(run.status, RunStatus::Completed);
+    let seen = fake.seen();
+    assert_eq!(seen.len(), 2);
+    // The second request came no earlier than the date (the fake's clock is this process').
+    let first_sent_ms = now_ms() - seen[0].at.elapsed().as_millis() as i64;
+    let gap = seen[1].at.duration_since(seen[0].at).as_millis() as i64;
+    assert!(
+        first_sent_ms + gap >= at_s * 1000 - 5,
+        "the retry came {} ms before the advised date",
+        at_s * 1000 - (first_sent_ms + gap)
+    );
+}
+
+#[tokio::test]
+async fn every_retried_status_is_retried_over_http() {
+    for code in [429, 500, 502, 503, 504, 529] {
+        let (fake, server) = setup(&format!("status-{code}")).await;
+        fake.push(status(code, vec![]));
+        let sid = server.create_session().await;
+        let rid = server.send(&sid, "hi").await.run_id;
+        let run = server.wait_run_end(&rid).await;
+        assert_eq!(run.status, RunStatus::Completed, "{code}");
+        assert_eq!(run.tier1_attempts, 2, "{code}: one retry");
+        assert_eq!(fake.seen().len(), 2, "{code}");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_or_reset_connection_is_a_retryable_network_failure() {
+    // Refused: nothing listens on the port.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    // Reset: accepts, then drops the connection without answering.
+    let resetting = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let reset_addr = resetting.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = resetting.accept().await {
+            let _ = socket.set_zero_linger(); // RST, not FIN
+            drop(socket);
+        }
+    });
+    for (tag, addr) in [("refused", closed), ("reset", reset_addr)] {
+        let server = TestServer::start(config(&temp_dir(tag), &format!("http://{addr}/v1"))).await;
+        let sid = server.create_session().await;
+        let rid = server.send(&sid, "hi").await.run_id;
+        let run = server.wait_run_end(&rid).await;
+        assert_eq!(run.status, RunStatus::Failed, "{tag}");
+        let class = run.retry.expect("classified");
+        assert_eq!(
+            (class.retry_class.as_str(), class.retryable),
+            ("network", true),
+            "{tag}"
+        );
+        assert_eq!(run.tier1_attempts, 3, "{tag}: Tier 1 tried every attempt");
+    }
+}
+
+#[tokio::test]
+async fn an_advised_wait_on_the_last_attempt_ends_the_run_at_once() {
+    let (fake, server) = setup("ra-last").await;
+    fake.push(status(503, vec![]));
+    fake.push(status(503, vec![]));
+    fake.push(status(429, vec![("retry-after", "5".into())]));
+    fake.set_default(Script::reply(&["too early"]));
+    let sid = server.create_session().await;
+    let before = now_ms();
+    let rid = server.send(&sid, "hi").await.run_id;
+    let run = server.wait_run_end(&rid).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let class = run.retry.expect("classified");
+    assert_eq!(class.retry_class, "rate_limited");
+    let until = class.retry_after_until.expect("the advice is handed on");
+    assert!(until >= before + 5_000, "until {until} is the advised time");
+    assert!(
+        run.finished_at.expect("ended") < until,
+        "it ended at once instead of sleeping out the last advice"
+    );
+    assert_eq!(fake.seen().len(), 3, "no request after the last attempt");
+}
+
+#[tokio::test]
+async fn regenerate_with_a_run_that_did_not_fail_is_stale() {
+    let (fake, server) = setup("stale-completed").await;
+    let sid = server.create_session().await;
+    let first = server.send(&sid, "hi").await;
+    server.wait_run_end(&first.run_id).await;
+    let path = format!("/sessions/{sid}/messages/{}/regenerate", first.message_id);
+    let answer = server
+        .post(&path, json!({"if_last_run": first.run_id}))
+        .await;
+    assert_error(&answer, 409, "regenerate.stale");
+    assert_eq!(fake.seen().len(), 1, "nothing ran again");
+    // Without the condition it is a new intent and runs.
+    let (status, body) = server.post(&path, json!({})).await;
+    assert_eq!(status, 202, "{body}");
+    let receipt: Receipt = serde_json::from_value(body).unwrap();
+    assert_eq!(
+        server.wait_run_end(&receipt.run_id).await.status,
+        RunStatus::Completed
+    );
+}
+
+#[tokio::test]
+async fn content_is_limited_to_100000_characters_after_trim() {
+    let (_fake, server) = setup("content-edge").await;
+    let sid = server.create_session().await;
+    let path = format!("/sessions/{sid}/messages");
+    // 100,000 characters of which many are multi-byte, padded with whitespace: accepted.
+    let at_limit = format!("  {}  ", "é".repeat(100_000));
+    let (status, body) = server.post(&path, json!({"content": at_limit})).await;
+    assert_eq!(status, 202, "{body}");
+    let over = "é".repeat(100_001);
+    let answer = server.post(&path, json!({"content": over})).await;
+    assert_error(&answer, 422, "invalid_request");
+    let answer = server.post(&path, json!({"content": " \n\t "})).await;
+    assert_error(&answer, 422, "invalid_request");
+    assert_eq!(
+        server.detail(&sid).await.messages.len(),
+        2,
+        "only the accepted prompt and its reply exist"
+    );
+}
+
+#[tokio::test]
+async fn the_agent_token_is_shown_once_only() {
+    let (_fake, server) = setup("agent-token").await;
+    let (status, created) = server.post("/sessions", json!({"title": "t"})).await;
+    assert_eq!(status, 201, "{created}");
+    let token = created["agent_token"].as_str().expect("shown on create");
+    assert!(token.len() >= 32);
+    let sid = created["id"].as_str().unwrap();
+    let (_, list) = server.get("/sessions").await;
+    let (_, detail) = server.get(&format!("/sessions/{sid}")).await;
+    for (what, answer) in [("list", list), ("detail", detail)] {
+        let text = answer.to_string();
+        assert!(!text.contains("agent_token"), "{what}: {text}");
+        assert!(!text.contains(token), "{what} shows the token");
+    }
+}
