@@ -233,15 +233,11 @@ async fn regenerate_and_retry_start_runs() {
 async fn retry_refusals_print_the_code_and_exit_2() {
     let (_fake, server) = setup("cli-retry").await;
     let sid = server.create_session().await;
-    // Nothing failed (or, before the route exists, no such route): a refusal either way.
+    // Nothing failed in a new session.
     let out = mulligan(&server, &["retry", &sid]).await;
     assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
     let code = out.stderr.split(": ").next().unwrap();
-    assert!(
-        code == "not_found" || code.starts_with("retry."),
-        "{}",
-        out.stderr
-    );
+    assert_eq!(code, "retry.nothing_failed", "{}", out.stderr);
 
     let out = mulligan(&server, &["retry", "--cancel", &sid, "--json"]).await;
     assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);

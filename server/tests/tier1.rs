@@ -191,6 +191,12 @@ async fn cancel_aborts_a_tier1_sleep_at_once() {
         started.elapsed()
     );
     assert_eq!((status, body["status"].as_str()), (200, Some("cancelled")));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The runner stopped sleeping: the session is free at once, so a new prompt starts now
+    // (it would stay queued behind a runner still asleep for the rest of the 20 s). It then
+    // honours the provider's advice itself: the cooldown holds it, with no request.
+    let next = server.send(&sid, "again").await;
+    server
+        .wait_run_status(&next.run_id, RunStatus::Running)
+        .await;
     assert_eq!(fake.seen().len(), 1, "no request after the cancel");
 }
