@@ -48,7 +48,10 @@ impl Running {
 /// Opens the store, recovers runs a stop interrupted, binds and serves until stopped
 /// (by [`Running::stop`] or Ctrl-C/SIGTERM when `signals`).
 pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+    if let Some(t) = config.token.as_deref().filter(|t| !t.is_empty()) {
+        http::auth::check_chosen_token(t)?;
+    }
+    http::auth::create_data_dir(&config.data_dir).map_err(|e| {
         format!(
             "cannot create the data dir {}: {e}",
             config.data_dir.display()
