@@ -64,7 +64,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
                 config.data_dir.display()
             )
         })?;
-    let store = store::Store::open(&config.database_url())
+    let store = store::Store::open_with(&config.database_url(), config.database_max_connections)
         .await
         .map_err(|e| e.to_string())?;
     let (hub, writer) = EventHub::start(store.clone())
@@ -96,10 +96,12 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
                 base_ms: config.tier2_base_ms,
                 cap_ms: config.tier2_cap_ms,
             },
+            reconcile_every: Duration::from_millis(config.reconcile_ms.max(10)),
         },
     );
     engine.recover().await.map_err(|e| e.to_string())?;
     engine.keep_leases().await.map_err(|e| e.to_string())?;
+    engine.reconcile_periodically();
     engine.fire_background_retries();
 
     let leptos = leptos::prelude::LeptosOptions::builder()

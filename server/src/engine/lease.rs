@@ -21,6 +21,11 @@ impl Engine {
             return Ok(());
         }
         store.heartbeat(self.instance()).await?;
+        // Heartbeats have their own loop (and connection): however long a scan for orphans
+        // takes, or however busy the pool is, this instance's lease is renewed on time.
+        self.every(HEARTBEAT, "a heartbeat failed", |e| {
+            Box::pin(async move { e.store().heartbeat(e.instance()).await })
+        });
         self.every(HEARTBEAT, "lease keeping failed", |e| {
             Box::pin(async move { e.lease_tick().await })
         });
@@ -62,11 +67,10 @@ impl Engine {
         Ok(())
     }
 
-    /// One heartbeat: renew the lease, stop runs someone asked to stop (in case a
-    /// notification was lost), record runs of dead instances as interrupted.
+    /// One look around: stop runs someone asked to stop (in case a notification was lost),
+    /// record runs of dead instances as interrupted.
     async fn lease_tick(&self) -> Result<()> {
         let store = self.store();
-        store.heartbeat(self.instance()).await?;
         for run_id in store.cancels_requested(self.instance()).await? {
             self.cancel_here(&run_id);
         }

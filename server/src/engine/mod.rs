@@ -8,6 +8,7 @@ mod compact;
 mod dispatch;
 mod lease;
 mod locks;
+mod reconcile;
 mod runner;
 mod saver;
 
@@ -36,6 +37,8 @@ pub struct EngineConfig {
     pub context_tokens: Option<u64>,
     /// Background retries' countdown (Tier 2's policy, served to the browser too).
     pub background: app::tier2::Policy,
+    /// How often this instance ends the runs it recorded `running` but no longer executes.
+    pub reconcile_every: Duration,
 }
 
 #[derive(Clone)]
@@ -365,8 +368,15 @@ impl Engine {
     /// Records a run whose instance stopped or died as `failed`/`interrupted`, partial text
     /// kept, and holds the prompts queued behind it (unless it already ended).
     async fn interrupt(&self, run: &Run) -> Result<()> {
-        let store = &self.inner.store;
         let _guard = self.lock(&run.session_id).await?;
+        self.interrupt_locked(run, "the server stopped while this reply was being written")
+            .await
+    }
+
+    /// [`Engine::interrupt`] under the session lock the caller holds, with `why` as the
+    /// recorded error message.
+    async fn interrupt_locked(&self, run: &Run, why: &str) -> Result<()> {
+        let store = &self.inner.store;
         let partial = match &run.reply_message_id {
             Some(id) => store.message(id).await?.content,
             None => String::new(),
@@ -374,7 +384,7 @@ impl Engine {
         let outcome = Outcome {
             status: RunStatus::Failed,
             content: partial,
-            error_message: Some("the server stopped while this reply was being written".into()),
+            error_message: Some(why.into()),
             retry: Some(classify::of(classify::class::INTERRUPTED, None)),
             tokens_used: 0,
         };

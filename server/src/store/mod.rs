@@ -27,7 +27,13 @@ static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migration
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// PostgreSQL only: the connections that must never wait behind the main pool.
+    side: Option<std::sync::Arc<shared::SidePools>>,
 }
+
+/// The main pool's size on PostgreSQL unless the operator sets one
+/// (`MULLIGAN_DATABASE_MAX_CONNECTIONS`).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 32;
 
 #[derive(Clone)]
 enum Pool {
@@ -122,13 +128,25 @@ impl Store {
     /// Opens (creating if needed) the database and runs the migrations. PostgreSQL's
     /// migrator holds an advisory lock, so instances starting together do not race them.
     pub async fn open(url: &str) -> Result<Store> {
+        Store::open_with(url, DEFAULT_MAX_CONNECTIONS).await
+    }
+
+    /// [`Store::open`] with the main PostgreSQL pool's size (ignored on SQLite). Session
+    /// locks and heartbeats have their own connections besides (see [`shared::SidePools`]).
+    pub async fn open_with(url: &str, max_connections: u32) -> Result<Store> {
+        let max_connections = max_connections.max(2);
+        let mut side = None;
         let pool = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let pool = PgPoolOptions::new()
-                .max_connections(32)
-                .acquire_timeout(std::time::Duration::from_secs(10))
+                .max_connections(max_connections)
+                .acquire_timeout(std::time::Duration::from_secs(30))
                 .connect(url)
                 .await?;
             POSTGRES_MIGRATOR.run(&pool).await?;
+            side = Some(std::sync::Arc::new(shared::SidePools::connect(
+                url,
+                max_connections,
+            )?));
             Pool::Postgres(pool)
         } else if url.starts_with("sqlite:") {
             let opts = SqliteConnectOptions::from_str(url)
@@ -154,7 +172,7 @@ impl Store {
                 url.split('@').next_back().unwrap_or("")
             )));
         };
-        Ok(Store { pool })
+        Ok(Store { pool, side })
     }
 
     /// Whether several instances may share this database (PostgreSQL).
@@ -168,7 +186,12 @@ impl Store {
                 read.close().await;
                 write.close().await;
             }
-            Pool::Postgres(pool) => pool.close().await,
+            Pool::Postgres(pool) => {
+                pool.close().await;
+                if let Some(side) = &self.side {
+                    side.close().await;
+                }
+            }
         }
     }
 
@@ -873,6 +896,17 @@ impl Store {
             })
     }
 
+    /// Runs recorded `running` with `owner` as the instance executing them.
+    pub async fn running_runs_of(&self, owner: &str) -> Result<Vec<Run>> {
+        with_pool!(self, pool => {
+        let rows = sqlx::query("SELECT * FROM runs WHERE status = 'running' AND owner = $1 ORDER BY seq")
+            .bind(owner)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows.iter().map(rows::run).collect())
+            })
+    }
+
     /// Sessions with a queued run that is free to start.
     pub async fn sessions_with_queued_runs(&self) -> Result<Vec<String>> {
         with_pool!(self, pool => {
@@ -914,6 +948,26 @@ impl Store {
         }
         tx.commit().await?;
         Ok(())
+            })
+    }
+
+    /// Deletes the `delta` events of each session logged before the given id (a run's end:
+    /// a session runs one run at a time, so every delta before it belongs to an ended run,
+    /// whose reply and `message` events hold the text). Answers how many went.
+    pub async fn prune_deltas(&self, ends: &[(String, i64)]) -> Result<u64> {
+        with_writer!(self, pool => {
+        let mut tx = pool.begin().await?;
+        let mut n = 0;
+        for (session_id, end_id) in ends {
+            n += sqlx::query("DELETE FROM events WHERE session_id = $1 AND id < $2 AND name = 'delta'")
+                .bind(session_id)
+                .bind(end_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(n)
             })
     }
 
