@@ -44,8 +44,12 @@ async fn a_weak_or_unsafe_operator_token_is_refused_at_start() {
 async fn the_data_dir_is_created_private() {
     use std::os::unix::fs::PermissionsExt;
     let fake = FakeProvider::start().await;
-    let dir = temp_dir("private-dir").join("nested").join("data");
-    let mut server = TestServer::start(config(&dir, &fake.url)).await;
+    let base = temp_dir("private-dir");
+    let mut c = config(&base, &fake.url);
+    // A data dir that does not exist yet (the harness makes `base` itself).
+    let dir = base.join("nested").join("data");
+    c.data_dir = dir.clone();
+    let mut server = TestServer::start(c).await;
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700);
     let mode = std::fs::metadata(dir.join("token"))
@@ -142,4 +146,39 @@ async fn the_demo_endpoint_exists_only_with_the_demo_provider() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn mcp_finds_an_agent_token_s_session_and_refuses_a_wrong_one() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("mcp-agent"), &fake.url)).await;
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let (status, body) = server.post("/sessions", json!({})).await;
+        assert_eq!(status, 201, "{body}");
+        tokens.push(body["agent_token"].as_str().unwrap().to_string());
+    }
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}});
+    let call = |token: String| {
+        server
+            .http
+            .post(format!("{}/mcp", server.base))
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize)
+            .send()
+    };
+    for t in &tokens {
+        assert_eq!(
+            call(t.clone()).await.unwrap().status(),
+            200,
+            "agent token refused"
+        );
+    }
+    let wrong = call(format!("{}x", tokens[0])).await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let body: serde_json::Value = wrong.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unauthorized");
 }
