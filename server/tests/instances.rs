@@ -474,3 +474,42 @@ async fn a_small_pool_under_ten_times_as_many_sessions_never_deadlocks_or_loses_
         }
     }
 }
+
+/// An event batch the database refuses for a while is written once it can be: a stream on
+/// the other instance still gets every delta and the run's end (nothing dropped).
+#[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn events_the_log_refuses_for_a_while_are_written_later_not_dropped() {
+    let (fake, db, a, b) = two_instances("refused").await;
+    fake.push(Script::slow(40, Duration::from_millis(25)));
+    let sid = a.create_session().await;
+    let mut on_b = b.events(&sid, None).await;
+    let admin = sqlx::PgPool::connect(&db).await.unwrap();
+    let receipt = a.send(&sid, "through an outage").await;
+    on_b.until(WAIT, |e| matches!(e, Event::Delta(d) if d.seq == 2))
+        .await;
+    // For a second and a half every write to the log fails (well beyond three tries).
+    sqlx::query("ALTER TABLE events RENAME TO events_away")
+        .execute(&admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    sqlx::query("ALTER TABLE events_away RENAME TO events")
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let seen = on_b.until(WAIT, run_ended(&receipt.run_id)).await;
+    let deltas: Vec<u64> = seen
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Delta(d) => Some(d.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        deltas,
+        (3..=40).collect::<Vec<_>>(),
+        "every delta after the outage began"
+    );
+}
