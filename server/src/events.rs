@@ -519,7 +519,7 @@ async fn write_shared(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
 /// Shared mode: follows the database's log from `last`, woken by `LISTEN` (and every 250 ms
 /// in case a notification was lost), and delivers what it reads to this instance.
 async fn follow(hub: EventHub, mut last: i64) {
-    let Some(pool) = hub.store.pg_pool().cloned() else {
+    let Some(pool) = hub.store.listen_pool().cloned() else {
         return;
     };
     let mut listener = None;

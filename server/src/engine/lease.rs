@@ -30,7 +30,7 @@ impl Engine {
             Box::pin(async move { e.lease_tick().await })
         });
         let engine = self.clone();
-        let pool = store.pg_pool().expect("shared store").clone();
+        let pool = store.listen_pool().expect("shared store").clone();
         tokio::spawn(async move {
             loop {
                 let listener = async {

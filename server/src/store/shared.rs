@@ -14,6 +14,8 @@ use std::time::Duration;
 pub const EVENTS_CHANNEL: &str = "mulligan_events";
 /// Notification channel: a run was asked to stop (payload: its id).
 pub const CANCEL_CHANNEL: &str = "mulligan_cancel";
+/// `LISTEN` connections an instance keeps: the event follower's and the cancel listener's.
+const LISTENERS: u32 = 2;
 
 /// Connections kept apart from the main pool, so that no load on it can starve them:
 /// - `locks`: each held session lock keeps one connection here while the work it guards
@@ -22,9 +24,12 @@ pub const CANCEL_CHANNEL: &str = "mulligan_cancel";
 ///   lock beyond its size waits for a free connection, never for work that needs one.
 /// - `beat`: one connection for heartbeats, so a busy pool never lets this instance's
 ///   lease lapse (and another instance declare it dead).
+/// - `listen`: the `LISTEN` connections (events, cancels), which a listener keeps for its
+///   whole life and would otherwise take from the main pool.
 pub(super) struct SidePools {
     locks: PgPool,
     beat: PgPool,
+    listen: PgPool,
 }
 
 impl SidePools {
@@ -39,12 +44,18 @@ impl SidePools {
                 .max_connections(1)
                 .acquire_timeout(Duration::from_secs(5))
                 .connect_lazy(url)?,
+            listen: PgPoolOptions::new()
+                // Room for a listener reconnecting while its old connection still closes.
+                .max_connections(2 * LISTENERS)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_lazy(url)?,
         })
     }
 
     pub(super) async fn close(&self) {
         self.locks.close().await;
         self.beat.close().await;
+        self.listen.close().await;
     }
 }
 
@@ -91,12 +102,9 @@ impl Store {
         }))
     }
 
-    /// The PostgreSQL pool, for listeners.
-    pub fn pg_pool(&self) -> Option<&sqlx::PgPool> {
-        match &self.pool {
-            Pool::Postgres(p) => Some(p),
-            Pool::Sqlite { .. } => None,
-        }
+    /// The pool `LISTEN` connections come from (PostgreSQL): apart from the main pool.
+    pub fn listen_pool(&self) -> Option<&sqlx::PgPool> {
+        self.side.as_ref().map(|s| &s.listen)
     }
 
     /// Appends a batch to the shared log (ids assigned by the database, in commit order)
