@@ -513,3 +513,43 @@ async fn events_the_log_refuses_for_a_while_are_written_later_not_dropped() {
         "every delta after the outage began"
     );
 }
+
+/// An instance wrongly taken for dead learns that its run was ended elsewhere and stops
+/// streaming it (within a heartbeat or two), so no session streams two replies at once.
+#[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn a_run_ended_elsewhere_stops_streaming_on_its_instance() {
+    let (fake, db, a, _b) = two_instances("ended-elsewhere").await;
+    fake.push(Script::slow(400, Duration::from_millis(20)));
+    let sid = a.create_session().await;
+    let mut on_a = a.events(&sid, None).await;
+    let receipt = a.send(&sid, "long").await;
+    on_a.until(WAIT, |e| matches!(e, Event::Delta(d) if d.seq == 3))
+        .await;
+    // What another instance records when it takes this one for dead.
+    let admin = sqlx::PgPool::connect(&db).await.unwrap();
+    sqlx::query("UPDATE runs SET status = 'failed', finished_at = 0 WHERE id = $1")
+        .bind(&receipt.run_id)
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let ended = Instant::now();
+    // The runner stops: its reply stops growing well before the 8 s the stream would take.
+    let deadline = ended + Duration::from_secs(5);
+    let mut last = 0;
+    let mut quiet_since = Instant::now();
+    loop {
+        if let Ok((_, Event::Delta(d))) =
+            tokio::time::timeout(Duration::from_millis(100), on_a.next(WAIT)).await
+        {
+            last = d.seq;
+            quiet_since = Instant::now();
+        }
+        if quiet_since.elapsed() > Duration::from_millis(800) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still streaming (delta {last})");
+    }
+    assert!(last < 300, "stopped at delta {last} of 400");
+}

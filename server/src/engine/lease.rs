@@ -74,6 +74,20 @@ impl Engine {
         for run_id in store.cancels_requested(self.instance()).await? {
             self.cancel_here(&run_id);
         }
+        // A run another instance already ended (it took this one for dead) stops here too,
+        // so a session never has two replies streaming.
+        let running: std::collections::HashSet<String> = store
+            .running_runs_of(self.instance())
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        for run_id in self.active_ids() {
+            if !running.contains(&run_id) {
+                tracing::warn!(run = %run_id, "another instance ended this run: stopping it here");
+                self.cancel_here(&run_id);
+            }
+        }
         let orphans = store.orphaned_runs(LEASE.as_millis() as i64).await?;
         for run in orphans {
             tracing::warn!(run = %run.id, "the instance executing this run stopped renewing its lease");

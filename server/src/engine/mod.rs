@@ -252,6 +252,12 @@ impl Engine {
             .cloned()
     }
 
+    /// The ids of the runs executing here.
+    fn active_ids(&self) -> Vec<String> {
+        let active = self.inner.active.lock().expect("active");
+        active.keys().cloned().collect()
+    }
+
     /// The streamed text of a run executing here, for snapshots of a streaming reply.
     pub fn live_text(&self, run_id: &str) -> Option<(String, u64)> {
         let active = self.active(run_id)?;
