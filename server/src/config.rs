@@ -80,6 +80,13 @@ pub struct Config {
     /// Where the built browser bundle lives (cargo-leptos' site root).
     #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
     pub site_root: String,
+    /// PostgreSQL: the main connection pool's size per instance (session locks and
+    /// heartbeats have connections of their own besides).
+    #[arg(long, env = "MULLIGAN_DATABASE_MAX_CONNECTIONS", default_value_t = 32)]
+    pub database_max_connections: u32,
+    /// How often each instance ends runs it recorded `running` but no longer executes.
+    #[arg(long, env = "MULLIGAN_RECONCILE_MS", default_value_t = 30_000)]
+    pub reconcile_ms: u64,
     /// Milliseconds between two deltas of the demo provider (its "human pace").
     #[arg(long, env = "MULLIGAN_DEMO_DELTA_MS", default_value_t = 40)]
     pub demo_delta_ms: u64,

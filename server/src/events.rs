@@ -6,6 +6,14 @@
 //! instance writes its events in batches and every instance's follower feeds its
 //! subscribers from the log, woken by `LISTEN`, and mirrors streaming replies' text so a
 //! snapshot taken anywhere agrees with the stream.
+//!
+//! Retention: `delta` events are not kept in the log for ever. Once a run's end is written,
+//! the session's delta rows before it are pruned (at once on one instance; after
+//! [`SHARED_PRUNE_GRACE`] on a shared log, so every follower has read them); deltas of a run
+//! whose end is in the same batch are never written at all. The stored reply and the
+//! `message` event published with the run's end carry the whole text, so a resume from the
+//! log over a pruned range gets that snapshot instead of the deltas; a resume within the
+//! in-memory window ([`RECENT`] events per session) still gets every delta.
 use crate::store::{LoggedEvent, Store, EVENTS_CHANNEL};
 use app::wire::{Delta, Event, Run, RunStatus};
 use std::collections::{HashMap, VecDeque};
@@ -17,6 +25,12 @@ use tokio::sync::{broadcast, mpsc};
 const RECENT: usize = 4096;
 /// How often the writer flushes the batch of new events to the store.
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// Shared log: how long after a run's end its delta rows stay for other instances'
+/// followers (which read within a quarter second) before they are pruned.
+pub const SHARED_PRUNE_GRACE: Duration = Duration::from_secs(5);
+/// A batch the store refused is written again after this, doubling up to `RETRY_CAP`.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_CAP: Duration = Duration::from_secs(2);
 /// A session's channel with no subscriber and no event for this long is dropped from memory
 /// (a later resume reads the store instead).
 const IDLE: Duration = Duration::from_secs(60);
@@ -165,10 +179,11 @@ impl EventHub {
     pub fn publish(&self, session_id: &str, event: &Event) {
         let name = event.name();
         let data = event.data_json();
+        let ends_run = matches!(event, Event::Run(r) if !r.status.is_active());
         if self.mode == Mode::Shared {
             let _ = self
                 .writer
-                .send(Write::Pending(session_id.to_string(), name, data));
+                .send(Write::Pending(session_id.to_string(), name, data, ends_run));
             return;
         }
         let mut inner = self.inner.lock().expect("event hub lock");
@@ -184,7 +199,7 @@ impl EventHub {
             },
         );
         drop(inner);
-        let _ = self.writer.send(Write::Event(published));
+        let _ = self.writer.send(Write::Event(published, ends_run));
     }
 
     /// Delivers events read from the shared log, in order, to this instance's subscribers.
@@ -231,7 +246,8 @@ impl EventHub {
             .filter(|e| e.logged.id > after)
             .cloned()
             .collect();
-        let from_store = (after + 1 < chan.floor).then_some((after, chan.floor));
+        // Saturating: `Last-Event-ID: 9223372036854775807` is a resume after everything.
+        let from_store = (after.saturating_add(1) < chan.floor).then_some((after, chan.floor));
         Subscription {
             from_store,
             backlog,
@@ -317,28 +333,100 @@ async fn sweep(inner: std::sync::Weak<Mutex<Inner>>) {
 }
 
 enum Write {
-    Event(Arc<Published>),
-    /// Shared mode: an event the log will number (session, name, data).
-    Pending(String, &'static str, String),
+    /// A numbered event, and whether it is a run's end.
+    Event(Arc<Published>, bool),
+    /// Shared mode: an event the log will number (session, name, data, ends a run).
+    Pending(String, &'static str, String, bool),
     Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// The delta rows of ended runs waiting to be pruned: `(session, id of the run's end event,
+/// when)`, in order.
+struct Prunes {
+    grace: Duration,
+    due: VecDeque<(String, i64, tokio::time::Instant)>,
+}
+
+impl Prunes {
+    fn new(grace: Duration) -> Prunes {
+        Prunes {
+            grace,
+            due: VecDeque::new(),
+        }
+    }
+
+    fn push(&mut self, session_id: String, end_id: i64) {
+        let at = tokio::time::Instant::now() + self.grace;
+        self.due.push_back((session_id, end_id, at));
+    }
+
+    /// Waits for the next queued write, pruning what falls due meanwhile; `None` once the
+    /// hub is gone.
+    async fn recv(
+        &mut self,
+        store: &Store,
+        rx: &mut mpsc::UnboundedReceiver<Write>,
+    ) -> Option<Write> {
+        loop {
+            self.run_due(store).await;
+            let Some(&(_, _, at)) = self.due.front() else {
+                return rx.recv().await;
+            };
+            tokio::select! {
+                w = rx.recv() => return w,
+                _ = tokio::time::sleep_until(at) => {}
+            }
+        }
+    }
+
+    /// Prunes every entry that is due (best effort: a failure leaves rows for a later end).
+    async fn run_due(&mut self, store: &Store) {
+        let now = tokio::time::Instant::now();
+        let n = self.due.iter().take_while(|(_, _, at)| *at <= now).count();
+        if n == 0 {
+            return;
+        }
+        let ends: Vec<(String, i64)> = self.due.drain(..n).map(|(s, id, _)| (s, id)).collect();
+        if let Err(e) = store.prune_deltas(&ends).await {
+            tracing::warn!(error = %e, "could not prune the delta events of ended runs");
+        }
+    }
+}
+
+/// Of a batch `(session, id, is delta, ends a run)`, the indices to write: deltas of a session
+/// whose run's end comes later in the same batch are left out (they would be pruned at once).
+fn worth_writing(batch: &[(&str, i64, bool, bool)]) -> Vec<usize> {
+    let mut last_end: HashMap<&str, i64> = HashMap::new();
+    for &(session, id, _, ends) in batch {
+        if ends {
+            last_end.insert(session, id);
+        }
+    }
+    (0..batch.len())
+        .filter(|&i| {
+            let (session, id, delta, _) = batch[i];
+            !(delta && last_end.get(session).is_some_and(|end| id < *end))
+        })
+        .collect()
 }
 
 /// Writes published events to the store, one transaction per batch, until the hub is dropped.
 async fn write_batches(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
-    let mut batch: Vec<Arc<Published>> = Vec::new();
+    let mut batch: Vec<(Arc<Published>, bool)> = Vec::new();
     let mut waiting = Vec::new();
+    let mut prunes = Prunes::new(Duration::ZERO);
     fn take(
         w: Write,
-        batch: &mut Vec<Arc<Published>>,
+        batch: &mut Vec<(Arc<Published>, bool)>,
         waiting: &mut Vec<tokio::sync::oneshot::Sender<()>>,
     ) {
         match w {
-            Write::Event(e) => batch.push(e),
+            Write::Event(e, ends) => batch.push((e, ends)),
             Write::Flush(done) => waiting.push(done),
             Write::Pending(..) => unreachable!("local hubs publish numbered events"),
         }
     }
-    while let Some(first) = rx.recv().await {
+    while let Some(first) = prunes.recv(&store, &mut rx).await {
         take(first, &mut batch, &mut waiting);
         if waiting.is_empty() {
             tokio::time::sleep(FLUSH_EVERY).await;
@@ -347,10 +435,30 @@ async fn write_batches(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
             take(w, &mut batch, &mut waiting);
         }
         if !batch.is_empty() {
-            let logged: Vec<&LoggedEvent> = batch.iter().map(|p| &p.logged).collect();
-            if let Err(e) = store.append_events(&logged).await {
-                tracing::error!(error = %e, count = logged.len(), "could not write events to the log");
+            let keys: Vec<(&str, i64, bool, bool)> = batch
+                .iter()
+                .map(|(p, ends)| {
+                    let l = &p.logged;
+                    (l.session_id.as_str(), l.id, l.name == "delta", *ends)
+                })
+                .collect();
+            let logged: Vec<&LoggedEvent> = worth_writing(&keys)
+                .into_iter()
+                .map(|i| &batch[i].0.logged)
+                .collect();
+            // Never dropped: retried until written (resumes read this log).
+            let mut wait = RETRY_FIRST;
+            while let Err(e) = store.append_events(&logged).await {
+                tracing::error!(error = %e, count = logged.len(), "could not write events to the log; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RETRY_CAP);
             }
+            for (p, ends) in &batch {
+                if *ends {
+                    prunes.push(p.logged.session_id.clone(), p.logged.id);
+                }
+            }
+            drop(logged);
             batch.clear();
         }
         for done in waiting.drain(..) {
@@ -363,28 +471,44 @@ async fn write_batches(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
 /// batch (whatever queued while the last one was written), until the hub is dropped.
 async fn write_shared(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
     let mut batch: Vec<(String, &'static str, String)> = Vec::new();
+    let mut ends: Vec<bool> = Vec::new();
     let mut waiting = Vec::new();
-    while let Some(first) = rx.recv().await {
+    let mut prunes = Prunes::new(SHARED_PRUNE_GRACE);
+    while let Some(first) = prunes.recv(&store, &mut rx).await {
         let mut next = Some(first);
         while let Some(w) = next {
             match w {
-                Write::Pending(session, name, data) => batch.push((session, name, data)),
+                Write::Pending(session, name, data, end) => {
+                    batch.push((session, name, data));
+                    ends.push(end);
+                }
                 Write::Flush(done) => waiting.push(done),
-                Write::Event(_) => unreachable!("shared hubs let the log number events"),
+                Write::Event(..) => unreachable!("shared hubs let the log number events"),
             }
             next = rx.try_recv().ok();
         }
         if !batch.is_empty() {
-            let mut tries = 0;
-            while let Err(e) = store.append_shared_events(&batch).await {
-                tries += 1;
-                if tries == 3 {
-                    tracing::error!(error = %e, count = batch.len(), "could not write events to the shared log");
-                    break;
+            // Never dropped: retried until written. Meanwhile new events queue behind it and
+            // session locks stay held until their events are in (`Engine::lock`), which holds
+            // back further decisions: back-pressure instead of loss.
+            let mut wait = RETRY_FIRST;
+            let ids = loop {
+                match store.append_shared_events(&batch).await {
+                    Ok(ids) => break ids,
+                    Err(e) => {
+                        tracing::error!(error = %e, count = batch.len(), "could not write events to the shared log; retrying");
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(RETRY_CAP);
+                    }
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            for ((e, end), id) in batch.iter().zip(&ends).zip(ids) {
+                if *end {
+                    prunes.push(e.0.clone(), id);
+                }
             }
             batch.clear();
+            ends.clear();
         }
         for done in waiting.drain(..) {
             let _ = done.send(());
@@ -395,7 +519,7 @@ async fn write_shared(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
 /// Shared mode: follows the database's log from `last`, woken by `LISTEN` (and every 250 ms
 /// in case a notification was lost), and delivers what it reads to this instance.
 async fn follow(hub: EventHub, mut last: i64) {
-    let Some(pool) = hub.store.pg_pool().cloned() else {
+    let Some(pool) = hub.store.listen_pool().cloned() else {
         return;
     };
     let mut listener = None;
@@ -446,6 +570,20 @@ mod tests {
             name: "delta",
             data: "{}".into(),
         }
+    }
+
+    #[test]
+    fn deltas_of_a_run_that_ends_in_the_same_batch_are_not_written() {
+        // (session, id, is delta, ends a run)
+        let batch = [
+            ("a", 1, true, false),
+            ("b", 2, true, false),
+            ("a", 3, true, false),
+            ("a", 4, false, true),
+            ("a", 5, true, false), // the next run's first delta
+            ("b", 6, false, false),
+        ];
+        assert_eq!(worth_writing(&batch), vec![1, 3, 4, 5]);
     }
 
     #[test]

@@ -48,7 +48,10 @@ impl Running {
 /// Opens the store, recovers runs a stop interrupted, binds and serves until stopped
 /// (by [`Running::stop`] or Ctrl-C/SIGTERM when `signals`).
 pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+    if let Some(t) = config.token.as_deref().filter(|t| !t.is_empty()) {
+        http::auth::check_chosen_token(t)?;
+    }
+    http::auth::create_data_dir(&config.data_dir).map_err(|e| {
         format!(
             "cannot create the data dir {}: {e}",
             config.data_dir.display()
@@ -61,7 +64,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
                 config.data_dir.display()
             )
         })?;
-    let store = store::Store::open(&config.database_url())
+    let store = store::Store::open_with(&config.database_url(), config.database_max_connections)
         .await
         .map_err(|e| e.to_string())?;
     let (hub, writer) = EventHub::start(store.clone())
@@ -95,10 +98,12 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
                 base_ms: config.tier2_base_ms,
                 cap_ms: config.tier2_cap_ms,
             },
+            reconcile_every: Duration::from_millis(config.reconcile_ms.max(10)),
         },
     );
     engine.recover().await.map_err(|e| e.to_string())?;
     engine.keep_leases().await.map_err(|e| e.to_string())?;
+    engine.reconcile_periodically();
     engine.fire_background_retries();
 
     let leptos = leptos::prelude::LeptosOptions::builder()

@@ -87,16 +87,33 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     next.run(req).await
 }
 
-/// The session whose agent token this is: every stored hash is compared, in constant time.
+/// The session whose agent token this is: looked up by the token's hash (indexed), the
+/// stored hash compared again in constant time.
 async fn agent_of(engine: &Engine, token: &str) -> Result<Option<String>> {
     let hash = hex_sha256(token);
-    let mut found = None;
-    for (id, _, stored) in engine.store().session_tree().await? {
-        if bool::from(stored.as_bytes().ct_eq(hash.as_bytes())) {
-            found = Some(id);
-        }
-    }
-    Ok(found)
+    Ok(engine
+        .store()
+        .session_by_token_hash(&hash)
+        .await?
+        .filter(|(_, stored)| bool::from(stored.as_bytes().ct_eq(hash.as_bytes())))
+        .map(|(id, _)| id))
+}
+
+/// One page of sessions listed newest first: those after `before`, at most `limit`. A
+/// `before` not among them gives an empty page.
+fn page_of(
+    sessions: Vec<app::wire::Session>,
+    page: &crate::store::SessionPage,
+) -> Vec<app::wire::Session> {
+    let start = match &page.before {
+        Some(b) => sessions
+            .iter()
+            .position(|s| &s.id == b)
+            .map_or(sessions.len(), |i| i + 1),
+        None => 0,
+    };
+    let limit = page.limit.map_or(usize::MAX, |l| l as usize);
+    sessions.into_iter().skip(start).take(limit).collect()
 }
 
 /// The ids of a session's descendants (children, grandchildren, …), not the session itself.
@@ -180,11 +197,32 @@ impl Mulligan {
         };
         let value = match name {
             "list_sessions" => {
-                let mut sessions = engine.store().sessions().await?;
-                if let Caller::Agent(me) = caller {
-                    let family = descendants(engine, me).await?;
-                    sessions.retain(|s| family.contains(&s.id));
-                }
+                let limit = match args.get("limit") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Number(n)) => Some(n.as_u64().ok_or_else(|| {
+                        Error::invalid("`limit` must be a whole number from 1 to 1000")
+                    })?),
+                    Some(_) => return Err(Error::invalid("`limit` must be a number")),
+                };
+                let before = match args.get("before") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(_) => return Err(Error::invalid("`before` must be a session id")),
+                };
+                let page = crate::store::SessionPage::new(limit, before)?;
+                let sessions = match caller {
+                    Caller::Operator => engine.store().sessions(&page).await?,
+                    Caller::Agent(me) => {
+                        // The family is filtered first, then paged, so pages are never short.
+                        let family = descendants(engine, me).await?;
+                        let mut all = engine
+                            .store()
+                            .sessions(&crate::store::SessionPage::default())
+                            .await?;
+                        all.retain(|s| family.contains(&s.id));
+                        page_of(all, &page)
+                    }
+                };
                 serde_json::to_value(SessionList { sessions })
             }
             "send_message" => {
@@ -229,8 +267,14 @@ pub fn tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "list_sessions",
-            "List sessions, newest first: all of them for the operator; for a session's agent token, only that session's sub-sessions.",
-            input(json!({}), &[]),
+            "List sessions, newest first: all of them for the operator; for a session's agent token, only that session's sub-sessions. Optional paging: `limit` (1 to 1000) and `before` (the last session id of the previous page).",
+            input(
+                json!({
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "At most this many sessions."},
+                    "before": {"type": "string", "description": "Only sessions older than this one (the last id of the previous page)."}
+                }),
+                &[],
+            ),
         )
         .with_raw_output_schema(output(
             json!({"sessions": {"type": "array", "items": {"type": "object"}}}),
@@ -338,6 +382,39 @@ impl ServerHandler for Mulligan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_starts_after_before_and_holds_at_most_limit() {
+        let session = |id: &str| app::wire::Session {
+            id: id.into(),
+            title: String::new(),
+            model: String::new(),
+            parent_id: None,
+            status: app::wire::SessionStatus::Idle,
+            created_at: 0,
+            last_run: None,
+            auto_retry: Default::default(),
+            waiting_retry: None,
+        };
+        let all = || ["e", "d", "c", "b", "a"].map(session).to_vec();
+        let page = |limit, before: Option<&str>| {
+            let p = crate::store::SessionPage::new(limit, before.map(str::to_string)).unwrap();
+            page_of(all(), &p)
+                .into_iter()
+                .map(|s| s.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(page(None, None), ["e", "d", "c", "b", "a"]);
+        assert_eq!(page(Some(2), None), ["e", "d"]);
+        assert_eq!(page(Some(2), Some("d")), ["c", "b"]);
+        assert_eq!(page(None, Some("b")), ["a"]);
+        assert!(
+            page(None, Some("zz")).is_empty(),
+            "an unknown cursor is an empty page"
+        );
+        assert!(crate::store::SessionPage::new(Some(0), None).is_err());
+        assert!(crate::store::SessionPage::new(Some(1001), None).is_err());
+    }
 
     #[test]
     fn family_is_every_descendant_but_not_the_root() {

@@ -14,21 +14,35 @@ use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Two in-process instances on one fresh database; `None` when the suite runs on SQLite.
-async fn two_instances(tag: &str) -> Option<(FakeProvider, String, TestServer, TestServer)> {
-    if !on_postgres() {
-        eprintln!("skipped: the multi-instance tests run when MULLIGAN_TEST_DATABASE=postgres");
-        return None;
-    }
+/// Why these tests are ignored in the SQLite pass (scripts/test's PostgreSQL pass runs them
+/// with `--include-ignored`).
+const NEEDS_PG: &str = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)";
+
+/// Two in-process instances on one fresh database.
+async fn two_instances(tag: &str) -> (FakeProvider, String, TestServer, TestServer) {
+    two_instances_with(tag, |_| {}).await
+}
+
+/// [`two_instances`] with each instance's settings adjusted by `adjust`.
+async fn two_instances_with(
+    tag: &str,
+    adjust: impl Fn(&mut server::config::Config),
+) -> (FakeProvider, String, TestServer, TestServer) {
+    assert!(
+        on_postgres(),
+        "{NEEDS_PG}: set MULLIGAN_TEST_DATABASE=postgres and MULLIGAN_TEST_POSTGRES_URL"
+    );
     let db = fresh_postgres_database(&postgres_url().expect("MULLIGAN_TEST_POSTGRES_URL"));
     let fake = FakeProvider::start().await;
     let mut ca = config(&temp_dir(&format!("{tag}-a")), &fake.url);
     ca.database_url = Some(db.clone());
+    adjust(&mut ca);
     let mut cb = config(&temp_dir(&format!("{tag}-b")), &fake.url);
     cb.database_url = Some(db.clone());
+    adjust(&mut cb);
     // Both start at once: the migrations must not race.
     let (a, b) = tokio::join!(TestServer::start(ca), TestServer::start(cb));
-    Some((fake, db, a, b))
+    (fake, db, a, b)
 }
 
 fn fail_401() -> Script {
@@ -40,10 +54,9 @@ fn fail_401() -> Script {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
 async fn a_prompt_posted_on_one_instance_streams_on_the_other_in_order() {
-    let Some((fake, _db, a, b)) = two_instances("stream").await else {
-        return;
-    };
+    let (fake, _db, a, b) = two_instances("stream").await;
     fake.push(Script::slow(60, Duration::from_millis(5)));
     let sid = a.create_session().await;
     let mut on_b = b.events(&sid, None).await;
@@ -79,10 +92,9 @@ async fn a_prompt_posted_on_one_instance_streams_on_the_other_in_order() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
 async fn concurrent_regenerates_split_across_instances_start_one_run() {
-    let Some((fake, _db, a, b)) = two_instances("regen").await else {
-        return;
-    };
+    let (fake, _db, a, b) = two_instances("regen").await;
     // The prompt fails, and so does the one regenerate that goes through.
     fake.push(fail_401());
     fake.push(fail_401());
@@ -146,10 +158,9 @@ async fn concurrent_regenerates_split_across_instances_start_one_run() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
 async fn cancel_on_one_instance_stops_a_run_executing_on_the_other_within_a_second() {
-    let Some((fake, _db, a, b)) = two_instances("cancel").await else {
-        return;
-    };
+    let (fake, _db, a, b) = two_instances("cancel").await;
     fake.push(Script::slow(500, Duration::from_millis(20)));
     let sid = a.create_session().await;
     let mut on_a = a.events(&sid, None).await;
@@ -173,10 +184,9 @@ async fn cancel_on_one_instance_stops_a_run_executing_on_the_other_within_a_seco
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
 async fn a_killed_instance_s_run_is_marked_interrupted_by_another() {
-    let Some((fake, db, _a, b)) = two_instances("kill").await else {
-        return;
-    };
+    let (fake, db, _a, b) = two_instances("kill").await;
     fake.push(Script::slow(2000, Duration::from_millis(10)));
     let dir = temp_dir("kill-child");
     let log = dir.join("server.log");
@@ -227,10 +237,9 @@ async fn a_killed_instance_s_run_is_marked_interrupted_by_another() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
 async fn a_background_retry_fires_once_with_two_instances() {
-    let Some((fake, _db, a, b)) = two_instances("bg").await else {
-        return;
-    };
+    let (fake, _db, a, b) = two_instances("bg").await;
     let sid = {
         let (status, body) = b
             .post("/sessions", json!({"auto_retry": "background"}))
@@ -268,10 +277,9 @@ async fn a_background_retry_fires_once_with_two_instances() {
 }
 
 #[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
 async fn a_cooldown_one_instance_met_holds_the_other_and_a_clear_ends_it_for_both() {
-    let Some((fake, _db, a, b)) = two_instances("cool").await else {
-        return;
-    };
+    let (fake, _db, a, b) = two_instances("cool").await;
     let limited = || Script::Status {
         code: 429,
         headers: vec![("retry-after", "3000".into())],
@@ -306,4 +314,242 @@ async fn a_cooldown_one_instance_met_holds_the_other_and_a_clear_ends_it_for_bot
     let r = b.send(&on_b, "third").await;
     assert_eq!(b.wait_run_end(&r.run_id).await.status, RunStatus::Completed);
     assert_eq!(fake.seen().len(), 2, "cleared on A, B sends again");
+}
+
+/// Two instances with 8 connections each and 80 sessions (10× the pool) posting,
+/// regenerating and cancelling at once, each streamed over SSE from the other instance:
+/// every run ends, no session ever has two running runs, every stream sees every run's end,
+/// no request fails with a 5xx and neither instance declares the other dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn a_small_pool_under_ten_times_as_many_sessions_never_deadlocks_or_loses_events() {
+    const POOL: u32 = 8;
+    const SESSIONS: usize = 10 * POOL as usize;
+    let (fake, db, a, b) = two_instances_with("load", |c| {
+        c.database_max_connections = POOL;
+    })
+    .await;
+    fake.set_default(Script::slow(20, Duration::from_millis(5)));
+    let servers = [Arc::new(a), Arc::new(b)];
+
+    // Watches the runs table the whole time: never two running runs in one session.
+    let watch_pool = sqlx::PgPool::connect(&db).await.unwrap();
+    let stop_watch = tokio_util::sync::CancellationToken::new();
+    let watcher = tokio::spawn({
+        let stop = stop_watch.clone();
+        async move {
+            let mut doubled: Vec<(String, i64)> = Vec::new();
+            while !stop.is_cancelled() {
+                let rows: Vec<(String, i64)> = sqlx::query_as(
+                    "SELECT session_id, COUNT(*) FROM runs WHERE status = 'running'
+                     GROUP BY session_id HAVING COUNT(*) > 1",
+                )
+                .fetch_all(&watch_pool)
+                .await
+                .unwrap();
+                doubled.extend(rows);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            watch_pool.close().await;
+            doubled
+        }
+    });
+
+    let mut sids = Vec::new();
+    for i in 0..SESSIONS {
+        sids.push(servers[i % 2].create_session().await);
+    }
+    // Each session's stream, on the instance it was not created on, records the runs it
+    // saw end.
+    let ended: Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>> =
+        Arc::default();
+    let mut readers = Vec::new();
+    for (i, sid) in sids.iter().enumerate() {
+        let mut sse = servers[(i + 1) % 2].events(sid, None).await;
+        let (ended, sid) = (ended.clone(), sid.clone());
+        readers.push(tokio::spawn(async move {
+            loop {
+                let (_, e) = sse.next(Duration::from_secs(120)).await;
+                if let Event::Run(r) = e {
+                    if !r.status.is_active() {
+                        ended
+                            .lock()
+                            .unwrap()
+                            .entry(sid.clone())
+                            .or_default()
+                            .push(r.id);
+                    }
+                }
+            }
+        }));
+    }
+
+    let started = Instant::now();
+    let work = sids.iter().enumerate().map(|(i, sid)| {
+        let (x, y) = (servers[i % 2].clone(), servers[(i + 1) % 2].clone());
+        let sid = sid.clone();
+        tokio::spawn(async move {
+            let first = x.send(&sid, "first").await;
+            let post = format!("/sessions/{sid}/messages");
+            let regenerate = format!("/sessions/{sid}/messages/{}/regenerate", first.message_id);
+            let cancel = format!("/sessions/{sid}/runs/{}/cancel", first.run_id);
+            let (p, r, c) = tokio::join!(
+                y.post(&post, json!({"content": "second"})),
+                x.post(&regenerate, json!({})),
+                y.post(&cancel, json!({})),
+            );
+            for (what, (status, body)) in [("post", p), ("regenerate", r), ("cancel", c)] {
+                assert!(
+                    matches!(status, 200 | 202 | 409),
+                    "{what} in {sid} answered {status}: {body}"
+                );
+            }
+        })
+    });
+    for w in futures::future::join_all(work).await {
+        w.unwrap();
+    }
+
+    // Every run ends.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut all_runs = std::collections::HashMap::new();
+    for (i, sid) in sids.iter().enumerate() {
+        loop {
+            let runs = servers[i % 2].detail(sid).await.runs;
+            if runs.iter().all(|r| !r.status.is_active()) {
+                all_runs.insert(sid.clone(), runs);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "runs of {sid} never ended: {runs:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    eprintln!(
+        "{} runs in {SESSIONS} sessions ended {:?} after the first post",
+        all_runs.values().map(Vec::len).sum::<usize>(),
+        started.elapsed()
+    );
+    // Every stream saw every run of its session end.
+    for (sid, runs) in &all_runs {
+        loop {
+            let seen = ended.lock().unwrap().get(sid).cloned().unwrap_or_default();
+            let missing: Vec<&str> = runs
+                .iter()
+                .map(|r| r.id.as_str())
+                .filter(|id| !seen.iter().any(|s| s == id))
+                .collect();
+            if missing.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the stream of {sid} never saw {missing:?} end"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for r in readers {
+        r.abort();
+    }
+    stop_watch.cancel();
+    let doubled = watcher.await.unwrap();
+    assert!(
+        doubled.is_empty(),
+        "sessions with two running runs: {doubled:?}"
+    );
+    // Nobody was declared dead: no run was recorded interrupted.
+    for runs in all_runs.values() {
+        for r in runs {
+            assert!(
+                r.retry.as_ref().map(|c| c.retry_class.as_str()) != Some("interrupted"),
+                "an instance was declared dead: {r:#?}"
+            );
+            assert!(
+                matches!(r.status, RunStatus::Completed | RunStatus::Cancelled),
+                "{r:#?}"
+            );
+        }
+    }
+}
+
+/// An event batch the database refuses for a while is written once it can be: a stream on
+/// the other instance still gets every delta and the run's end (nothing dropped).
+#[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn events_the_log_refuses_for_a_while_are_written_later_not_dropped() {
+    let (fake, db, a, b) = two_instances("refused").await;
+    fake.push(Script::slow(40, Duration::from_millis(25)));
+    let sid = a.create_session().await;
+    let mut on_b = b.events(&sid, None).await;
+    let admin = sqlx::PgPool::connect(&db).await.unwrap();
+    let receipt = a.send(&sid, "through an outage").await;
+    on_b.until(WAIT, |e| matches!(e, Event::Delta(d) if d.seq == 2))
+        .await;
+    // For a second and a half every write to the log fails (well beyond three tries).
+    sqlx::query("ALTER TABLE events RENAME TO events_away")
+        .execute(&admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    sqlx::query("ALTER TABLE events_away RENAME TO events")
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let seen = on_b.until(WAIT, run_ended(&receipt.run_id)).await;
+    let deltas: Vec<u64> = seen
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Delta(d) => Some(d.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        deltas,
+        (3..=40).collect::<Vec<_>>(),
+        "every delta after the outage began"
+    );
+}
+
+/// An instance wrongly taken for dead learns that its run was ended elsewhere and stops
+/// streaming it (within a heartbeat or two), so no session streams two replies at once.
+#[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn a_run_ended_elsewhere_stops_streaming_on_its_instance() {
+    let (fake, db, a, _b) = two_instances("ended-elsewhere").await;
+    fake.push(Script::slow(400, Duration::from_millis(20)));
+    let sid = a.create_session().await;
+    let mut on_a = a.events(&sid, None).await;
+    let receipt = a.send(&sid, "long").await;
+    on_a.until(WAIT, |e| matches!(e, Event::Delta(d) if d.seq == 3))
+        .await;
+    // What another instance records when it takes this one for dead.
+    let admin = sqlx::PgPool::connect(&db).await.unwrap();
+    sqlx::query("UPDATE runs SET status = 'failed', finished_at = 0 WHERE id = $1")
+        .bind(&receipt.run_id)
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let ended = Instant::now();
+    // The runner stops: its reply stops growing well before the 8 s the stream would take.
+    let deadline = ended + Duration::from_secs(5);
+    let mut last = 0;
+    let mut quiet_since = Instant::now();
+    loop {
+        if let Ok((_, Event::Delta(d))) =
+            tokio::time::timeout(Duration::from_millis(100), on_a.next(WAIT)).await
+        {
+            last = d.seq;
+            quiet_since = Instant::now();
+        }
+        if quiet_since.elapsed() > Duration::from_millis(800) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still streaming (delta {last})");
+    }
+    assert!(last < 300, "stopped at delta {last} of 400");
 }

@@ -61,3 +61,60 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
     assert_eq!(m.content, "a b c", "a save after the end changed the reply");
     assert_eq!(m.status, Some(MessageStatus::Complete));
 }
+
+/// A prompt's tries count runs anchored on it and runs whose provenance names it; its
+/// resumes count only automatic resumes (both read the indexed `prompt_id` column).
+#[tokio::test]
+async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
+    let store = open("store-tries").await;
+    let session = store
+        .create_session("t", "demo", None, "hash-tries", AutoRetry::Off)
+        .await
+        .unwrap();
+    fn run<'a>(
+        session_id: &'a str,
+        anchor: Option<&'a str>,
+        new: Option<&'a str>,
+        kind: Option<&str>,
+    ) -> NewRun<'a> {
+        let provenance = kind.map(|k| app::wire::Provenance {
+            kind: k.to_string(),
+            prompt_id: anchor.map(str::to_string),
+            attempt: Some(1),
+            manual: None,
+            from: None,
+        });
+        NewRun {
+            session_id,
+            new_message: new,
+            message_provenance: None,
+            anchor_id: if new.is_some() { None } else { anchor },
+            kind: RunKind::Prompt,
+            attempt: 1,
+            provenance,
+            supersede_after_anchor: false,
+        }
+    }
+    let sid = session.id.as_str();
+    let (prompt, _, _) = store
+        .dispatch(run(sid, None, Some("go"), None))
+        .await
+        .unwrap();
+    let prompt = prompt.unwrap().id;
+    assert_eq!(store.tries_of(&prompt).await.unwrap(), 1);
+    assert_eq!(store.resumes_of(&prompt).await.unwrap(), 0);
+    // A regenerate on the prompt, and an automatic resume anchored on a continuation.
+    store
+        .dispatch(run(sid, Some(&prompt), None, Some("regenerate")))
+        .await
+        .unwrap();
+    let resume = NewRun {
+        new_message: Some("continue"),
+        anchor_id: None,
+        ..run(sid, Some(&prompt), None, Some("auto_resume"))
+    };
+    store.dispatch(resume).await.unwrap();
+    assert_eq!(store.tries_of(&prompt).await.unwrap(), 3);
+    assert_eq!(store.resumes_of(&prompt).await.unwrap(), 1);
+    assert_eq!(store.tries_of("m_other").await.unwrap(), 0);
+}

@@ -21,11 +21,16 @@ impl Engine {
             return Ok(());
         }
         store.heartbeat(self.instance()).await?;
+        // Heartbeats have their own loop (and connection): however long a scan for orphans
+        // takes, or however busy the pool is, this instance's lease is renewed on time.
+        self.every(HEARTBEAT, "a heartbeat failed", |e| {
+            Box::pin(async move { e.store().heartbeat(e.instance()).await })
+        });
         self.every(HEARTBEAT, "lease keeping failed", |e| {
             Box::pin(async move { e.lease_tick().await })
         });
         let engine = self.clone();
-        let pool = store.pg_pool().expect("shared store").clone();
+        let pool = store.listen_pool().expect("shared store").clone();
         tokio::spawn(async move {
             loop {
                 let listener = async {
@@ -62,13 +67,26 @@ impl Engine {
         Ok(())
     }
 
-    /// One heartbeat: renew the lease, stop runs someone asked to stop (in case a
-    /// notification was lost), record runs of dead instances as interrupted.
+    /// One look around: stop runs someone asked to stop (in case a notification was lost),
+    /// record runs of dead instances as interrupted.
     async fn lease_tick(&self) -> Result<()> {
         let store = self.store();
-        store.heartbeat(self.instance()).await?;
         for run_id in store.cancels_requested(self.instance()).await? {
             self.cancel_here(&run_id);
+        }
+        // A run another instance already ended (it took this one for dead) stops here too,
+        // so a session never has two replies streaming.
+        let running: std::collections::HashSet<String> = store
+            .running_runs_of(self.instance())
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        for run_id in self.active_ids() {
+            if !running.contains(&run_id) {
+                tracing::warn!(run = %run_id, "another instance ended this run: stopping it here");
+                self.cancel_here(&run_id);
+            }
         }
         let orphans = store.orphaned_runs(LEASE.as_millis() as i64).await?;
         for run in orphans {

@@ -8,6 +8,7 @@ mod compact;
 mod dispatch;
 mod lease;
 mod locks;
+mod reconcile;
 mod runner;
 mod saver;
 
@@ -40,6 +41,8 @@ pub struct EngineConfig {
     pub max_run: Duration,
     /// Background retries' countdown (Tier 2's policy, served to the browser too).
     pub background: app::tier2::Policy,
+    /// How often this instance ends the runs it recorded `running` but no longer executes.
+    pub reconcile_every: Duration,
 }
 
 #[derive(Clone)]
@@ -267,6 +270,16 @@ impl Engine {
             .cloned()
     }
 
+    /// The ids of the runs executing here.
+    fn active_ids(&self) -> Vec<String> {
+        let active = self
+            .inner
+            .active
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        active.keys().cloned().collect()
+    }
+
     /// The streamed text of a run executing here, for snapshots of a streaming reply.
     pub fn live_text(&self, run_id: &str) -> Option<(String, u64)> {
         let active = self.active(run_id)?;
@@ -412,8 +425,15 @@ impl Engine {
     /// Records a run whose instance stopped or died as `failed`/`interrupted`, partial text
     /// kept, and holds the prompts queued behind it (unless it already ended).
     async fn interrupt(&self, run: &Run) -> Result<()> {
-        let store = &self.inner.store;
         let _guard = self.lock(&run.session_id).await?;
+        self.interrupt_locked(run, "the server stopped while this reply was being written")
+            .await
+    }
+
+    /// [`Engine::interrupt`] under the session lock the caller holds, with `why` as the
+    /// recorded error message.
+    async fn interrupt_locked(&self, run: &Run, why: &str) -> Result<()> {
+        let store = &self.inner.store;
         let partial = match &run.reply_message_id {
             Some(id) => store.message(id).await?.content,
             None => String::new(),
@@ -421,7 +441,7 @@ impl Engine {
         let outcome = Outcome {
             status: RunStatus::Failed,
             content: partial,
-            error_message: Some("the server stopped while this reply was being written".into()),
+            error_message: Some(why.into()),
             retry: Some(classify::of(classify::class::INTERRUPTED, None)),
             tokens_used: 0,
         };

@@ -61,6 +61,7 @@ async fn engine() -> Engine {
         context_tokens: None,
         max_reply_bytes: 1 << 20,
         max_run: Duration::from_secs(60),
+        reconcile_every: Duration::from_secs(30),
         background: app::tier2::Policy {
             base_ms: 2000,
             cap_ms: 300_000,

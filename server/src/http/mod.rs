@@ -79,13 +79,15 @@ pub fn router(state: AppState) -> Router {
 
     let routes = generate_route_list(app::App);
     let leptos = state.leptos.clone();
-    Router::new()
-        .nest("/api/v1", api)
-        .merge(mcp)
-        .nest(
+    let mut router = Router::new().nest("/api/v1", api).merge(mcp);
+    // The built-in demo endpoint exists only while the demo provider is in use.
+    if state.config.provider == crate::config::ProviderKind::Demo {
+        router = router.nest(
             "/demo/v1",
             crate::llm::demo::routes(std::time::Duration::from_millis(state.config.demo_delta_ms)),
-        )
+        );
+    }
+    router
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .leptos_routes(&state, routes, move || app::shell(leptos.clone()))

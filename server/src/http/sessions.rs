@@ -75,9 +75,29 @@ pub fn hex_sha256(s: &str) -> String {
         .collect()
 }
 
-pub async fn list(State(state): State<AppState>) -> Result<Json<SessionList>> {
+#[derive(serde::Deserialize)]
+pub struct ListQuery {
+    limit: Option<String>,
+    before: Option<String>,
+}
+
+/// `GET /sessions[?limit=&before=]`: newest first; the next page is `before=<the last id>`.
+pub async fn list(
+    State(state): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<SessionList>> {
+    let limit = match q.limit.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(s) => Some(s.parse::<u64>().map_err(|_| {
+            Error::invalid(format!(
+                "`limit` {s:?} is not a whole number from 1 to {}",
+                crate::store::MAX_SESSION_PAGE
+            ))
+        })?),
+    };
+    let page = crate::store::SessionPage::new(limit, q.before)?;
     Ok(Json(SessionList {
-        sessions: state.engine.store().sessions().await?,
+        sessions: state.engine.store().sessions(&page).await?,
     }))
 }
 

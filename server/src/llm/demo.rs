@@ -35,7 +35,35 @@ pub const SCENARIOS: &[(&str, &str)] = &[
 struct Demo {
     delta_every: Duration,
     /// Calls seen per (model, conversation), for the "n times, then fine" scenarios.
-    calls: Arc<Mutex<HashMap<u64, u32>>>,
+    calls: Arc<Mutex<Calls>>,
+}
+
+/// How many conversations' call counters the demo keeps; the oldest goes first (a
+/// forgotten conversation just plays its scenario from the start again).
+const MAX_CONVERSATIONS: usize = 4096;
+
+/// Call counters per conversation, at most [`MAX_CONVERSATIONS`] of them.
+#[derive(Default)]
+struct Calls {
+    counts: HashMap<u64, u32>,
+    order: std::collections::VecDeque<u64>,
+}
+
+impl Calls {
+    /// Counts one more call of `key`; answers how many it has had.
+    fn count(&mut self, key: u64) -> u32 {
+        if !self.counts.contains_key(&key) {
+            while self.order.len() >= MAX_CONVERSATIONS {
+                if let Some(old) = self.order.pop_front() {
+                    self.counts.remove(&old);
+                }
+            }
+            self.order.push_back(key);
+        }
+        let n = self.counts.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
 }
 
 /// The routes to nest at `/demo/v1`.
@@ -65,9 +93,7 @@ async fn chat(State(demo): State<Demo>, Json(body): Json<ChatBody>) -> Response 
     }
     let call = {
         let mut calls = demo.calls.lock().expect("demo lock");
-        let n = calls.entry(h.finish()).or_insert(0);
-        *n += 1;
-        *n
+        calls.count(h.finish())
     };
     let prompt = body
         .messages
@@ -199,6 +225,19 @@ fn error_coded(status: u16, kind: &str, code: &str, message: &str) -> Response {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn call_counters_are_bounded_and_forget_the_oldest_conversation() {
+        let mut calls = super::Calls::default();
+        assert_eq!(calls.count(1), 1);
+        assert_eq!(calls.count(1), 2);
+        for key in 2..(super::MAX_CONVERSATIONS as u64 + 10) {
+            calls.count(key);
+        }
+        assert_eq!(calls.counts.len(), super::MAX_CONVERSATIONS);
+        assert_eq!(calls.order.len(), super::MAX_CONVERSATIONS);
+        assert_eq!(calls.count(1), 1, "the oldest conversation was forgotten");
+    }
+
     #[test]
     fn words_concatenate_back_to_the_reply() {
         let text = super::reply_for("hello there", "demo");

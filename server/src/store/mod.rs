@@ -27,7 +27,13 @@ static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migration
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// PostgreSQL only: the connections that must never wait behind the main pool.
+    side: Option<std::sync::Arc<shared::SidePools>>,
 }
+
+/// The main pool's size on PostgreSQL unless the operator sets one
+/// (`MULLIGAN_DATABASE_MAX_CONNECTIONS`).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 32;
 
 #[derive(Clone)]
 enum Pool {
@@ -106,10 +112,51 @@ pub struct Outcome {
     pub tokens_used: i64,
 }
 
-const SESSION_COLUMNS: &str = "s.*,
-    EXISTS (SELECT 1 FROM runs a WHERE a.session_id = s.id
-            AND a.status IN ('queued','running') AND a.held_by IS NULL) AS busy,
-    (SELECT r.id FROM runs r WHERE r.session_id = s.id ORDER BY r.seq DESC LIMIT 1) AS last_run_id";
+/// A session row with its summary: busy or not, and its last run (joined: one query for
+/// any number of sessions). Append `WHERE …`/`ORDER BY …`.
+fn session_select() -> String {
+    format!(
+        "SELECT s.*,
+            EXISTS (SELECT 1 FROM runs a WHERE a.session_id = s.id
+                    AND a.status IN ('queued','running') AND a.held_by IS NULL) AS busy,
+            {}
+         FROM sessions s
+         LEFT JOIN runs lr ON lr.id =
+            (SELECT r.id FROM runs r WHERE r.session_id = s.id ORDER BY r.seq DESC LIMIT 1)",
+        rows::LAST_RUN_COLUMNS
+    )
+}
+
+/// The largest page `GET /sessions?limit=` and MCP `list_sessions` give.
+pub const MAX_SESSION_PAGE: u32 = 1000;
+
+/// Which sessions to list, newest first: those older than `before` (a session id), at most
+/// `limit` of them (`None`: all).
+#[derive(Clone, Debug, Default)]
+pub struct SessionPage {
+    pub limit: Option<u32>,
+    pub before: Option<String>,
+}
+
+impl SessionPage {
+    /// A page as a client asked for it: `limit` from 1 to [`MAX_SESSION_PAGE`], `before` a
+    /// session id (an empty one counts as none); `invalid` otherwise.
+    pub fn new(limit: Option<u64>, before: Option<String>) -> Result<SessionPage> {
+        let limit = match limit {
+            None => None,
+            Some(n) if (1..=u64::from(MAX_SESSION_PAGE)).contains(&n) => u32::try_from(n).ok(),
+            Some(n) => {
+                return Err(Error::invalid(format!(
+                    "`limit` is {n}; use 1 to {MAX_SESSION_PAGE}"
+                )))
+            }
+        };
+        Ok(SessionPage {
+            limit,
+            before: before.filter(|b| !b.is_empty()),
+        })
+    }
+}
 
 /// What an INSERT into messages returns: the row as a snapshot reads it (a new message
 /// is never superseded).
@@ -122,13 +169,25 @@ impl Store {
     /// Opens (creating if needed) the database and runs the migrations. PostgreSQL's
     /// migrator holds an advisory lock, so instances starting together do not race them.
     pub async fn open(url: &str) -> Result<Store> {
+        Store::open_with(url, DEFAULT_MAX_CONNECTIONS).await
+    }
+
+    /// [`Store::open`] with the main PostgreSQL pool's size (ignored on SQLite). Session
+    /// locks and heartbeats have their own connections besides (see [`shared::SidePools`]).
+    pub async fn open_with(url: &str, max_connections: u32) -> Result<Store> {
+        let max_connections = max_connections.max(2);
+        let mut side = None;
         let pool = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let pool = PgPoolOptions::new()
-                .max_connections(32)
-                .acquire_timeout(std::time::Duration::from_secs(10))
+                .max_connections(max_connections)
+                .acquire_timeout(std::time::Duration::from_secs(30))
                 .connect(url)
                 .await?;
             POSTGRES_MIGRATOR.run(&pool).await?;
+            side = Some(std::sync::Arc::new(shared::SidePools::connect(
+                url,
+                max_connections,
+            )?));
             Pool::Postgres(pool)
         } else if url.starts_with("sqlite:") {
             let opts = SqliteConnectOptions::from_str(url)
@@ -154,7 +213,7 @@ impl Store {
                 url.split('@').next_back().unwrap_or("")
             )));
         };
-        Ok(Store { pool })
+        Ok(Store { pool, side })
     }
 
     /// Whether several instances may share this database (PostgreSQL).
@@ -168,15 +227,12 @@ impl Store {
                 read.close().await;
                 write.close().await;
             }
-            Pool::Postgres(pool) => pool.close().await,
-        }
-    }
-
-    /// A field of a JSON text column, in this backend's dialect.
-    fn json_field(&self, column: &str, field: &str) -> String {
-        match self.pool {
-            Pool::Sqlite { .. } => format!("json_extract({column}, '$.{field}')"),
-            Pool::Postgres(_) => format!("({column}::jsonb ->> '{field}')"),
+            Pool::Postgres(pool) => {
+                pool.close().await;
+                if let Some(side) = &self.side {
+                    side.close().await;
+                }
+            }
         }
     }
 
@@ -211,14 +267,12 @@ impl Store {
 
     pub async fn session(&self, id: &str) -> Result<SessionRecord> {
         with_pool!(self, pool => {
-        let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = $1"
-        ))
+        let row = sqlx::query(&format!("{} WHERE s.id = $1", session_select()))
         .bind(id)
         .fetch_optional(pool)
         .await?
         .ok_or_else(|| Error::not_found("session", id))?;
-        self.session_from_row(&row).await
+        Ok(session_from_row(&row))
             })
     }
 
@@ -245,23 +299,49 @@ impl Store {
             })
     }
 
-    pub async fn sessions(&self) -> Result<Vec<Session>> {
+    /// Sessions, newest first, one page of them, in one query. `invalid` when `before`
+    /// names no session.
+    pub async fn sessions(&self, page: &SessionPage) -> Result<Vec<Session>> {
         with_pool!(self, pool => {
-        let rows = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions s ORDER BY s.created_at DESC, s.id DESC"
-        ))
-        .fetch_all(pool)
-        .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            out.push(self.session_from_row(row).await?.session);
+        let mut sql = session_select();
+        let cursor: Option<i64> = match &page.before {
+            Some(id) => Some(
+                sqlx::query_scalar("SELECT created_at FROM sessions WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await?
+                    .ok_or_else(|| Error::invalid(format!("`before`: there is no session {id:?}")))?,
+            ),
+            None => None,
+        };
+        if cursor.is_some() {
+            sql.push_str(" WHERE s.created_at < $1 OR (s.created_at = $1 AND s.id < $2)");
         }
-        Ok(out)
+        sql.push_str(" ORDER BY s.created_at DESC, s.id DESC");
+        if let Some(limit) = page.limit {
+            sql.push_str(&format!(" LIMIT {}", limit.min(MAX_SESSION_PAGE)));
+        }
+        let mut q = sqlx::query(&sql);
+        if let (Some(at), Some(id)) = (cursor, &page.before) {
+            q = q.bind(at).bind(id);
+        }
+        let rows = q.fetch_all(pool).await?;
+        Ok(rows.iter().map(|r| session_from_row(r).session).collect())
+            })
+    }
+
+    /// The session whose agent token has this hash (an indexed lookup).
+    pub async fn session_by_token_hash(&self, hash: &str) -> Result<Option<(String, String)>> {
+        with_pool!(self, pool => {
+        Ok(sqlx::query_as("SELECT id, agent_token_hash FROM sessions WHERE agent_token_hash = $1")
+            .bind(hash)
+            .fetch_optional(pool)
+            .await?)
             })
     }
 
     /// Every session's `(id, parent_id, agent_token_hash)`, in one light query: what MCP's
-    /// caller authority needs (who holds this token, which sessions descend from it).
+    /// caller authority needs (which sessions descend from a token's session).
     pub async fn session_tree(&self) -> Result<Vec<(String, Option<String>, String)>> {
         with_pool!(self, pool => {
         Ok(
@@ -337,37 +417,6 @@ impl Store {
             .bind(now)
             .fetch_all(pool)
             .await?)
-        })
-    }
-
-    async fn session_from_row<R: Get + Sync>(&self, row: &R) -> Result<SessionRecord> {
-        let last_run = match row.opt_text("last_run_id") {
-            Some(id) => Some(self.run(&id).await?.summary()),
-            None => None,
-        };
-        Ok(SessionRecord {
-            session: Session {
-                id: row.text("id"),
-                title: row.text("title"),
-                model: row.text("model"),
-                parent_id: row.opt_text("parent_id"),
-                status: if row.flag("busy") {
-                    SessionStatus::Running
-                } else {
-                    SessionStatus::Idle
-                },
-                created_at: row.int("created_at"),
-                last_run,
-                auto_retry: AutoRetry::parse(&row.text("auto_retry")).unwrap_or_default(),
-                waiting_retry: row.opt_int("retry_fires_at").map(|fires_at| WaitingRetry {
-                    attempt: row.int("retry_attempt") as u32,
-                    fires_at,
-                    reason: row.opt_text("retry_reason").unwrap_or_default(),
-                }),
-            },
-            agent_token_hash: row.text("agent_token_hash"),
-            tokens_used: row.int("tokens_used"),
-            retry_attempt: row.int("retry_attempt") as u32,
         })
     }
 
@@ -533,8 +582,10 @@ impl Store {
         };
         let run_id = new_id("r");
         let row = sqlx::query(
-            "INSERT INTO runs (id, session_id, seq, anchor_message_id, status, kind, attempt, provenance, created_at)
-             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE session_id = $2), $3, 'queued', $4, $5, $6, $7)
+            "INSERT INTO runs (id, session_id, seq, anchor_message_id, status, kind, attempt, provenance, created_at,
+                               prompt_id, provenance_kind)
+             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE session_id = $2), $3, 'queued', $4, $5, $6, $7,
+                     $8, $9)
              RETURNING *",
         )
         .bind(&run_id)
@@ -544,6 +595,8 @@ impl Store {
         .bind(d.attempt as i64)
         .bind(rows::provenance_json(&d.provenance))
         .bind(now)
+        .bind(d.provenance.as_ref().and_then(|p| p.prompt_id.as_deref()))
+        .bind(d.provenance.as_ref().map(|p| p.kind.as_str()))
         .fetch_one(&mut *tx)
         .await?;
         let run = rows::run(&row);
@@ -585,11 +638,9 @@ impl Store {
     /// How many runs a prompt has had: on itself, and as the origin of automatic resumes.
     pub async fn tries_of(&self, prompt_id: &str) -> Result<u32> {
         with_pool!(self, pool => {
-        let sql = format!(
-            "SELECT COUNT(*) FROM runs WHERE anchor_message_id = $1 OR {} = $2",
-            self.json_field("provenance", "prompt_id")
-        );
-        let n: i64 = sqlx::query_scalar(&sql)
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM runs WHERE anchor_message_id = $1 OR prompt_id = $2",
+        )
         .bind(prompt_id)
         .bind(prompt_id)
         .fetch_one(pool)
@@ -601,12 +652,9 @@ impl Store {
     /// How many automatic resumes (manual retries included) a prompt has had.
     pub async fn resumes_of(&self, prompt_id: &str) -> Result<u32> {
         with_pool!(self, pool => {
-        let sql = format!(
-            "SELECT COUNT(*) FROM runs WHERE {} = 'auto_resume' AND {} = $1",
-            self.json_field("provenance", "kind"),
-            self.json_field("provenance", "prompt_id")
-        );
-        let n: i64 = sqlx::query_scalar(&sql)
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM runs WHERE prompt_id = $1 AND provenance_kind = 'auto_resume'",
+        )
         .bind(prompt_id)
         .fetch_one(pool)
         .await?;
@@ -873,6 +921,17 @@ impl Store {
             })
     }
 
+    /// Runs recorded `running` with `owner` as the instance executing them.
+    pub async fn running_runs_of(&self, owner: &str) -> Result<Vec<Run>> {
+        with_pool!(self, pool => {
+        let rows = sqlx::query("SELECT * FROM runs WHERE status = 'running' AND owner = $1 ORDER BY seq")
+            .bind(owner)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows.iter().map(rows::run).collect())
+            })
+    }
+
     /// Sessions with a queued run that is free to start.
     pub async fn sessions_with_queued_runs(&self) -> Result<Vec<String>> {
         with_pool!(self, pool => {
@@ -917,6 +976,26 @@ impl Store {
             })
     }
 
+    /// Deletes the `delta` events of each session logged before the given id (a run's end:
+    /// a session runs one run at a time, so every delta before it belongs to an ended run,
+    /// whose reply and `message` events hold the text). Answers how many went.
+    pub async fn prune_deltas(&self, ends: &[(String, i64)]) -> Result<u64> {
+        with_writer!(self, pool => {
+        let mut tx = pool.begin().await?;
+        let mut n = 0;
+        for (session_id, end_id) in ends {
+            n += sqlx::query("DELETE FROM events WHERE session_id = $1 AND id < $2 AND name = 'delta'")
+                .bind(session_id)
+                .bind(end_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(n)
+            })
+    }
+
     /// The session's logged events with `after < id < before`, in order.
     pub async fn events_between(
         &self,
@@ -935,6 +1014,37 @@ impl Store {
         .await?;
         Ok(rows.iter().filter_map(|r| logged_event(r, session_id.to_string())).collect())
             })
+    }
+}
+
+/// A row of [`session_select`] as the server sees it.
+fn session_from_row<R: Get>(row: &R) -> SessionRecord {
+    let last_run = row
+        .opt_text("lr_id")
+        .map(|_| rows::run(&rows::Prefixed(row, "lr_")).summary());
+    SessionRecord {
+        session: Session {
+            id: row.text("id"),
+            title: row.text("title"),
+            model: row.text("model"),
+            parent_id: row.opt_text("parent_id"),
+            status: if row.flag("busy") {
+                SessionStatus::Running
+            } else {
+                SessionStatus::Idle
+            },
+            created_at: row.int("created_at"),
+            last_run,
+            auto_retry: AutoRetry::parse(&row.text("auto_retry")).unwrap_or_default(),
+            waiting_retry: row.opt_int("retry_fires_at").map(|fires_at| WaitingRetry {
+                attempt: row.int("retry_attempt") as u32,
+                fires_at,
+                reason: row.opt_text("retry_reason").unwrap_or_default(),
+            }),
+        },
+        agent_token_hash: row.text("agent_token_hash"),
+        tokens_used: row.int("tokens_used"),
+        retry_attempt: row.int("retry_attempt") as u32,
     }
 }
 

@@ -60,6 +60,42 @@ fn read<T>(value: Result<T, sqlx::Error>, column: &str) -> Option<T> {
 impl_get!(SqliteRow);
 impl_get!(PgRow);
 
+/// A joined table's columns, selected under a prefix (`lr_id` read as `id`), so the one
+/// mapping of that table reads them.
+pub struct Prefixed<'a, R>(pub &'a R, pub &'static str);
+
+impl<R: Get> Get for Prefixed<'_, R> {
+    fn text(&self, column: &str) -> String {
+        self.0.text(&format!("{}{column}", self.1))
+    }
+    fn opt_text(&self, column: &str) -> Option<String> {
+        self.0.opt_text(&format!("{}{column}", self.1))
+    }
+    fn int(&self, column: &str) -> i64 {
+        self.0.int(&format!("{}{column}", self.1))
+    }
+    fn opt_int(&self, column: &str) -> Option<i64> {
+        self.0.opt_int(&format!("{}{column}", self.1))
+    }
+    fn flag(&self, column: &str) -> bool {
+        self.0.flag(&format!("{}{column}", self.1))
+    }
+    fn opt_flag(&self, column: &str) -> Option<bool> {
+        self.0.opt_flag(&format!("{}{column}", self.1))
+    }
+}
+
+/// The runs columns [`run`] reads, each as `lr_<column>` of the alias `lr` (a session's
+/// last run, joined to its row).
+pub const LAST_RUN_COLUMNS: &str = "lr.id AS lr_id, lr.session_id AS lr_session_id,
+    lr.anchor_message_id AS lr_anchor_message_id, lr.reply_message_id AS lr_reply_message_id,
+    lr.status AS lr_status, lr.kind AS lr_kind, lr.attempt AS lr_attempt,
+    lr.tier1_attempts AS lr_tier1_attempts, lr.held_by AS lr_held_by,
+    lr.error_message AS lr_error_message, lr.retryable AS lr_retryable,
+    lr.retry_class AS lr_retry_class, lr.retry_after_until AS lr_retry_after_until,
+    lr.created_at AS lr_created_at, lr.provenance AS lr_provenance,
+    lr.started_at AS lr_started_at, lr.finished_at AS lr_finished_at";
+
 pub fn run_status(s: &str) -> RunStatus {
     match s {
         "queued" => RunStatus::Queued,

@@ -6,12 +6,58 @@ use crate::clock::now_ms;
 use crate::error::Result;
 use app::wire::Run;
 use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{Postgres, Row};
+use std::time::Duration;
 
 /// Notification channel: new events are in the log.
 pub const EVENTS_CHANNEL: &str = "mulligan_events";
 /// Notification channel: a run was asked to stop (payload: its id).
 pub const CANCEL_CHANNEL: &str = "mulligan_cancel";
+/// `LISTEN` connections an instance keeps: the event follower's and the cancel listener's.
+const LISTENERS: u32 = 2;
+
+/// Connections kept apart from the main pool, so that no load on it can starve them:
+/// - `locks`: each held session lock keeps one connection here while the work it guards
+///   uses the main pool, so locked work never waits for a connection its own lock holds
+///   (with one pool, as many concurrent locks as connections deadlocked it). Bounded: a
+///   lock beyond its size waits for a free connection, never for work that needs one.
+/// - `beat`: one connection for heartbeats, so a busy pool never lets this instance's
+///   lease lapse (and another instance declare it dead).
+/// - `listen`: the `LISTEN` connections (events, cancels), which a listener keeps for its
+///   whole life and would otherwise take from the main pool.
+pub(super) struct SidePools {
+    locks: PgPool,
+    beat: PgPool,
+    listen: PgPool,
+}
+
+impl SidePools {
+    pub(super) fn connect(url: &str, locks: u32) -> Result<SidePools> {
+        Ok(SidePools {
+            locks: PgPoolOptions::new()
+                .max_connections(locks)
+                // A lock waits its turn for a connection: holders are making progress.
+                .acquire_timeout(Duration::from_secs(300))
+                .connect_lazy(url)?,
+            beat: PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_lazy(url)?,
+            listen: PgPoolOptions::new()
+                // Room for a listener reconnecting while its old connection still closes.
+                .max_connections(2 * LISTENERS)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_lazy(url)?,
+        })
+    }
+
+    pub(super) async fn close(&self) {
+        self.locks.close().await;
+        self.beat.close().await;
+        self.listen.close().await;
+    }
+}
 
 /// Holds a session's advisory lock on one connection; released when dropped (and by the
 /// server if the connection or the instance dies, so a crash never leaves a session locked).
@@ -42,10 +88,10 @@ impl Store {
     /// Takes the session's lock across instances (PostgreSQL); `None` on SQLite, where the
     /// engine's in-process lock is the whole story.
     pub async fn lock_session(&self, session_id: &str) -> Result<Option<SessionLock>> {
-        let Pool::Postgres(pool) = &self.pool else {
+        let Some(side) = &self.side else {
             return Ok(None);
         };
-        let mut conn = pool.acquire().await?;
+        let mut conn = side.locks.acquire().await?;
         sqlx::query("SELECT pg_advisory_lock(1, hashtext($1))")
             .bind(session_id)
             .execute(&mut *conn)
@@ -56,23 +102,21 @@ impl Store {
         }))
     }
 
-    /// The PostgreSQL pool, for listeners.
-    pub fn pg_pool(&self) -> Option<&sqlx::PgPool> {
-        match &self.pool {
-            Pool::Postgres(p) => Some(p),
-            Pool::Sqlite { .. } => None,
-        }
+    /// The pool `LISTEN` connections come from (PostgreSQL): apart from the main pool.
+    pub fn listen_pool(&self) -> Option<&sqlx::PgPool> {
+        self.side.as_ref().map(|s| &s.listen)
     }
 
     /// Appends a batch to the shared log (ids assigned by the database, in commit order)
-    /// and wakes every instance's follower.
+    /// and wakes every instance's follower. Answers the ids given, in the batch's order.
     pub async fn append_shared_events(
         &self,
         batch: &[(String, &'static str, String)],
-    ) -> Result<()> {
+    ) -> Result<Vec<i64>> {
         let Pool::Postgres(pool) = &self.pool else {
-            return Ok(());
+            return Ok(Vec::new());
         };
+        let mut ids = Vec::with_capacity(batch.len());
         let mut tx = pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock(2, 0)")
             .execute(&mut *tx)
@@ -82,14 +126,18 @@ impl Store {
             qb.push_values(chunk, |mut b, (session, name, data)| {
                 b.push_bind(session).push_bind(*name).push_bind(data);
             });
-            qb.build().execute(&mut *tx).await?;
+            // The ids come from the sequence row by row, so sorted they are the batch's order.
+            qb.push(" RETURNING id");
+            let mut got: Vec<i64> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
+            got.sort_unstable();
+            ids.extend(got);
         }
         sqlx::query("SELECT pg_notify($1, '')")
             .bind(EVENTS_CHANNEL)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(ids)
     }
 
     /// Logged events of every session after `after`, in order (at most `limit`).
@@ -110,11 +158,12 @@ impl Store {
             .collect())
     }
 
-    /// Records that `instance` is alive now.
+    /// Records that `instance` is alive now (on the heartbeat's own connection).
     pub async fn heartbeat(&self, instance: &str) -> Result<()> {
-        let Pool::Postgres(pool) = &self.pool else {
+        let Some(side) = &self.side else {
             return Ok(());
         };
+        let pool = &side.beat;
         sqlx::query(
             "INSERT INTO instances (id, seen_at) VALUES ($1, $2)
              ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",

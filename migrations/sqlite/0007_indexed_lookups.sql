@@ -1,0 +1,11 @@
+-- Indexed lookups instead of scans: a session by its agent token's hash (MCP), the session
+-- list's newest-first pages, and runs by the prompt their provenance names (tries and
+-- resumes of a prompt), kept in columns of their own.
+CREATE INDEX sessions_by_agent_token ON sessions (agent_token_hash);
+CREATE INDEX sessions_by_created ON sessions (created_at, id);
+ALTER TABLE runs ADD COLUMN prompt_id TEXT;
+ALTER TABLE runs ADD COLUMN provenance_kind TEXT;
+UPDATE runs SET prompt_id = json_extract(provenance, '$.prompt_id'),
+                provenance_kind = json_extract(provenance, '$.kind')
+WHERE provenance IS NOT NULL AND json_valid(provenance);
+CREATE INDEX runs_by_prompt ON runs (prompt_id);

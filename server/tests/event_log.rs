@@ -1,0 +1,154 @@
+//! The event log's retention and resume edges (SQLite, and PostgreSQL in its pass): a long
+//! stream's `delta` rows do not stay in the log once its run has ended, a resume over the
+//! pruned range still ends with the whole reply, and an absurd `Last-Event-ID` is harmless.
+mod common;
+
+use app::wire::Event;
+use common::fake::{FakeProvider, Script};
+use common::{config, database_url, run_ended, temp_dir, TestServer};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// `(all event rows, delta rows)` of a session, read from the server's database.
+async fn event_rows(server: &TestServer, sid: &str) -> (i64, i64) {
+    let url = database_url(&server.data_dir)
+        .unwrap_or_else(|| format!("sqlite://{}", server.data_dir.join("mulligan.db").display()));
+    let sql = "SELECT COUNT(*), COALESCE(SUM(CASE WHEN name = 'delta' THEN 1 ELSE 0 END), 0)
+               FROM events WHERE session_id = $1";
+    if url.starts_with("postgres") {
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        let n: (i64, i64) = sqlx::query_as(sql)
+            .bind(sid)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        n
+    } else {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let n: (i64, i64) = sqlx::query_as(sql)
+            .bind(sid)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        n
+    }
+}
+
+fn fast(n: usize) -> Script {
+    Script::Stream {
+        deltas: (0..n).map(|i| format!("d{i} ")).collect(),
+        every: Duration::from_micros(100),
+        finish: true,
+    }
+}
+
+#[tokio::test]
+async fn long_streams_leave_a_bounded_number_of_event_rows() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("retention"), &fake.url)).await;
+    let sid = server.create_session().await;
+    let mut sse = server.events(&sid, None).await;
+    let mut bounds = Vec::new();
+    for round in 0..2 {
+        fake.push(fast(3000));
+        let receipt = server.send(&sid, &format!("round {round}")).await;
+        let seen = sse.until(WAIT, run_ended(&receipt.run_id)).await;
+        let deltas = seen
+            .iter()
+            .filter(|(_, e)| matches!(e, Event::Delta(_)))
+            .count();
+        assert_eq!(deltas, 3000, "a live subscriber gets every delta");
+        // The rows of the ended run's deltas go; a handful of run/message events stay.
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let (all, delta_rows) = event_rows(&server, &sid).await;
+            if delta_rows == 0 {
+                bounds.push(all);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{delta_rows} delta rows of ended runs are still in the log"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let detail = server.detail(&sid).await;
+    let want: String = (0..3000).map(|i| format!("d{i} ")).collect();
+    assert_eq!(detail.messages.last().unwrap().content, want);
+    assert!(
+        bounds.iter().all(|n| *n <= 12 * 2),
+        "event rows after each round: {bounds:?} (6000 deltas were streamed)"
+    );
+}
+
+#[tokio::test]
+async fn a_resume_over_pruned_deltas_gets_the_whole_reply_and_every_other_event() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("resume-pruned");
+    let mut server = TestServer::start(config(&dir, &fake.url)).await;
+    let sid = server.create_session().await;
+    let mut sse = server.events(&sid, None).await;
+    fake.push(fast(200));
+    let receipt = server.send(&sid, "go").await;
+    let all = sse.until(WAIT, run_ended(&receipt.run_id)).await;
+    drop(sse);
+    // A restart empties memory: the resume is served from the log.
+    server.stop().await;
+    let server = TestServer::start(config(&dir, &fake.url)).await;
+    let cut = all
+        .iter()
+        .find(|(_, e)| matches!(e, Event::Delta(d) if d.seq == 10))
+        .unwrap()
+        .0;
+    let mut resumed = server.events(&sid, Some(cut)).await;
+    let again = resumed.until(WAIT, run_ended(&receipt.run_id)).await;
+    let not_deltas = |v: &[(i64, Event)]| -> Vec<i64> {
+        v.iter()
+            .filter(|(id, e)| *id > cut && !matches!(e, Event::Delta(_)))
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    assert_eq!(
+        not_deltas(&again),
+        not_deltas(&all),
+        "every other event, in order"
+    );
+    let want: String = (0..200).map(|i| format!("d{i} ")).collect();
+    let last_reply = again.iter().rev().find_map(|(_, e)| match e {
+        Event::Message(m) if m.run_id.as_deref() == Some(receipt.run_id.as_str()) => {
+            Some(m.content.clone())
+        }
+        _ => None,
+    });
+    assert_eq!(
+        last_reply,
+        Some(want),
+        "the message snapshot holds the whole reply"
+    );
+}
+
+#[tokio::test]
+async fn the_largest_last_event_id_resumes_after_everything() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("max-id"), &fake.url)).await;
+    let sid = server.create_session().await;
+    for id in [i64::MAX.to_string(), i64::MIN.to_string()] {
+        let resp = server
+            .http
+            .get(server.url(&format!("/sessions/{sid}/events")))
+            .bearer_auth(&server.token)
+            .header("Last-Event-ID", &id)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "Last-Event-ID {id}");
+    }
+    let health = reqwest::get(format!("{}/healthz", server.base))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200, "the server is still up");
+}

@@ -1,0 +1,72 @@
+//! The periodic reconcile (SQLite, and PostgreSQL in its pass): a run recorded `running` by
+//! this instance with no live task here is ended `failed`/`interrupted` within the reconcile
+//! period, and runs that are executing are left alone.
+mod common;
+
+use app::wire::RunStatus;
+use common::fake::{FakeProvider, Script};
+use common::{config, database_url, temp_dir, TestServer};
+use std::time::{Duration, Instant};
+
+/// Runs one statement with one text parameter on the server's database.
+async fn execute(server: &TestServer, sql: &str, arg: &str) {
+    let url = database_url(&server.data_dir)
+        .unwrap_or_else(|| format!("sqlite://{}", server.data_dir.join("mulligan.db").display()));
+    if url.starts_with("postgres") {
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        sqlx::query(sql).bind(arg).execute(&pool).await.unwrap();
+        pool.close().await;
+    } else {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::query(sql).bind(arg).execute(&pool).await.unwrap();
+        pool.close().await;
+    }
+}
+
+#[tokio::test]
+async fn a_run_recorded_running_here_without_a_task_is_ended_interrupted() {
+    let fake = FakeProvider::start().await;
+    let mut c = config(&temp_dir("reconcile"), &fake.url);
+    c.reconcile_ms = 100;
+    let server = TestServer::start(c).await;
+    let sid = server.create_session().await;
+
+    // A run that streams across several reconcile passes is left alone.
+    fake.push(Script::slow(30, Duration::from_millis(20)));
+    let first = server.send(&sid, "stream for a while").await;
+    let run = server.wait_run_end(&first.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
+
+    // The same run recorded `running` again (owner: this instance), with no task behind it,
+    // as a runner that died without recording its end would leave it.
+    execute(
+        &server,
+        "UPDATE runs SET status = 'running', finished_at = NULL WHERE id = $1",
+        &first.run_id,
+    )
+    .await;
+    let marked = Instant::now();
+    let queued = server.send(&sid, "behind it").await;
+    assert!(queued.queued, "the prompt waits behind the running run");
+
+    let run = server.wait_run_end(&first.run_id).await;
+    let took = marked.elapsed();
+    assert_eq!(run.status, RunStatus::Failed, "{run:#?}");
+    let class = run.retry.expect("classified");
+    assert_eq!(
+        (class.retryable, class.retry_class.as_str()),
+        (true, "interrupted")
+    );
+    assert!(took < Duration::from_secs(5), "ended after {took:?}");
+    // The prompt behind it is held behind the failure, as after any interrupted run.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let runs = server.detail(&sid).await.runs;
+        let q = runs.iter().find(|r| r.id == queued.run_id).unwrap();
+        if q.held_by.as_deref() == Some(first.run_id.as_str()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not held: {q:#?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
