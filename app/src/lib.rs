@@ -1,6 +1,7 @@
 //! Mulligan's app crate: the CONTRACT §2 wire types and the Leptos UI, compiled for the
 //! server (SSR) and for the browser (hydrate).
 #![recursion_limit = "256"]
+pub mod api;
 pub mod client;
 pub mod components;
 pub mod tier2;

@@ -260,6 +260,12 @@ pub struct RetryReceipt {
     pub kind: RunKind,
 }
 
+/// `POST /sessions/:sid/release` answers this: the held runs that may now go on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    pub released: Vec<String>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Regenerate {
     #[serde(default)]

@@ -156,7 +156,7 @@ impl Server {
         Ok(Server {
             child,
             pid,
-            base: format!("http://{addr}/api/v1"),
+            base: format!("http://{addr}{}", app::api::PREFIX),
             token: token.to_string(),
             data_dir,
             http,

@@ -110,5 +110,5 @@ impl EventStream {
 
 /// `/api/v1` + path.
 pub fn api(path: &str) -> String {
-    format!("/api/v1{path}")
+    format!("{}{path}", crate::api::PREFIX)
 }

@@ -14,8 +14,9 @@ use crate::config::Config;
 use crate::engine::Engine;
 use app::wire::{ClientConfig, MAX_BODY_BYTES};
 use axum::extract::{DefaultBodyLimit, FromRef, State};
+use axum::handler::Handler;
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
+use axum::routing::{get, on, MethodFilter};
 use axum::{middleware, Json, Router};
 use leptos::prelude::LeptosOptions;
 use leptos_axum::{generate_route_list, LeptosRoutes};
@@ -38,29 +39,26 @@ impl FromRef<AppState> for LeptosOptions {
 }
 
 pub fn router(state: AppState) -> Router {
+    use app::api;
     let api = Router::new()
-        .route("/sessions", post(sessions::create).get(sessions::list))
-        .route(
-            "/sessions/{sid}",
-            get(sessions::detail).patch(sessions::patch),
+        .mount(api::CREATE_SESSION.route, sessions::create)
+        .mount(api::LIST_SESSIONS.route, sessions::list)
+        .mount(api::SESSION.route, sessions::detail)
+        .mount(api::PATCH_SESSION.route, sessions::patch)
+        .mount(api::POST_MESSAGE.route, sessions::post_message)
+        .mount(api::RELEASE.route, sessions::release)
+        .mount(api::RETRY.route, sessions::retry)
+        .mount(
+            api::CANCEL_WAITING_RETRY.route,
+            sessions::cancel_waiting_retry,
         )
-        .route("/sessions/{sid}/messages", post(sessions::post_message))
-        .route("/sessions/{sid}/release", post(sessions::release))
-        .route("/sessions/{sid}/retry", post(sessions::retry))
-        .route(
-            "/sessions/{sid}/waiting-retry",
-            axum::routing::delete(sessions::cancel_waiting_retry),
-        )
-        .route(
-            "/sessions/{sid}/messages/{mid}/regenerate",
-            post(sessions::regenerate),
-        )
-        .route("/sessions/{sid}/runs/{rid}/cancel", post(runs::cancel))
-        .route("/sessions/{sid}/events", get(sse::events))
-        .route("/runs/{rid}", get(runs::detail))
-        .route("/providers", get(providers::list))
-        .route("/providers/cooldowns", delete(providers::clear))
-        .route("/config", get(client_config))
+        .mount(api::REGENERATE.route, sessions::regenerate)
+        .mount(api::CANCEL_RUN.route, runs::cancel)
+        .mount(api::EVENTS, sse::events)
+        .mount(api::RUN.route, runs::detail)
+        .mount(api::PROVIDERS.route, providers::list)
+        .mount(api::CLEAR_COOLDOWN.route, providers::clear)
+        .mount(api::CONFIG.route, client_config)
         .fallback(|| async {
             error::respond(StatusCode::NOT_FOUND, "not_found", "no such API route")
         })
@@ -79,7 +77,7 @@ pub fn router(state: AppState) -> Router {
 
     let routes = generate_route_list(app::App);
     let leptos = state.leptos.clone();
-    let mut router = Router::new().nest("/api/v1", api).merge(mcp);
+    let mut router = Router::new().nest(app::api::PREFIX, api).merge(mcp);
     // The built-in demo endpoint exists only while the demo provider is in use.
     if state.config.provider == crate::config::ProviderKind::Demo {
         router = router.nest(
@@ -99,6 +97,29 @@ pub fn router(state: AppState) -> Router {
             auth::cookie_from_query,
         ))
         .with_state(state)
+}
+
+/// Mounts a handler at an endpoint of the table in `app::api`, with the endpoint's method.
+trait Mount {
+    fn mount<H: Handler<T, AppState>, T: 'static>(self, route: app::api::Route, handler: H)
+        -> Self;
+}
+
+impl Mount for Router<AppState> {
+    fn mount<H: Handler<T, AppState>, T: 'static>(
+        self,
+        route: app::api::Route,
+        handler: H,
+    ) -> Self {
+        use app::api::Method;
+        let filter = match route.method {
+            Method::Get => MethodFilter::GET,
+            Method::Post => MethodFilter::POST,
+            Method::Patch => MethodFilter::PATCH,
+            Method::Delete => MethodFilter::DELETE,
+        };
+        self.route(route.path, on(filter, handler))
+    }
 }
 
 async fn client_config(State(state): State<AppState>) -> Json<ClientConfig> {

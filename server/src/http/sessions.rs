@@ -185,9 +185,9 @@ pub async fn post_message(
 pub async fn release(
     State(state): State<AppState>,
     Path(sid): Path<String>,
-) -> Result<Json<serde_json::Value>> {
+) -> Result<Json<app::wire::Released>> {
     let released = state.engine.release(&sid).await?;
-    Ok(Json(serde_json::json!({ "released": released })))
+    Ok(Json(app::wire::Released { released }))
 }
 
 pub async fn regenerate(

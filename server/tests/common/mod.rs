@@ -150,7 +150,7 @@ impl TestServer {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("{}/api/v1{}", self.base, path)
+        format!("{}{}{}", self.base, app::api::PREFIX, path)
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
