@@ -1,0 +1,85 @@
+//! The client commands' arguments: where the server is, the token, `--json`, and each
+//! command's own (CONTRACT §4).
+use clap::{Args, Subcommand};
+
+/// Where the server is, how to authenticate, and how to print.
+#[derive(Args, Clone, Debug)]
+pub struct Conn {
+    /// Base URL of the running server.
+    #[arg(long, env = "MULLIGAN_URL", default_value = "http://127.0.0.1:3000")]
+    pub url: String,
+    /// Operator token (default: the one the server keeps in `./data/token`).
+    #[arg(long, env = "MULLIGAN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the API's JSON answer as is, on one line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The client commands, flattened beside `serve` in `mulligan`'s subcommands.
+#[derive(Subcommand, Clone, Debug)]
+pub enum Command {
+    /// List sessions, newest first.
+    Sessions {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Post an operator message to a session (starts or queues a run).
+    Send {
+        /// The session's id.
+        session: String,
+        /// The message; several words are joined with spaces.
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Run a session again from one of its operator messages.
+    Regenerate {
+        /// The session's id.
+        session: String,
+        /// The operator message to regenerate from.
+        message: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Stop a queued or running run.
+    Cancel {
+        /// The session's id.
+        session: String,
+        /// The run's id.
+        run: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Retry a session's failed last turn now (`--cancel`: cancel its waiting background retry).
+    Retry {
+        /// The session's id.
+        session: String,
+        /// Cancel the session's waiting background retry instead.
+        #[arg(long)]
+        cancel: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// MCP over stdio: bridges to the running server's `/mcp` with MULLIGAN_TOKEN (the
+    /// operator's token, or a session's agent token to act on its sub-sessions).
+    Mcp {
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+impl Command {
+    /// The connection settings every command carries.
+    pub fn conn(&self) -> &Conn {
+        match self {
+            Command::Sessions { conn }
+            | Command::Send { conn, .. }
+            | Command::Regenerate { conn, .. }
+            | Command::Cancel { conn, .. }
+            | Command::Retry { conn, .. }
+            | Command::Mcp { conn } => conn,
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Each client command as one typed call of `app::api` and the line it prints.
+use super::render::{one_line, sessions_table, snippet, started, to_wire};
+use super::{Command, Failure, Outcome};
+use app::api::native::{Answer, CallError, Client};
+use app::api::{self, Endpoint};
+use app::wire::{PostMessage, Regenerate};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Calls the API and renders the answer: the JSON line with `--json`, else a human line.
+pub async fn execute(cmd: &Command) -> Outcome<String> {
+    let client = super::client(cmd.conn())?;
+    let (raw, line) = match cmd {
+        Command::Sessions { .. } => {
+            let a = call(&client, &api::LIST_SESSIONS, &[], None).await?;
+            (a.raw, sessions_table(&a.value.sessions))
+        }
+        Command::Send { session, text, .. } => {
+            let body = PostMessage {
+                content: text.join(" "),
+            };
+            let a = call(&client, &api::POST_MESSAGE, &[session], Some(&body)).await?;
+            let r = &a.value;
+            let line = format!(
+                "sent to {session}: message {}, run {} ({})",
+                r.message_id,
+                r.run_id,
+                started(r.queued)
+            );
+            (a.raw, line)
+        }
+        Command::Regenerate {
+            session, message, ..
+        } => {
+            let body = Regenerate::default();
+            let a = call(&client, &api::REGENERATE, &[session, message], Some(&body)).await?;
+            let r = &a.value;
+            let mut line = format!(
+                "regenerated {session} from message {message}: run {} ({})",
+                r.run_id,
+                started(r.queued)
+            );
+            if !r.superseded.is_empty() {
+                line.push_str(&format!(", {} message(s) superseded", r.superseded.len()));
+            }
+            (a.raw, line)
+        }
+        Command::Cancel { session, run, .. } => {
+            let a = call(&client, &api::CANCEL_RUN, &[session, run], None).await?;
+            let line = format!("cancelled run {}", a.value.id);
+            (a.raw, line)
+        }
+        Command::Retry {
+            session,
+            cancel: true,
+            ..
+        } => {
+            let a = call(&client, &api::CANCEL_WAITING_RETRY, &[session], None).await?;
+            (a.raw, format!("cancelled the waiting retry of {session}"))
+        }
+        Command::Retry { session, .. } => {
+            let a = call(&client, &api::RETRY, &[session], None).await?;
+            let r = &a.value;
+            let line = format!("retried {session}: {}, run {}", to_wire(&r.kind), r.run_id);
+            (a.raw, line)
+        }
+        Command::Mcp { .. } => return Err(Failure::Other("`mcp` speaks MCP on stdio".into())),
+    };
+    Ok(if cmd.conn().json {
+        one_line(&raw)
+    } else {
+        line
+    })
+}
+
+/// One call, its failures said the way an operator at a terminal needs them.
+async fn call<Req: Serialize, Resp: DeserializeOwned>(
+    client: &Client,
+    endpoint: &Endpoint<Req, Resp>,
+    args: &[&str],
+    body: Option<&Req>,
+) -> Outcome<Answer<Resp>> {
+    let url = client.url(&endpoint.url(args));
+    client
+        .call(endpoint, args, body)
+        .await
+        .map_err(|e| match e {
+            CallError::Transport { connect: true, message, .. } => Failure::Other(format!(
+                "the server is unreachable at {}: {message}",
+                client.base()
+            )),
+            CallError::Transport { timeout: true, .. } => Failure::Other(format!(
+                "the server at {} did not answer in time",
+                client.base()
+            )),
+            CallError::Transport { message, .. } => {
+                Failure::Other(format!("the request to {url} failed: {message}"))
+            }
+            CallError::Api { status: 401, .. } | CallError::Unexpected { status: 401, .. } => Failure::Other(
+                "the token was rejected (401): set MULLIGAN_TOKEN (or --token) to the server's token".into(),
+            ),
+            CallError::Api { status, raw, error } if (400..500).contains(&status) => {
+                Failure::Refused {
+                    body: one_line(&raw),
+                    error,
+                }
+            }
+            CallError::Api { status, error, .. } => Failure::Other(format!(
+                "the server failed ({status}): {}: {}",
+                error.error.code, error.error.message
+            )),
+            CallError::Unexpected { status, raw, why } => Failure::Other(format!(
+                "the answer from {url} ({status}) is not the API's JSON (is MULLIGAN_URL a Mulligan server?): {why}: {}",
+                snippet(&raw)
+            )),
+        })
+}

@@ -1,0 +1,90 @@
+//! How the client commands print: one human line per answer, the session table, and the
+//! API's JSON on one line for `--json`.
+use app::wire::Session;
+use serde_json::Value;
+
+/// The answer as the server sent it, on one line (JSON strings never hold a raw newline).
+pub fn one_line(raw: &str) -> String {
+    raw.trim().replace(['\n', '\r'], "")
+}
+
+pub fn started(queued: bool) -> &'static str {
+    if queued {
+        "queued"
+    } else {
+        "started"
+    }
+}
+
+pub fn to_wire<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+/// id, title, model, status, last run (status and retry class).
+pub fn sessions_table(sessions: &[Session]) -> String {
+    if sessions.is_empty() {
+        return "no sessions".into();
+    }
+    let mut rows =
+        vec![["ID", "TITLE", "MODEL", "STATUS", "LAST RUN", "AUTO RETRY"].map(String::from)];
+    let now = server::clock::now_ms();
+    for s in sessions {
+        let title: String = if s.title.chars().count() > 40 {
+            s.title.chars().take(39).chain(['…']).collect()
+        } else {
+            s.title.clone()
+        };
+        let last = match &s.last_run {
+            None => "-".to_string(),
+            Some(r) => match &r.retry {
+                Some(c) => format!("{} ({})", to_wire(&r.status), c.retry_class),
+                None => to_wire(&r.status),
+            },
+        };
+        rows.push([
+            s.id.clone(),
+            title,
+            s.model.clone(),
+            to_wire(&s.status),
+            last,
+            match &s.waiting_retry {
+                Some(w) => format!(
+                    "{}: retry {} in {}s ({})",
+                    s.auto_retry.as_str(),
+                    w.attempt,
+                    ((w.fires_at - now).max(0) + 999) / 1000,
+                    w.reason
+                ),
+                None => s.auto_retry.as_str().to_string(),
+            },
+        ]);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            let cells: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            cells.join("  ").trim_end().to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first 200 characters of an answer that is not the API's, for an error message.
+pub fn snippet(raw: &str) -> String {
+    let s: String = raw.trim().chars().take(200).collect();
+    if s.is_empty() {
+        "(empty body)".into()
+    } else {
+        s
+    }
+}
