@@ -6,7 +6,6 @@ pub mod error;
 pub mod events;
 pub mod http;
 pub mod llm;
-pub mod mcp;
 pub mod metrics;
 pub mod retry;
 pub mod store;

@@ -1,5 +1,5 @@
 //! `mulligan mcp`: MCP over stdio bridged to a running server's `/mcp` — a bridge, not a
-//! second MCP server (see `server::mcp`).
+//! second MCP server (see `server::http::mcp`).
 use super::{Failure, Outcome};
 use reqwest::{StatusCode, Url};
 use serde_json::{json, Value};

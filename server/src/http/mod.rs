@@ -1,8 +1,9 @@
-//! The HTTP surface: `/api/v1` (CONTRACT §2), `/mcp` (§5, see `crate::mcp`), `/healthz`,
+//! The HTTP surface: `/api/v1` (CONTRACT §2), `/mcp` (§5, see [`mcp`]), `/healthz`,
 //! `/metrics`, the demo provider's endpoint and the server-rendered Leptos app. Handlers parse,
 //! call the engine, map to the contract.
 pub mod auth;
 pub mod error;
+pub mod mcp;
 mod providers;
 mod runs;
 mod sessions;
@@ -69,10 +70,10 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES));
 
     let mcp = Router::new()
-        .route_service("/mcp", crate::mcp::service(state.engine.clone()))
+        .route_service("/mcp", mcp::service(state.engine.clone()))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            crate::mcp::authenticate,
+            mcp::authenticate,
         ));
 
     let routes = generate_route_list(app::App);

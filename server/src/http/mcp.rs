@@ -20,10 +20,10 @@
 //! mandatory, `rmcp`'s Host allow-list (a guard for unauthenticated local servers) is off, so
 //! a server bound to a LAN address is reachable by name. The endpoint is stateless (no MCP
 //! session to keep) and answers plain JSON.
+use super::error::respond;
+use super::{hex_sha256, AppState};
 use crate::engine::Engine;
 use crate::error::{Error, Kind, Result};
-use crate::http::error::respond;
-use crate::http::{hex_sha256, AppState};
 use app::wire::SessionList;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
@@ -68,7 +68,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             "send Authorization: Bearer <token>: the operator's, or a session's agent token",
         );
     };
-    let caller = if crate::http::auth::token_matches(token, &state.token) {
+    let caller = if super::auth::token_matches(token, &state.token) {
         Caller::Operator
     } else {
         match agent_of(&state.engine, token).await {
