@@ -4,6 +4,7 @@
 //! makes `if_last_run` and the retry claim atomic: N concurrent calls see one winner.
 use super::{validate_content, Engine};
 use crate::error::{Error, Result};
+use crate::metrics::metrics;
 use crate::store::NewRun;
 use app::wire::{Event, Provenance, Receipt, RetryReceipt, Role, RunKind, RunStatus};
 
@@ -60,7 +61,34 @@ impl Engine {
     /// Supersedes everything after operator message `mid` (queued and held prompts excepted)
     /// and runs again from it. With `if_last_run`, only while that run is still the anchor's
     /// latest and `failed` (else `regenerate.stale`), checked under the same lock as the queueing.
+    /// Counted where it happens: a regenerate with `if_last_run` is a Tier 2 retry, and the
+    /// ended runs whose replies it superseded are counted `superseded`.
     pub async fn regenerate(
+        &self,
+        session_id: &str,
+        mid: &str,
+        if_last_run: Option<&str>,
+    ) -> Result<Receipt> {
+        if if_last_run.is_some() {
+            metrics().tier2_retry();
+        }
+        let receipt = self.regenerate_from(session_id, mid, if_last_run).await?;
+        self.count_superseded_runs(&receipt.superseded).await;
+        Ok(receipt)
+    }
+
+    /// Counts the ended runs whose replies are among the `superseded` messages.
+    async fn count_superseded_runs(&self, superseded: &[String]) {
+        let mut runs = 0;
+        for id in superseded {
+            if let Ok(m) = self.store().message(id).await {
+                runs += u64::from(m.role == Role::Agent && m.run_id.is_some());
+            }
+        }
+        metrics().runs_superseded(runs);
+    }
+
+    async fn regenerate_from(
         &self,
         session_id: &str,
         mid: &str,
@@ -118,13 +146,20 @@ impl Engine {
     ///
     /// A background retry waiting in the session is taken over: this one goes now, and the
     /// waiting one ends (counted as superseded).
+    /// Every answer, started or refused, is counted.
     pub async fn retry(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
+        let answer = self.retry_now(session_id, from).await;
+        metrics().retry_now_answered(&answer);
+        answer
+    }
+
+    async fn retry_now(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
         self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
         let receipt = self.retry_locked(session_id, from, true).await?;
         if self.store().clear_waiting_retry(session_id).await? {
             tracing::info!(session = %session_id, "retry-now took over the waiting background retry");
-            crate::metrics::metrics().background_retry("superseded");
+            metrics().background_retry("superseded");
             self.publish_session(session_id).await?;
         }
         Ok(receipt)

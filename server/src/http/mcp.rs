@@ -233,16 +233,12 @@ impl Mulligan {
             "retry_session" => {
                 let session = arg("session")?;
                 let from = authorize(engine, caller, &session).await?;
-                let answer = engine.retry(&session, from.as_deref()).await;
-                crate::metrics::metrics().retry_now_answered(&answer);
-                serde_json::to_value(answer?)
+                serde_json::to_value(engine.retry(&session, from.as_deref()).await?)
             }
             "stop_session" => {
                 let session = arg("session")?;
                 authorize(engine, caller, &session).await?;
-                let run = engine.stop(&session).await?;
-                crate::metrics::metrics().cancelled_before_start(&run);
-                serde_json::to_value(run)
+                serde_json::to_value(engine.stop(&session).await?)
             }
             other => return Err(Error::not_found("tool", other)),
         };

@@ -19,7 +19,5 @@ pub async fn cancel(
     State(state): State<AppState>,
     Path((sid, rid)): Path<(String, String)>,
 ) -> Result<Json<Run>> {
-    let run = state.engine.cancel(&sid, &rid).await?;
-    crate::metrics::metrics().cancelled_before_start(&run);
-    Ok(Json(run))
+    Ok(Json(state.engine.cancel(&sid, &rid).await?))
 }

@@ -3,7 +3,6 @@ use super::error::ApiJson;
 use super::AppState;
 use crate::engine::overlay_live;
 use crate::error::{Error, Result};
-use crate::metrics::metrics;
 use app::wire::{
     CreateSession, CreatedSession, PatchSession, PostMessage, Receipt, Session, SessionDetail,
     SessionList,
@@ -196,35 +195,18 @@ pub async fn regenerate(
     body: Option<ApiJson<app::wire::Regenerate>>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
     let if_last_run = body.and_then(|ApiJson(b)| b.if_last_run);
-    if if_last_run.is_some() {
-        metrics().tier2_retry();
-    }
     let receipt = state
         .engine
         .regenerate(&sid, &mid, if_last_run.as_deref())
         .await?;
-    count_superseded_runs(&state, &receipt.superseded).await;
     Ok((StatusCode::ACCEPTED, Json(receipt)))
-}
-
-/// Counts the ended runs whose replies are among the `superseded` messages.
-async fn count_superseded_runs(state: &AppState, superseded: &[String]) {
-    let mut runs = 0;
-    for id in superseded {
-        if let Ok(m) = state.engine.store().message(id).await {
-            runs += u64::from(m.role == app::wire::Role::Agent && m.run_id.is_some());
-        }
-    }
-    metrics().runs_superseded(runs);
 }
 
 pub async fn retry(
     State(state): State<AppState>,
     Path(sid): Path<String>,
 ) -> Result<Json<app::wire::RetryReceipt>> {
-    let answer = state.engine.retry(&sid, None).await;
-    metrics().retry_now_answered(&answer);
-    Ok(Json(answer?))
+    Ok(Json(state.engine.retry(&sid, None).await?))
 }
 
 /// `DELETE /sessions/:sid/waiting-retry`: ends the waiting background retry.
