@@ -3,17 +3,11 @@ mod common;
 
 use app::wire::{Event, MessageStatus, Role, RunStatus};
 use common::fake::{FakeProvider, Script};
-use common::{config, run_ended, temp_dir, TestServer, API_KEY};
+use common::{config, run_ended, setup, temp_dir, TestServer, API_KEY};
 use serde_json::json;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(10);
-
-async fn setup(tag: &str) -> (FakeProvider, TestServer) {
-    let fake = FakeProvider::start().await;
-    let server = TestServer::start(config(&temp_dir(tag), &fake.url)).await;
-    (fake, server)
-}
 
 #[tokio::test]
 async fn a_prompt_streams_to_completion_over_sse() {

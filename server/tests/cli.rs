@@ -4,14 +4,8 @@ mod common;
 
 use app::wire::{ApiError, Receipt, Role, RunStatus, SessionList};
 use common::fake::{FakeProvider, Script};
-use common::{config, temp_dir, TestServer};
+use common::{config, setup, temp_dir, TestServer};
 use std::path::Path;
-
-async fn setup(tag: &str) -> (FakeProvider, TestServer) {
-    let fake = FakeProvider::start().await;
-    let server = TestServer::start(config(&temp_dir(tag), &fake.url)).await;
-    (fake, server)
-}
 
 struct Out {
     code: i32,

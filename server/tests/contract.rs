@@ -5,16 +5,10 @@
 mod common;
 
 use app::wire::{Receipt, RunStatus};
-use common::fake::{FakeProvider, Script};
-use common::{config, now_ms, temp_dir, TestServer};
+use common::fake::Script;
+use common::{config, now_ms, setup, temp_dir, TestServer};
 use serde_json::{json, Value};
 use std::time::Duration;
-
-async fn setup(tag: &str) -> (FakeProvider, TestServer) {
-    let fake = FakeProvider::start().await;
-    let server = TestServer::start(config(&temp_dir(tag), &fake.url)).await;
-    (fake, server)
-}
 
 fn status(code: u16, headers: Vec<(&'static str, String)>) -> Script {
     Script::Status {

@@ -5,7 +5,7 @@ mod common;
 
 use app::wire::{ProvidersResponse, Run, RunStatus};
 use common::fake::{FakeProvider, Script};
-use common::{config, temp_dir, TestServer, API_KEY};
+use common::{config, setup, temp_dir, TestServer, API_KEY};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -19,12 +19,6 @@ fn status(code: u16, kind: &str, headers: Vec<(&'static str, String)>) -> Script
 
 fn wait_3000() -> Vec<(&'static str, String)> {
     vec![("retry-after", "3000".into())]
-}
-
-async fn setup(tag: &str) -> (FakeProvider, TestServer) {
-    let fake = FakeProvider::start().await;
-    let server = TestServer::start(config(&temp_dir(tag), &fake.url)).await;
-    (fake, server)
 }
 
 /// Sends a prompt and waits for its run to end.

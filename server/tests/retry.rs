@@ -3,17 +3,11 @@
 mod common;
 
 use app::wire::{Receipt, RetryReceipt, Role, RunKind, RunStatus};
-use common::fake::{FakeProvider, Script};
-use common::{config, temp_dir, TestServer};
+use common::fake::Script;
+use common::{setup, TestServer};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-
-async fn setup(tag: &str) -> (FakeProvider, TestServer) {
-    let fake = FakeProvider::start().await;
-    let server = TestServer::start(config(&temp_dir(tag), &fake.url)).await;
-    (fake, server)
-}
 
 fn fail_401() -> Script {
     Script::Status {

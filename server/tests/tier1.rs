@@ -3,18 +3,12 @@
 mod common;
 
 use app::wire::{Event, MessageStatus, RunStatus};
-use common::fake::{FakeProvider, Script};
-use common::{config, temp_dir, TestServer};
+use common::fake::Script;
+use common::setup;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-async fn setup(tag: &str) -> (FakeProvider, TestServer) {
-    let fake = FakeProvider::start().await;
-    let server = TestServer::start(config(&temp_dir(tag), &fake.url)).await;
-    (fake, server)
-}
 
 fn status(code: u16, headers: Vec<(&'static str, String)>) -> Script {
     Script::Status {

@@ -90,6 +90,13 @@ pub fn fresh_postgres_database(base: &str) -> String {
     .unwrap()
 }
 
+/// A fresh fake provider and an in-process server on it (its own data dir named by `tag`).
+pub async fn setup(tag: &str) -> (fake::FakeProvider, TestServer) {
+    let fake = fake::FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir(tag), &fake.url)).await;
+    (fake, server)
+}
+
 pub fn config(data_dir: &std::path::Path, provider_url: &str) -> Config {
     let mut c = Config::for_data_dir(data_dir);
     c.database_url = database_url(data_dir);
