@@ -288,3 +288,34 @@ async fn sessions_shows_auto_retry_and_retry_cancel_ends_a_waiting_retry() {
         "{table}"
     );
 }
+
+#[tokio::test]
+async fn send_and_regenerate_refusals_exit_2_and_json_success_is_the_answer() {
+    let (_fake, server) = setup("cli-refusals").await;
+    let sid = server.create_session().await;
+    // Empty content: refused by the server.
+    let out = mulligan(&server, &["send", &sid, " "]).await;
+    assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.starts_with("invalid_request: "),
+        "{}",
+        out.stderr
+    );
+    // An unknown message: refused.
+    let out = mulligan(&server, &["regenerate", &sid, "m_nope"]).await;
+    assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
+    assert!(out.stderr.starts_with("not_found: "), "{}", out.stderr);
+
+    let out = mulligan(&server, &["send", &sid, "hello", "--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let receipt: Receipt = serde_json::from_str(out.stdout.trim()).expect("the API's receipt");
+    server.wait_run_end(&receipt.run_id).await;
+    let out = mulligan(
+        &server,
+        &["regenerate", &sid, &receipt.message_id, "--json"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let again: Receipt = serde_json::from_str(out.stdout.trim()).expect("the API's receipt");
+    assert_ne!(again.run_id, receipt.run_id);
+}

@@ -5,7 +5,7 @@
 mod common;
 
 use app::wire::{Receipt, RunStatus};
-use common::fake::Script;
+use common::fake::{FakeProvider, Script};
 use common::{config, now_ms, setup, temp_dir, TestServer};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -181,4 +181,152 @@ async fn the_agent_token_is_shown_once_only() {
         assert!(!text.contains("agent_token"), "{what}: {text}");
         assert!(!text.contains(token), "{what} shows the token");
     }
+}
+
+/// A failing first turn with a second prompt queued behind it: answers
+/// `(failed run, held prompt's receipt)` once the failure has held the prompt.
+async fn held_behind_a_failure(
+    fake: &FakeProvider,
+    server: &TestServer,
+    sid: &str,
+) -> (String, Receipt) {
+    // Slow enough that the second prompt queues behind it, then a permanent failure.
+    fake.push(Script::Stream {
+        deltas: vec![],
+        every: Duration::from_millis(200),
+        finish: false,
+    });
+    fake.push(status(401, vec![]));
+    let failing = server.send(sid, "one").await;
+    let queued = server.send(sid, "two").await;
+    assert_eq!(
+        server.wait_run_end(&failing.run_id).await.status,
+        RunStatus::Failed
+    );
+    let held = server.run(&queued.run_id).await;
+    assert_eq!(held.held_by.as_deref(), Some(failing.run_id.as_str()));
+    (failing.run_id, queued)
+}
+
+fn contents(detail: &app::wire::SessionDetail) -> Vec<String> {
+    detail.messages.iter().map(|m| m.content.clone()).collect()
+}
+
+#[tokio::test]
+async fn a_completed_regenerate_releases_the_held_prompts_without_superseding_them() {
+    let (fake, server) = setup("held-regen").await;
+    let sid = server.create_session().await;
+    let (_failed, queued) = held_behind_a_failure(&fake, &server, &sid).await;
+    let first = &server.detail(&sid).await.messages[0];
+    fake.push(Script::reply(&["one done"]))
+        .push(Script::reply(&["two done"]));
+    let (status, body) = server
+        .post(
+            &format!("/sessions/{sid}/messages/{}/regenerate", first.id),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let receipt: Receipt = serde_json::from_value(body).unwrap();
+    assert!(
+        !receipt.superseded.contains(&queued.message_id),
+        "the held prompt is not superseded"
+    );
+    server.wait_run_end(&receipt.run_id).await;
+    assert_eq!(
+        server.wait_run_end(&queued.run_id).await.status,
+        RunStatus::Completed,
+        "the held prompt went on after the regenerate completed"
+    );
+    let detail = server.detail(&sid).await;
+    assert_eq!(contents(&detail), ["one", "two", "one done", "two done"]);
+}
+
+#[tokio::test]
+async fn a_new_prompt_releases_the_held_ones_and_queues_behind_them() {
+    let (fake, server) = setup("held-new").await;
+    let sid = server.create_session().await;
+    let (_failed, queued) = held_behind_a_failure(&fake, &server, &sid).await;
+    fake.push(Script::reply(&["two done"]))
+        .push(Script::reply(&["three done"]));
+    let third = server.send(&sid, "three").await;
+    let two = server.wait_run_end(&queued.run_id).await;
+    let three = server.wait_run_end(&third.run_id).await;
+    assert_eq!(
+        (two.status, three.status),
+        (RunStatus::Completed, RunStatus::Completed)
+    );
+    assert!(
+        three.started_at >= two.finished_at,
+        "the new prompt ran after the released one"
+    );
+}
+
+#[tokio::test]
+async fn held_prompts_stay_held_when_the_retry_fails_again() {
+    let (fake, server) = setup("held-again").await;
+    let sid = server.create_session().await;
+    let (_failed, queued) = held_behind_a_failure(&fake, &server, &sid).await;
+    fake.push(status(401, vec![]));
+    let (status, body) = server
+        .post(&format!("/sessions/{sid}/retry"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let retried = body["run_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        server.wait_run_end(&retried).await.status,
+        RunStatus::Failed
+    );
+    let held = server.run(&queued.run_id).await;
+    assert_eq!(held.status, RunStatus::Queued);
+    assert!(held.held_by.is_some(), "still held: {held:?}");
+    // Still held after the next failure's end was fully recorded, too: a release answers it.
+    let (_, released) = server
+        .post(&format!("/sessions/{sid}/release"), json!({}))
+        .await;
+    assert_eq!(released["released"], json!([queued.run_id]));
+}
+
+#[tokio::test]
+async fn a_regenerate_queues_behind_an_active_run() {
+    let (fake, server) = setup("regen-queued").await;
+    let sid = server.create_session().await;
+    let first = server.send(&sid, "first").await;
+    server.wait_run_end(&first.run_id).await;
+    fake.push(Script::slow(20, Duration::from_millis(20)));
+    let second = server.send(&sid, "second").await;
+    server
+        .wait_run_status(&second.run_id, RunStatus::Running)
+        .await;
+    let (status, body) = server
+        .post(
+            &format!("/sessions/{sid}/messages/{}/regenerate", first.message_id),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let receipt: Receipt = serde_json::from_value(body).unwrap();
+    assert!(receipt.queued, "it waits for the running run");
+    let running = server.wait_run_end(&second.run_id).await;
+    let regen = server.wait_run_end(&receipt.run_id).await;
+    assert_eq!(regen.status, RunStatus::Completed);
+    assert!(regen.started_at >= running.finished_at, "one run at a time");
+}
+
+#[tokio::test]
+async fn sessions_are_listed_newest_first() {
+    let (_fake, server) = setup("list-order").await;
+    let mut made = Vec::new();
+    for _ in 0..3 {
+        made.push(server.create_session().await);
+    }
+    let (_, list) = server.get("/sessions").await;
+    let ids: Vec<&str> = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    made.reverse();
+    assert_eq!(ids, made);
 }
