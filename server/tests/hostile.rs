@@ -111,7 +111,15 @@ async fn cancel_aborts_a_call_the_provider_never_answers() {
     let (_child, server) = start("hang-cancel", &fake, &[]).await;
     let sid = server.create_session().await;
     let rid = server.send(&sid, "hello?").await.run_id;
-    server.wait_run_status(&rid, RunStatus::Running).await;
+    // The request has reached the provider, which holds it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fake.seen().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the request never reached the provider"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let (status, body) = server
         .post(
             &format!("/sessions/{sid}/runs/{rid}/cancel"),
