@@ -140,6 +140,7 @@ impl Retrier {
                 let url = api(&format!("/sessions/{sid}/messages/{anchor_id}/regenerate"));
                 let body = serde_json::to_string(&crate::wire::Regenerate {
                     if_last_run: Some(if_last_run),
+                    manual: false,
                 })
                 .ok();
                 leptos::task::spawn_local(async move {

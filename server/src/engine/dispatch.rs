@@ -59,12 +59,15 @@ impl Engine {
 
     /// Supersedes everything after operator message `mid` (queued and held prompts excepted)
     /// and runs again from it. With `if_last_run`, only while that run is still the anchor's
-    /// latest and `failed` (else `regenerate.stale`), checked under the same lock as the queueing.
+    /// latest and `failed` (else `regenerate.stale`), checked under the same lock as the
+    /// queueing. `manual` (an operator's click on the reply they saw): the latest run may also
+    /// be `completed` or `cancelled`, so two tabs regenerating one reply start one run.
     pub async fn regenerate(
         &self,
         session_id: &str,
         mid: &str,
         if_last_run: Option<&str>,
+        manual: bool,
     ) -> Result<Receipt> {
         let anchor = self.store().message(mid).await?;
         if anchor.session_id != session_id {
@@ -78,16 +81,21 @@ impl Engine {
         let _guard = self.lock(session_id).await?;
         let latest = self.store().latest_run_for(mid).await?;
         if let Some(expected) = if_last_run {
-            let fresh = latest
-                .as_ref()
-                .is_some_and(|r| r.id == expected && r.status == RunStatus::Failed);
+            let fresh = latest.as_ref().is_some_and(|r| {
+                r.id == expected
+                    && match r.status {
+                        RunStatus::Failed => true,
+                        RunStatus::Completed | RunStatus::Cancelled => manual,
+                        RunStatus::Queued | RunStatus::Running => false,
+                    }
+            });
             if !fresh {
                 let now = latest
                     .map(|r| format!("{} ({:?})", r.id, r.status))
                     .unwrap_or_else(|| "none".into());
                 return Err(Error::refused(
                     "regenerate.stale",
-                    format!("run {expected} is no longer this prompt's latest failed run (latest: {now}); someone already retried it"),
+                    format!("run {expected} is no longer this prompt's latest ended run (latest: {now}); someone already retried it"),
                 ));
             }
         }
@@ -103,7 +111,7 @@ impl Engine {
                 kind: "regenerate".into(),
                 prompt_id: Some(mid.to_string()),
                 attempt: Some(attempt),
-                manual: None,
+                manual: manual.then_some(true),
                 from: None,
             }),
             supersede_after_anchor: true,

@@ -56,6 +56,10 @@ pub fn router(state: AppState) -> Router {
             post(sessions::regenerate),
         )
         .route("/sessions/{sid}/runs/{rid}/cancel", post(runs::cancel))
+        .route(
+            "/sessions/{sid}/runs/{rid}/dismiss-retry",
+            post(runs::dismiss_retry),
+        )
         .route("/sessions/{sid}/events", get(sse::events))
         .route("/runs/{rid}", get(runs::detail))
         .route("/providers", get(providers::list))

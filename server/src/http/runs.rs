@@ -1,4 +1,4 @@
-//! `/runs/:rid` and `/sessions/:sid/runs/:rid/cancel`.
+//! `/runs/:rid`, `/sessions/:sid/runs/:rid/cancel` and `…/dismiss-retry`.
 use super::AppState;
 use crate::error::Result;
 use app::wire::{Run, RunDetail};
@@ -22,4 +22,12 @@ pub async fn cancel(
     let run = state.engine.cancel(&sid, &rid).await?;
     crate::metrics::metrics().cancelled_before_start(&run);
     Ok(Json(run))
+}
+
+/// `POST /sessions/:sid/runs/:rid/dismiss-retry`: the operator cancelled Tier 2 for this run.
+pub async fn dismiss_retry(
+    State(state): State<AppState>,
+    Path((sid, rid)): Path<(String, String)>,
+) -> Result<Json<Run>> {
+    Ok(Json(state.engine.dismiss_retry(&sid, &rid).await?))
 }

@@ -175,13 +175,13 @@ pub async fn regenerate(
     Path((sid, mid)): Path<(String, String)>,
     body: Option<ApiJson<app::wire::Regenerate>>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
-    let if_last_run = body.and_then(|ApiJson(b)| b.if_last_run);
-    if if_last_run.is_some() {
+    let body = body.map(|ApiJson(b)| b).unwrap_or_default();
+    if body.if_last_run.is_some() && !body.manual {
         metrics().tier2_retry();
     }
     let receipt = state
         .engine
-        .regenerate(&sid, &mid, if_last_run.as_deref())
+        .regenerate(&sid, &mid, body.if_last_run.as_deref(), body.manual)
         .await?;
     count_superseded_runs(&state, &receipt.superseded).await;
     Ok((StatusCode::ACCEPTED, Json(receipt)))
