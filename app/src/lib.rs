@@ -2,6 +2,7 @@
 //! server (SSR) and for the browser (hydrate).
 #![recursion_limit = "256"]
 pub mod client;
+pub mod clock;
 pub mod components;
 pub mod tier2;
 pub mod wire;
