@@ -140,12 +140,12 @@ impl Chat {
                         .with_untracked(|rs| crate::tier2::failed_streak(rs));
                     self.retrier.observe(&r, true, streak);
                 }
-                if r.status.is_active() && r.held_by.is_none() {
-                    // A new run carries the turn: the notice about the last click is done.
-                    if self.notice.with_untracked(|n| n.is_some()) && r.status == RunStatus::Running
-                    {
-                        self.notice.set(None);
-                    }
+                // The followed run went on (or ended): the notice about the last click is done.
+                if r.held_by.is_none()
+                    && r.status != RunStatus::Queued
+                    && self.notice.with_untracked(|n| n.is_some())
+                {
+                    self.notice.set(None);
                 }
                 self.refresh_session_state();
             }
@@ -157,7 +157,8 @@ impl Chat {
                         crate::tier2::State::Armed { .. }
                     )
                 {
-                    self.retrier.feed(crate::tier2::Input::OperatorCancel);
+                    // (Not a dismissal: the failure is the server's to retry now.)
+                    self.retrier.feed(crate::tier2::Input::RunActive);
                 }
                 self.session.set(Some(s));
                 self.refresh_session_state();
@@ -231,6 +232,7 @@ pub fn SessionView() -> impl IntoView {
         chat.retrier.reset(&id);
         chat.messages.set(Vec::new());
         chat.session.set(None);
+        chat.notice.set(None);
         leptos::task::spawn_local(async move {
             match fetch_json::<SessionDetail>(
                 "GET",
@@ -252,15 +254,25 @@ pub fn SessionView() -> impl IntoView {
     on_cleanup(move || stream.set_value(None));
     let scroller = NodeRef::<leptos::html::Div>::new();
     let on_scroll = follow_the_bottom(chat, scroller);
+    // A memo: the header is not rebuilt on every delta.
+    let superseded = Memo::new(move |_| chat.superseded_replies());
+    let notice = move || {
+        chat.notice.get().or_else(|| {
+            chat.retrier
+                .stale
+                .get()
+                .then(|| "Already retried in another tab — following the new run.".to_string())
+        })
+    };
 
     view! {
         <section class="chat" aria-label="Chat">
             <header class="chat-head">
                 <h1>{move || chat.session.get().map(|s| s.title).unwrap_or_else(|| "Loading…".into())}</h1>
-                <span class="model">{move || chat.session.get().map(|s| s.model)}</span>
+                <span class="model" title=move || chat.session.get().map(|s| s.model)>{move || chat.session.get().map(|s| s.model)}</span>
                 <AutoRetrySetting/>
                 {move || {
-                    let n = chat.superseded_replies();
+                    let n = superseded.get();
                     (n > 0).then(|| {
                         let label = move || match (chat.show_superseded.get(), n) {
                             (true, _) => "Hide earlier attempts".to_string(),
@@ -289,8 +301,8 @@ pub fn SessionView() -> impl IntoView {
             </div>
             // Docked under the conversation, always in view: the retry banner and the composer.
             <div class="dock">
-                <Show when=move || chat.notice.get().is_some()>
-                    <p class="notice" role="status">{move || chat.notice.get()}</p>
+                <Show when=move || notice().is_some()>
+                    <p class="notice" role="status">{notice}</p>
                 </Show>
                 <RetryBanner/>
                 <Composer session_id=sid/>

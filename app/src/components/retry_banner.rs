@@ -99,9 +99,10 @@ impl Retrier {
     }
 
     pub fn feed(&self, input: Input) {
-        if matches!(
+        // "Already retried in another tab" lasts while this tab follows that run.
+        if !matches!(
             input,
-            Input::OperatorCancel | Input::OperatorRetryNow { .. } | Input::RunFailed { .. }
+            Input::RunActive | Input::TimerFired { .. } | Input::DispatchAnswered { .. }
         ) {
             self.stale.set(false);
         }
