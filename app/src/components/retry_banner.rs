@@ -5,7 +5,7 @@
 use super::chat::Chat;
 use super::cooldown_note;
 use crate::client::{api, fetch_json, fetch_json_with, Abort};
-use crate::clock::{at, at_with_hint, now_ms};
+use crate::clock::{at_with_hint, now_ms};
 use crate::tier2::{self, Answer, ArmKind, Failure, Input, Policy, State, Tier2};
 use crate::wire::{AutoRetry, ClientConfig, Receipt, RetryReceipt, Run, RunStatus, Session};
 use leptos::prelude::*;
@@ -289,8 +289,6 @@ pub fn RetryBanner() -> impl IntoView {
                 .cloned()
         })
     };
-    let retry_now = move |_| retrier.feed(Input::OperatorRetryNow { now: now_ms() });
-    let cancel = move |_| retrier.feed(Input::OperatorCancel);
     let clear_cooldown = move |_| {
         let Some(key) = cooldown.with_untracked(|c| c.as_ref().map(|c| c.key.clone())) else {
             return;
@@ -345,101 +343,147 @@ pub fn RetryBanner() -> impl IntoView {
             .map(|r| r.retry_class.clone())
             .unwrap_or_default();
         let retryable = retry.as_ref().is_some_and(|r| r.retryable);
-        let cooling = cooldown_until();
-        let body = match (waiting(), retrier.state.get()) {
-            (Some(w), _) => {
-                let (fires_at, attempt) = (w.fires_at, w.attempt);
-                let when = move || {
-                    let left = fires_at - now.get();
-                    if left > 120_000 {
-                        format!("Retrying on the server at {} (attempt {attempt})", at_with_hint(fires_at, now.get()))
+        let cooling = cooldown_until().map(|c| c.0);
+        // One view for every state (a smaller bundle than one per state): the sentence, the
+        // main action, Clear cooldown when one is behind the failure, and Cancel.
+        let (text, look, act, cancel): (Signal<String>, &str, Act, Option<bool>) =
+            match (waiting(), retrier.state.get()) {
+                (Some(w), _) => {
+                    let (fires_at, attempt) = (w.fires_at, w.attempt);
+                    let when = Signal::derive(move || {
+                        let left = fires_at - now.get();
+                        if left > 120_000 {
+                            format!(
+                                "Retrying on the server at {} (attempt {attempt})",
+                                at_with_hint(fires_at, now.get())
+                            )
+                        } else {
+                            format!(
+                                "Retrying on the server in {} s (attempt {attempt})",
+                                (left.max(0) + 999) / 1000
+                            )
+                        }
+                    });
+                    (
+                        when,
+                        "countdown server-retry",
+                        Act::ServerRetry("Retry now"),
+                        Some(true),
+                    )
+                }
+                (None, State::Idle) if retryable && background() => (
+                    fixed(cooling_sentence(cooling, "This turn can be retried.")),
+                    "",
+                    Act::ServerRetry("Retry"),
+                    None,
+                ),
+                (
+                    None,
+                    State::Armed {
+                        kind: ArmKind::Countdown,
+                        fires_at,
+                        attempt,
+                        ..
+                    },
+                ) => (
+                    Signal::derive(move || {
+                        let secs = ((fires_at - now.get()).max(0) + 999) / 1000;
+                        format!("Retrying in {secs} s (attempt {attempt})")
+                    }),
+                    "countdown",
+                    Act::Retry("Retry now"),
+                    Some(false),
+                ),
+                (
+                    None,
+                    State::Armed {
+                        kind: ArmKind::Scheduled,
+                        fires_at,
+                        ..
+                    },
+                ) => {
+                    // One sentence, one time: the cooldown's and the retry's are the same wait.
+                    let who = if cooling.is_some() {
+                        "Provider cooling down"
                     } else {
-                        format!("Retrying on the server in {} s (attempt {attempt})", (left.max(0) + 999) / 1000)
-                    }
-                };
-                view! {
-                    <span class="countdown server-retry">{when}</span>
-                    <span class="actions">
-                        <button on:click=move |_| server_call("POST", "retry")>"Retry now"</button>
-                        {clear_button}
-                        <button class="secondary" on:click=move |_| server_call("DELETE", "waiting-retry")>"Cancel"</button>
-                    </span>
+                        "Provider asked to wait"
+                    };
+                    (
+                        Signal::derive(move || {
+                            format!("{who}: retry after {}", at_with_hint(fires_at, now.get()))
+                        }),
+                        "countdown scheduled",
+                        Act::Retry("Retry now"),
+                        Some(false),
+                    )
                 }
-                .into_any()
-            }
-            (None, State::Idle) if retryable && background() => view! {
-                <span>{cooling_sentence(cooling.as_ref().map(|c| c.0), "This turn can be retried.")}</span>
-                <span class="actions">
-                    <button on:click=move |_| server_call("POST", "retry")>"Retry"</button>
-                    {clear_button}
-                </span>
-            }
-            .into_any(),
-            (None, state) => match state {
-            State::Armed { kind: ArmKind::Countdown, fires_at, attempt, .. } => {
-                let secs = move || ((fires_at - now.get()).max(0) + 999) / 1000;
-                view! {
-                    <span class="countdown">{move || format!("Retrying in {} s (attempt {attempt})", secs())}</span>
-                    <span class="actions">
-                        <button on:click=retry_now>"Retry now"</button>
-                        {clear_button}
-                        <button class="secondary" on:click=cancel>"Cancel"</button>
-                    </span>
-                }
-                .into_any()
-            }
-            State::Armed { kind: ArmKind::Scheduled, fires_at, .. } => {
-                // One sentence, one time: the cooldown's and the retry's are the same wait.
-                let who = if cooling.is_some() { "Provider cooling down" } else { "Provider asked to wait" };
-                let text = move || format!("{who}: retry after {}", at_with_hint(fires_at, now.get()));
-                view! {
-                    <span class="countdown scheduled" title=format!("Mulligan retries by itself at {}", at(fires_at))>{text}</span>
-                    <span class="actions">
-                        <button on:click=retry_now>"Retry now"</button>
-                        {clear_button}
-                        <button class="secondary" on:click=cancel>"Cancel"</button>
-                    </span>
-                }
-                .into_any()
-            }
-            State::Dispatching { .. } => view! {
-                <span class="countdown">"Retrying…"</span>
-                <span class="actions">
-                    <button class="secondary" on:click=cancel>"Cancel"</button>
-                </span>
-            }
-            .into_any(),
-            State::Cancelled => view! {
-                <span class="cancelled">{cooling_sentence(cooling.as_ref().map(|c| c.0), "Automatic retry cancelled")}" — "</span>
-                <span class="actions">
-                    <button on:click=retry_now>"Retry now"</button>
-                    {clear_button}
-                </span>
-            }
-            .into_any(),
-            State::Idle if retryable => view! {
-                <span>{cooling_sentence(cooling.as_ref().map(|c| c.0), "This turn can be retried.")}</span>
-                <span class="actions">
-                    <button on:click=retry_now>"Retry"</button>
-                    {clear_button}
-                </span>
-            }
-            .into_any(),
-            State::Idle => view! {
-                <span class="advice">{advice(&class)}</span>
-                <span class="actions">{clear_button}</span>
-            }
-            .into_any(),
-            },
+                (None, State::Dispatching { .. }) => (
+                    fixed("Retrying…".into()),
+                    "countdown",
+                    Act::None,
+                    Some(false),
+                ),
+                (None, State::Cancelled) => (
+                    fixed(format!(
+                        "{} — ",
+                        cooling_sentence(cooling, "Automatic retry cancelled")
+                    )),
+                    "cancelled",
+                    Act::Retry("Retry now"),
+                    None,
+                ),
+                (None, State::Idle) if retryable => (
+                    fixed(cooling_sentence(cooling, "This turn can be retried.")),
+                    "",
+                    Act::Retry("Retry"),
+                    None,
+                ),
+                (None, State::Idle) => (fixed(advice(&class).into()), "advice", Act::None, None),
+            };
+        let main = move |_| match act {
+            Act::Retry(_) => retrier.feed(Input::OperatorRetryNow { now: now_ms() }),
+            Act::ServerRetry(_) => server_call("POST", "retry"),
+            Act::None => {}
+        };
+        let stop = move |_| match cancel {
+            Some(true) => server_call("DELETE", "waiting-retry"),
+            _ => retrier.feed(Input::OperatorCancel),
         };
         Some(view! {
             <div class="retry-banner" role="status" aria-live="polite" data-class=class.clone()>
                 <strong class="why" title=format!("class: {class}")>{describe(&class)}</strong>
-                {body}
+                <span class=look>{text}</span>
+                <span class="actions">
+                    {act.label().map(|l| view! { <button on:click=main>{l}</button> })}
+                    {clear_button}
+                    {cancel.map(|_| view! { <button class="secondary" on:click=stop>"Cancel"</button> })}
+                </span>
                 <span class="error">{move || retrier.error.get().or_else(|| cooldown_error.get())}</span>
             </div>
         })
     }
+}
+
+/// The banner's main button: Tier 2's Retry now here, or the server's retry.
+#[derive(Clone, Copy)]
+enum Act {
+    None,
+    Retry(&'static str),
+    ServerRetry(&'static str),
+}
+
+impl Act {
+    fn label(self) -> Option<&'static str> {
+        match self {
+            Act::None => None,
+            Act::Retry(l) | Act::ServerRetry(l) => Some(l),
+        }
+    }
+}
+
+/// A sentence that does not change while shown.
+fn fixed(text: String) -> Signal<String> {
+    Signal::stored(text)
 }
 
 /// `base`, with the cooldown behind it when there is one: "Automatic retry cancelled; the
