@@ -1,7 +1,7 @@
 // Issue 14, the operator's page: a cancel that sticks, a Stop that can be clicked, one run per
 // click, the countdown always in view. Each test reproduces one defect as an operator would.
 import { test, expect, Page, Route } from '@playwright/test';
-import { hydrated, newSession, origin, runs, send, shot } from './helpers';
+import { hydrated, newSession, origin, printedUrl, runs, send, shot } from './helpers';
 
 test.use({ timezoneId: 'Asia/Kolkata' });
 
@@ -89,7 +89,10 @@ test('Stop takes a realistic 120 ms press while a reply streams fast', async ({ 
     const reply = replies(page).nth(i);
     await expect(reply).toHaveClass(/streaming/);
     await expect(reply.locator('.content')).toContainText('You said');
-    const stop = reply.getByRole('button', { name: 'Stop' });
+    // The reply's own Stop (at its top), then the one docked by the composer, which stays
+    // put however the conversation scrolls.
+    const stop = (i === 0 ? reply : page.locator('.dock')).getByRole('button', { name: 'Stop' });
+    await expect(stop).toBeVisible();
     const box = (await stop.boundingBox())!;
     await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
     await page.mouse.down();
@@ -163,6 +166,7 @@ test('two tabs Regenerate a completed reply within the same second: one new run'
 for (const height of [720, 600]) {
   test(`15 sessions at 1280×${height}: lists scroll on their own, the banner stays in view`, async ({ page }) => {
     await page.setViewportSize({ width: 1280, height });
+    await page.goto(printedUrl()); // signs the page's requests in
     for (let i = 0; i < 14; i++) {
       const r = await page.request.post(`${origin()}/api/v1/sessions`, {
         data: { title: `filler ${height} ${i}`, model: i % 3 ? 'demo' : 'a-very-long-model-identifier-that-would-wrap-into-three-lines' },

@@ -204,6 +204,19 @@ impl Chat {
             .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
     }
 
+    /// Cancels a run (Stop); a refusal goes to `error`.
+    pub fn stop_run(&self, run_id: String, error: RwSignal<Option<String>>) {
+        let Some(sid) = self.session_id() else { return };
+        let this = *self;
+        leptos::task::spawn_local(async move {
+            let url = api(&format!("/sessions/{sid}/runs/{run_id}/cancel"));
+            match fetch_json::<Run>("POST", &url, Some("{}".into())).await {
+                Ok(run) => this.apply(Event::Run(run)),
+                Err(e) => error.set(Some(e.explain())),
+            }
+        });
+    }
+
     /// The run that is executing now, if any.
     pub fn running_run(&self) -> Option<Run> {
         self.runs

@@ -1,7 +1,7 @@
 //! One message of the chat: an operator prompt (with its run's state) or an agent reply
 //! (streaming, complete, failed with its classification, or stopped).
 use super::chat::Chat;
-use crate::client::{api, fetch_json, ClientError};
+use crate::client::{api, fetch_json};
 use crate::wire::{Message, MessageStatus, Receipt, Regenerate, Role, Run, RunKind, RunStatus};
 use leptos::prelude::*;
 
@@ -42,6 +42,8 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
             <div class="who">
                 {if role == Role::Operator { "You" } else { "Agent" }}
                 {(role == Role::Operator).then_some(move || prompt_run().and_then(|r| run_tag(chat, &r)))}
+                // At the top of the reply: it does not move while the text grows below it.
+                {(role == Role::Agent).then(|| view! { <StopButton message/> })}
             </div>
             // Text streams into this node alone; nothing around it is rebuilt per delta.
             <div class="content">{move || message.with(|m| m.content.clone())}</div>
@@ -80,6 +82,38 @@ fn run_tag(chat: Chat, r: &Run) -> Option<AnyView> {
     }
 }
 
+/// Stop, shown while the reply's run is queued or running: from the run's status alone, so
+/// the button stays the same DOM node while text streams.
+#[component]
+fn StopButton(message: RwSignal<Message>) -> impl IntoView {
+    let chat = expect_context::<Chat>();
+    let error = RwSignal::new(None::<String>);
+    let run_id = Memo::new(move |_| message.with(|m| m.run_id.clone()));
+    let active = Memo::new(move |_| {
+        let id = run_id.get();
+        let run = chat.runs.with(|rs| {
+            rs.iter()
+                .find(|r| Some(&r.id) == id.as_ref())
+                .map(|r| r.status)
+        });
+        match run {
+            Some(s) => s.is_active(),
+            None => message.with(|m| m.status == Some(MessageStatus::Streaming)),
+        }
+    });
+    let stop = move |_| {
+        if let Some(run_id) = run_id.get_untracked() {
+            chat.stop_run(run_id, error);
+        }
+    };
+    view! {
+        <Show when=move || active.get()>
+            <button class="stop" on:click=stop>"Stop"</button>
+            <span class="error">{move || error.get()}</span>
+        </Show>
+    }
+}
+
 #[component]
 fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
     let chat = expect_context::<Chat>();
@@ -100,22 +134,6 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
             None => status.get() == Some(MessageStatus::Streaming),
         }
     });
-    let stop = move |_| {
-        let Some(run_id) = run_id.get_untracked() else {
-            return;
-        };
-        let Some(sid) = chat.session_id() else {
-            return;
-        };
-        leptos::task::spawn_local(async move {
-            let url = api(&format!("/sessions/{sid}/runs/{run_id}/cancel"));
-            let res: Result<Run, ClientError> = fetch_json("POST", &url, Some("{}".into())).await;
-            match res {
-                Ok(run) => chat.apply(crate::wire::Event::Run(run)),
-                Err(e) => stop_error.set(Some(e.explain())),
-            }
-        });
-    };
     // Regenerate the reply the operator sees: `if_last_run` is its run, so a click in a
     // second tab (or after Tier 2 went) finds it taken and follows the new run instead.
     let regenerate = move |_| {
@@ -199,9 +217,6 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
     view! {
         <div class="reply-state" class:failure=failed role=move || failed().then_some("status")>
             {state}
-            <Show when=move || run_active.get()>
-                <button class="stop" on:click=stop>"Stop"</button>
-            </Show>
             {regenerate_button}
             <span class="error">{move || stop_error.get()}</span>
         </div>
