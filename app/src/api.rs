@@ -110,6 +110,8 @@ pub const REGENERATE: Endpoint<Regenerate, Receipt> =
     Endpoint::new(Method::Post, "/sessions/{sid}/messages/{mid}/regenerate");
 pub const CANCEL_RUN: Endpoint<(), Run> =
     Endpoint::new(Method::Post, "/sessions/{sid}/runs/{rid}/cancel");
+pub const DISMISS_RETRY: Endpoint<(), Run> =
+    Endpoint::new(Method::Post, "/sessions/{sid}/runs/{rid}/dismiss-retry");
 /// Server-Sent Events (CONTRACT §2 "Events"), resumable with `Last-Event-ID`.
 pub const EVENTS: Route = Route {
     method: Method::Get,

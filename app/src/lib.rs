@@ -3,6 +3,7 @@
 #![recursion_limit = "256"]
 pub mod api;
 pub mod client;
+pub mod clock;
 pub mod components;
 pub mod tier2;
 pub mod wire;

@@ -2,9 +2,35 @@
 //! classification is retryable arms a countdown (base ×2 up to the cap, unlimited) or a
 //! scheduled retry at the provider's `retry_after_until`; when it fires, it dispatches a
 //! Regenerate carrying `if_last_run`. Every arm bumps a generation token so stale timers and
-//! answers change nothing. No clock, no timers, no I/O: the adapter feeds it inputs and
-//! carries out the effects it returns.
-use crate::wire::{Millis, RetryClassification};
+//! answers change nothing. The operator's cancel is recorded on the server (`dismiss-retry`),
+//! so a dismissed failure never arms again, in any tab or after a reload; a restored failure
+//! counts down from its `finished_at` and its attempt number, not from the reload. No clock,
+//! no timers, no I/O: the adapter feeds it inputs and carries out the effects it returns.
+use crate::wire::{Millis, RetryClassification, Run, RunStatus};
+
+/// The longest wait one browser timer takes (`setTimeout` holds an i32 of ms, ~24.8 days): a
+/// later deadline is reached by chaining timers, each re-armed on [`Input::TimerFired`].
+pub const MAX_TIMER_MS: u64 = i32::MAX as u64;
+
+/// How long the one timer for `at` should wait from `now`: never negative, never over
+/// [`MAX_TIMER_MS`].
+pub fn timer_wait(at: Millis, now: Millis) -> u64 {
+    u64::try_from(at.saturating_sub(now))
+        .unwrap_or(0)
+        .min(MAX_TIMER_MS)
+}
+
+/// How many times in a row the session's last turn failed: the trailing failed runs (prompts
+/// held behind a failure left out). After a reload this is the countdown's attempt number.
+pub fn failed_streak(runs: &[Run]) -> u32 {
+    let streak = runs
+        .iter()
+        .rev()
+        .filter(|r| r.held_by.is_none())
+        .take_while(|r| r.status == RunStatus::Failed)
+        .count();
+    u32::try_from(streak).unwrap_or(u32::MAX)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
@@ -55,6 +81,10 @@ pub struct Failure {
     pub anchor_id: String,
     pub retry: Option<RetryClassification>,
     pub finished_at: Millis,
+    /// The operator cancelled Tier 2 for this run (`retry_dismissed_at` is set).
+    pub dismissed: bool,
+    /// How many times in a row this turn has failed, this run included ([`failed_streak`]).
+    pub streak: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,6 +143,11 @@ pub enum Effect {
     CancelRun {
         run_id: String,
     },
+    /// Record the operator's cancel on the failed run (`POST …/runs/:rid/dismiss-retry`), so
+    /// other tabs disarm and no reload re-arms it.
+    DismissRetry {
+        run_id: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -163,7 +198,7 @@ impl Tier2 {
         let Some(retry) = &failure.retry else {
             return false;
         };
-        if !retry.retryable {
+        if !retry.retryable || failure.dismissed {
             return false;
         }
         live || now - failure.finished_at < self.policy.cap_ms as Millis
@@ -174,16 +209,32 @@ impl Tier2 {
         match input {
             Input::RunFailed { failure, live, now } => {
                 if self.seen_run.as_deref() == Some(failure.run_id.as_str()) {
-                    return Vec::new();
+                    // The same failure again: news only if it was dismissed meanwhile.
+                    return if failure.dismissed {
+                        self.dismissed_elsewhere()
+                    } else {
+                        Vec::new()
+                    };
                 }
                 self.seen_run = Some(failure.run_id.clone());
                 let arms = self.arms_for(&failure, live, now);
+                let dismissed =
+                    failure.dismissed && failure.retry.as_ref().is_some_and(|r| r.retryable);
+                let (streak, finished_at) = (failure.streak, failure.finished_at);
                 self.failure = Some(failure);
+                if dismissed {
+                    let effects = self.go_idle();
+                    self.state = State::Cancelled;
+                    return effects;
+                }
                 if !arms {
                     self.attempt = 0;
                     return self.go_idle();
                 }
-                self.arm(now)
+                self.attempt = self.attempt.max(streak.saturating_sub(1));
+                // Live: from now. Restored after a reload: from when it failed, so the
+                // countdown resumes where it was instead of starting over.
+                self.arm(if live { now } else { finished_at.min(now) })
             }
             Input::RunActive => match self.state {
                 State::Armed { .. } => self.go_idle(),
@@ -197,7 +248,16 @@ impl Tier2 {
                     _ => Vec::new(),
                 }
             }
-            Input::TimerFired { generation, .. } => match self.state {
+            Input::TimerFired { generation, now } => match self.state {
+                // Early (a chained timer on the way to a far deadline): wait again.
+                State::Armed {
+                    generation: g,
+                    fires_at,
+                    ..
+                } if g == generation && now < fires_at => vec![Effect::StartTimer {
+                    generation,
+                    at: fires_at,
+                }],
                 State::Armed {
                     generation: g,
                     attempt,
@@ -211,15 +271,15 @@ impl Tier2 {
                 now,
             } => self.answered(generation, answer, now),
             Input::OperatorCancel => {
-                let effects = match self.state {
-                    State::Armed { .. } => vec![Effect::StopTimer],
-                    State::Dispatching { generation, .. } => {
-                        self.cancelled_dispatch = Some(generation);
-                        vec![Effect::AbortDispatch]
-                    }
-                    _ => return Vec::new(),
-                };
-                self.state = State::Cancelled;
+                let mut effects = self.stop();
+                if effects.is_empty() {
+                    return effects;
+                }
+                if let Some(f) = &self.failure {
+                    effects.push(Effect::DismissRetry {
+                        run_id: f.run_id.clone(),
+                    });
+                }
                 effects
             }
             Input::OperatorRetryNow { .. } => match self.state {
@@ -239,10 +299,34 @@ impl Tier2 {
         }
     }
 
-    fn arm(&mut self, now: Millis) -> Vec<Effect> {
+    /// Stops an armed countdown or an in-flight dispatch: `Cancelled`. Nothing when neither.
+    fn stop(&mut self) -> Vec<Effect> {
+        let effects = match self.state {
+            State::Armed { .. } => vec![Effect::StopTimer],
+            State::Dispatching { generation, .. } => {
+                self.cancelled_dispatch = Some(generation);
+                vec![Effect::AbortDispatch]
+            }
+            _ => return Vec::new(),
+        };
+        self.state = State::Cancelled;
+        effects
+    }
+
+    /// Another tab (or this one, echoed) dismissed the failure being retried: stop, as a
+    /// cancel here would, without recording it again.
+    fn dismissed_elsewhere(&mut self) -> Vec<Effect> {
+        if let Some(f) = self.failure.as_mut() {
+            f.dismissed = true;
+        }
+        self.stop()
+    }
+
+    /// Arms the next attempt, counting down from `from`.
+    fn arm(&mut self, from: Millis) -> Vec<Effect> {
         self.attempt += 1;
         self.generation += 1;
-        let countdown = now + self.policy.delay_ms(self.attempt) as Millis;
+        let countdown = from.saturating_add(self.policy.delay_ms(self.attempt) as Millis);
         let after = self
             .failure
             .as_ref()
@@ -334,6 +418,8 @@ mod tests {
                 retry_after_until: after,
             }),
             finished_at: 0,
+            dismissed: false,
+            streak: 1,
         }
     }
 
@@ -497,7 +583,15 @@ mod tests {
             generation: 1,
             now: 2000,
         });
-        assert_eq!(t.step(Input::OperatorCancel), vec![Effect::AbortDispatch]);
+        assert_eq!(
+            t.step(Input::OperatorCancel),
+            vec![
+                Effect::AbortDispatch,
+                Effect::DismissRetry {
+                    run_id: "r1".into()
+                }
+            ]
+        );
         assert_eq!(t.state(), &State::Cancelled);
         let e = t.step(Input::DispatchAnswered {
             generation: 1,
@@ -552,6 +646,189 @@ mod tests {
         assert_eq!(t.state(), &State::Idle);
     }
 
+    #[test]
+    fn cancel_is_recorded_on_the_server_and_a_dismissed_failure_never_arms() {
+        let mut t = Tier2::new(P);
+        t.step(failed("r1", 0));
+        assert_eq!(
+            t.step(Input::OperatorCancel),
+            vec![
+                Effect::StopTimer,
+                Effect::DismissRetry {
+                    run_id: "r1".into()
+                }
+            ]
+        );
+        // After a reload (or in another browser) the dismissed failure shows as cancelled.
+        let mut t = Tier2::new(P);
+        let mut f = failure("r1", true, None);
+        f.dismissed = true;
+        f.finished_at = 1000;
+        assert_eq!(
+            t.step(Input::RunFailed {
+                failure: f.clone(),
+                live: false,
+                now: 2000
+            }),
+            vec![]
+        );
+        assert_eq!(t.state(), &State::Cancelled);
+        assert!(!t.arms_for(&f, true, 2000));
+        // Retry now still works from there.
+        assert!(matches!(
+            &t.step(Input::OperatorRetryNow { now: 3000 })[..],
+            [Effect::Dispatch { if_last_run, .. }] if if_last_run == "r1"
+        ));
+    }
+
+    #[test]
+    fn a_dismissal_from_another_tab_disarms_this_one_without_recording_it_again() {
+        let mut t = Tier2::new(P);
+        t.step(failed("r1", 0));
+        let mut f = failure("r1", true, None);
+        f.dismissed = true;
+        assert_eq!(
+            t.step(Input::RunFailed {
+                failure: f.clone(),
+                live: true,
+                now: 500
+            }),
+            vec![Effect::StopTimer]
+        );
+        assert_eq!(t.state(), &State::Cancelled);
+        assert_eq!(
+            t.step(Input::TimerFired {
+                generation: 1,
+                now: 2000
+            }),
+            vec![],
+            "the old timer changes nothing"
+        );
+        // Mid-dispatch: the request is aborted (a late receipt's run is cancelled).
+        let mut t = Tier2::new(P);
+        t.step(failed("r1", 0));
+        t.step(Input::TimerFired {
+            generation: 1,
+            now: 2000,
+        });
+        assert_eq!(
+            t.step(Input::RunFailed {
+                failure: f,
+                live: true,
+                now: 2100
+            }),
+            vec![Effect::AbortDispatch]
+        );
+        assert_eq!(t.state(), &State::Cancelled);
+    }
+
+    #[test]
+    fn a_reload_resumes_the_countdown_from_the_failure_and_its_attempt() {
+        let mut t = Tier2::new(P);
+        let mut f = failure("r3", true, None);
+        f.finished_at = 10_000;
+        f.streak = 3;
+        assert_eq!(
+            t.step(Input::RunFailed {
+                failure: f,
+                live: false,
+                now: 13_000
+            }),
+            vec![Effect::StartTimer {
+                generation: 1,
+                at: 18_000
+            }],
+            "attempt 3 waits 8 s from when it failed: 5 s are left"
+        );
+        assert!(matches!(t.state(), State::Armed { attempt: 3, .. }));
+        // Past its time already: it fires at once.
+        let mut t = Tier2::new(P);
+        let mut f = failure("r1", true, None);
+        f.finished_at = 10_000;
+        t.step(Input::RunFailed {
+            failure: f,
+            live: false,
+            now: 20_000,
+        });
+        assert_eq!(timer_wait(12_000, 20_000), 0);
+        assert!(matches!(
+            t.step(Input::TimerFired {
+                generation: 1,
+                now: 20_000
+            })[..],
+            [Effect::Dispatch { .. }]
+        ));
+    }
+
+    #[test]
+    fn a_deadline_beyond_one_browser_timer_is_reached_by_chained_timers() {
+        const DAY: Millis = 86_400_000;
+        let mut t = Tier2::new(P);
+        let far = 40 * DAY;
+        t.step(Input::RunFailed {
+            failure: failure("r1", true, Some(far)),
+            live: true,
+            now: 0,
+        });
+        let first = timer_wait(far, 0);
+        assert_eq!(first, MAX_TIMER_MS, "one timer waits at most 2^31-1 ms");
+        let mut now = first as Millis;
+        let mut hops = 0;
+        while now < far {
+            assert_eq!(
+                t.step(Input::TimerFired { generation: 1, now }),
+                vec![Effect::StartTimer {
+                    generation: 1,
+                    at: far
+                }],
+                "early: re-armed, not dispatched"
+            );
+            now += timer_wait(far, now) as Millis;
+            hops += 1;
+        }
+        assert_eq!(hops, 1);
+        assert!(matches!(
+            t.step(Input::TimerFired { generation: 1, now })[..],
+            [Effect::Dispatch { .. }]
+        ));
+    }
+
+    fn run(id: &str, status: RunStatus, held: bool) -> Run {
+        Run {
+            id: id.into(),
+            session_id: "s".into(),
+            anchor_message_id: "m".into(),
+            reply_message_id: None,
+            status,
+            kind: crate::wire::RunKind::Prompt,
+            attempt: 1,
+            tier1_attempts: 1,
+            held_by: held.then(|| "x".into()),
+            error_message: None,
+            retry: None,
+            retry_dismissed_at: None,
+            created_at: 0,
+            provenance: None,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn the_streak_counts_the_trailing_failed_turns() {
+        use RunStatus::*;
+        let runs = [
+            run("a", Failed, false),
+            run("b", Completed, false),
+            run("c", Failed, false),
+            run("d", Failed, false),
+            run("e", Queued, true),
+        ];
+        assert_eq!(failed_streak(&runs), 2);
+        assert_eq!(failed_streak(&runs[..2]), 0);
+        assert_eq!(failed_streak(&[]), 0);
+    }
+
     /// A tiny deterministic generator for the property test (no extra crates).
     struct Lcg(u64);
     impl Lcg {
@@ -582,6 +859,7 @@ mod tests {
                         let after = (rng.next(3) == 0).then(|| now + rng.next(1_000_000) as Millis);
                         let mut f = failure(&format!("r{run_no}"), rng.next(4) != 0, after);
                         f.finished_at = now;
+                        f.dismissed = rng.next(5) == 0;
                         Input::RunFailed {
                             failure: f,
                             live: rng.next(2) == 0,
@@ -616,6 +894,8 @@ mod tests {
                     cancelled = false;
                 }
                 let is_cancel = matches!(input, Input::OperatorCancel);
+                // A re-arm after an early timer keeps its deadline: less than a full delay left.
+                let rearm = matches!(input, Input::TimerFired { .. });
                 for effect in t.step(input) {
                     match effect {
                         Effect::Dispatch { generation, .. } => {
@@ -632,10 +912,8 @@ mod tests {
                             } = t.state()
                             {
                                 let d = (at - now) as u64;
-                                assert!(
-                                    (P.base_ms..=P.cap_ms).contains(&d),
-                                    "seed {seed}: delay {d}"
-                                );
+                                let min = if rearm { 1 } else { P.base_ms };
+                                assert!((min..=P.cap_ms).contains(&d), "seed {seed}: delay {d}");
                             }
                         }
                         _ => {}

@@ -167,6 +167,9 @@ pub struct Run {
     pub error_message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryClassification>,
+    /// When the operator cancelled Tier 2 for this failed run: no page arms it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_dismissed_at: Option<Millis>,
     pub created_at: Millis,
     /// Why this run exists when it is not the operator's own prompt (regenerate, retry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -270,6 +273,11 @@ pub struct Released {
 pub struct Regenerate {
     #[serde(default)]
     pub if_last_run: Option<String>,
+    /// An operator's click on a reply (not Tier 2): `if_last_run` may then name any ended
+    /// run (a completed or stopped reply the operator saw), still only while it is the
+    /// anchor's latest; and the call is not counted as a Tier 2 retry.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manual: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

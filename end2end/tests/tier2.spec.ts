@@ -47,7 +47,7 @@ test('demo-quota: "Retry after HH:MM" at the provider\'s time, and Retry now wor
   const sid = await newSession(page, 'demo-quota');
   await send(page, 'quota hello');
   const countdown = banner(page).locator('.countdown');
-  await expect(countdown).toContainText('Provider asked to wait. Retry after');
+  await expect(countdown).toContainText('retry after');
   const [failed] = await runs(page, sid);
   const until = failed.retry.retry_after_until;
   expect(failed.retry.retry_class).toBe('rate_limited');
@@ -56,15 +56,17 @@ test('demo-quota: "Retry after HH:MM" at the provider\'s time, and Retry now wor
     const d = new Date(t);
     return `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
   }, until);
-  await expect(countdown).toHaveText(`Provider asked to wait. Retry after ${hhmm}`);
-  await expect(banner(page).locator('.cooldown')).toHaveText(`Provider cooling down until ${hhmm}`);
+  // One sentence, one time: the cooldown and the scheduled retry are the same wait.
+  await expect(countdown).toHaveText(new RegExp(`^Provider cooling down: retry after ${hhmm} \\(in (49|50) min\\)$`));
+  await expect(banner(page).getByRole('button', { name: 'Clear cooldown' })).toBeVisible();
   await shot(page, 'tier2-scheduled');
   await banner(page).getByRole('button', { name: 'Retry now' }).click();
   await expect.poll(async () => (await runs(page, sid)).length).toBe(2);
-  await expect(countdown).toContainText('Retry after');
-  // The operator ends the cooldown: the note goes, and the providers list is empty.
+  await expect(countdown).toContainText('retry after');
+  // The operator ends the cooldown: the button goes, and the providers list is empty.
   await banner(page).getByRole('button', { name: 'Clear cooldown' }).click();
-  await expect(banner(page).locator('.cooldown')).toHaveCount(0);
+  await expect(banner(page).getByRole('button', { name: 'Clear cooldown' })).toHaveCount(0);
+  await expect(countdown).toContainText('Provider asked to wait: retry after');
   const providers = await page.request.get(`${origin()}/api/v1/providers`);
   expect((await providers.json()).cooldowns).toEqual([]);
 });
@@ -73,10 +75,13 @@ test('demo-auth: no countdown; the reason, what to do and Regenerate are shown',
   await newSession(page, 'demo-auth');
   await send(page, 'auth hello');
   await expect(banner(page)).toContainText('The provider rejected the API key.');
-  await expect(banner(page)).toContainText('fix MULLIGAN_API_KEY');
+  await expect(banner(page)).toContainText('Fix MULLIGAN_API_KEY');
+  // Said once, not twice.
+  expect((await banner(page).textContent())!.split('rejected the API key').length).toBe(2);
   await expect(banner(page).locator('.countdown')).toHaveCount(0);
   await expect(replies(page).last().getByRole('button', { name: 'Regenerate' })).toBeVisible();
-  await expect(replies(page).last()).toContainText('auth_failed');
+  await expect(replies(page).last().locator('.class')).toHaveText('API key rejected');
+  await expect(replies(page).last().locator('.class')).toHaveAttribute('title', /auth_failed/);
   await shot(page, 'tier2-not-retryable');
   await page.waitForTimeout(3_500);
   await expect(banner(page).locator('.countdown')).toHaveCount(0);

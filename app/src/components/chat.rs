@@ -26,6 +26,9 @@ pub struct Chat {
     pub config: RwSignal<Option<ClientConfig>>,
     /// Whether superseded messages (earlier attempts) are shown.
     pub show_superseded: RwSignal<bool>,
+    /// A word about what happened to the operator's last action ("Already retried in
+    /// another tab — following the new run."), shown in the dock above the composer.
+    pub notice: RwSignal<Option<String>>,
 }
 
 impl Chat {
@@ -39,6 +42,7 @@ impl Chat {
             retrier: Retrier::new(),
             config: RwSignal::new(None),
             show_superseded: RwSignal::new(false),
+            notice: RwSignal::new(None),
         }
     }
 
@@ -59,12 +63,39 @@ impl Chat {
                 .map(|m| (m.id.clone(), RwSignal::new(m)))
                 .collect(),
         );
-        let last_turn = d.runs.iter().rev().find(|r| r.held_by.is_none()).cloned();
-        self.runs.set(d.runs);
+        self.load_runs(d.runs);
         self.error.set(None);
+    }
+
+    /// Takes a snapshot's runs and tells Tier 2 about the last turn (restored, not live).
+    fn load_runs(&self, runs: Vec<Run>) {
+        let last_turn = runs.iter().rev().find(|r| r.held_by.is_none()).cloned();
+        let streak = crate::tier2::failed_streak(&runs);
+        self.runs.set(runs);
         if let Some(run) = last_turn.filter(|_| self.browser_retries()) {
-            self.retrier.observe(&run, false);
+            self.retrier.observe(&run, false, streak);
         }
+    }
+
+    /// Reads the session again and brings this page up to it (after finding that another
+    /// tab acted first): messages in place, runs replaced, so the page follows the new run.
+    pub fn resync(&self) {
+        let Some(id) = self.session_id() else { return };
+        let this = *self;
+        leptos::task::spawn_local(async move {
+            let url = api(&format!("/sessions/{id}?include_superseded=true"));
+            match fetch_json::<SessionDetail>("GET", &url, None).await {
+                Ok(d) if this.session_id().as_deref() == Some(id.as_str()) => {
+                    for m in d.messages {
+                        this.apply(Event::Message(m));
+                    }
+                    this.load_runs(d.runs);
+                    this.refresh_session_state();
+                }
+                Ok(_) => {}
+                Err(e) => this.error.set(Some(e.explain())),
+            }
+        });
     }
 
     /// Applies one live event.
@@ -98,14 +129,24 @@ impl Chat {
                 }
             }
             Event::Run(r) => {
-                if self.browser_retries() || r.status != RunStatus::Failed {
-                    self.retrier.observe(&r, true);
-                }
                 self.runs
                     .update(|rs| match rs.iter_mut().find(|x| x.id == r.id) {
-                        Some(slot) => *slot = r,
-                        None => rs.push(r),
+                        Some(slot) => *slot = r.clone(),
+                        None => rs.push(r.clone()),
                     });
+                if self.browser_retries() || r.status != RunStatus::Failed {
+                    let streak = self
+                        .runs
+                        .with_untracked(|rs| crate::tier2::failed_streak(rs));
+                    self.retrier.observe(&r, true, streak);
+                }
+                // The followed run went on (or ended): the notice about the last click is done.
+                if r.held_by.is_none()
+                    && r.status != RunStatus::Queued
+                    && self.notice.with_untracked(|n| n.is_some())
+                {
+                    self.notice.set(None);
+                }
                 self.refresh_session_state();
             }
             Event::Session(s) => {
@@ -116,7 +157,8 @@ impl Chat {
                         crate::tier2::State::Armed { .. }
                     )
                 {
-                    self.retrier.feed(crate::tier2::Input::OperatorCancel);
+                    // (Not a dismissal: the failure is the server's to retry now.)
+                    self.retrier.feed(crate::tier2::Input::RunActive);
                 }
                 self.session.set(Some(s));
                 self.refresh_session_state();
@@ -126,7 +168,7 @@ impl Chat {
     }
 
     /// The session's status and last run, derived from its runs, into the chat and the list.
-    fn refresh_session_state(&self) {
+    pub fn refresh_session_state(&self) {
         let runs = self.runs.get_untracked();
         let busy = runs
             .iter()
@@ -162,6 +204,19 @@ impl Chat {
             .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
     }
 
+    /// Cancels a run (Stop); a refusal goes to `error`.
+    pub fn stop_run(&self, run_id: String, error: RwSignal<Option<String>>) {
+        let Some(sid) = self.session_id() else { return };
+        let this = *self;
+        leptos::task::spawn_local(async move {
+            let url = api(&format!("/sessions/{sid}/runs/{run_id}/cancel"));
+            match fetch_json::<Run>("POST", &url, Some("{}".into())).await {
+                Ok(run) => this.apply(Event::Run(run)),
+                Err(e) => error.set(Some(e.explain())),
+            }
+        });
+    }
+
     /// The run that is executing now, if any.
     pub fn running_run(&self) -> Option<Run> {
         self.runs
@@ -190,6 +245,7 @@ pub fn SessionView() -> impl IntoView {
         chat.retrier.reset(&id);
         chat.messages.set(Vec::new());
         chat.session.set(None);
+        chat.notice.set(None);
         leptos::task::spawn_local(async move {
             match fetch_json::<SessionDetail>(
                 "GET",
@@ -209,15 +265,27 @@ pub fn SessionView() -> impl IntoView {
         });
     });
     on_cleanup(move || stream.set_value(None));
+    let scroller = NodeRef::<leptos::html::Div>::new();
+    let on_scroll = follow_the_bottom(chat, scroller);
+    // A memo: the header is not rebuilt on every delta.
+    let superseded = Memo::new(move |_| chat.superseded_replies());
+    let notice = move || {
+        chat.notice.get().or_else(|| {
+            chat.retrier
+                .stale
+                .get()
+                .then(|| "Already retried in another tab — following the new run.".to_string())
+        })
+    };
 
     view! {
         <section class="chat" aria-label="Chat">
             <header class="chat-head">
                 <h1>{move || chat.session.get().map(|s| s.title).unwrap_or_else(|| "Loading…".into())}</h1>
-                <span class="model">{move || chat.session.get().map(|s| s.model)}</span>
+                <span class="model" title=move || chat.session.get().map(|s| s.model)>{move || chat.session.get().map(|s| s.model)}</span>
                 <AutoRetrySetting/>
                 {move || {
-                    let n = chat.superseded_replies();
+                    let n = superseded.get();
                     (n > 0).then(|| {
                         let label = move || match (chat.show_superseded.get(), n) {
                             (true, _) => "Hide earlier attempts".to_string(),
@@ -234,16 +302,24 @@ pub fn SessionView() -> impl IntoView {
             <Show when=move || chat.error.get().is_some()>
                 <p class="error" role="alert">{move || chat.error.get()}</p>
             </Show>
-            <ol class="messages" aria-live="polite">
-                <For each=move || chat.messages.get() key=|(id, _)| id.clone() let:item>
-                    <MessageView message=item.1/>
-                </For>
-            </ol>
-            <Show when=move || chat.session.get().is_some() && chat.messages.with(|m| m.is_empty())>
-                <p class="empty">"Send the first message below."</p>
-            </Show>
-            <RetryBanner/>
-            <Composer session_id=sid/>
+            <div class="scroller" node_ref=scroller on:scroll=on_scroll>
+                <ol class="messages" aria-live="polite">
+                    <For each=move || chat.messages.get() key=|(id, _)| id.clone() let:item>
+                        <MessageView message=item.1/>
+                    </For>
+                </ol>
+                <Show when=move || chat.session.get().is_some() && chat.messages.with(|m| m.is_empty())>
+                    <p class="empty">"Send the first message below."</p>
+                </Show>
+            </div>
+            // Docked under the conversation, always in view: the retry banner and the composer.
+            <div class="dock">
+                <Show when=move || notice().is_some()>
+                    <p class="notice" role="status">{notice}</p>
+                </Show>
+                <RetryBanner/>
+                <Composer session_id=sid/>
+            </div>
         </section>
     }
 }
@@ -286,5 +362,40 @@ fn AutoRetrySetting() -> impl IntoView {
                 <option value="off">"off"</option>
             </select>
         </label>
+    }
+}
+
+/// Keeps the conversation scrolled to its end while it grows, unless the operator scrolled up
+/// to read (more than a few lines from the end). Answers the scroll handler that tracks that.
+fn follow_the_bottom(
+    chat: Chat,
+    scroller: NodeRef<leptos::html::Div>,
+) -> impl Fn(leptos::ev::Event) + Copy + 'static {
+    let pinned = StoredValue::new(true);
+    // Every message's length: tracked, so a delta re-runs this (and only this) effect.
+    let size = Memo::new(move |_| {
+        chat.messages.with(|ms| {
+            ms.iter()
+                .map(|(_, m)| m.with(|m| m.content.len() + 1))
+                .sum::<usize>()
+        })
+    });
+    Effect::new(move |_| {
+        size.track();
+        #[cfg(feature = "hydrate")]
+        if let Some(el) = scroller.get_untracked() {
+            if pinned.get_value() {
+                el.set_scroll_top(el.scroll_height());
+            }
+        }
+    });
+    move |_| {
+        #[cfg(feature = "hydrate")]
+        if let Some(el) = scroller.get_untracked() {
+            let gap = el.scroll_height() - el.scroll_top() - el.client_height();
+            pinned.set_value(gap < 80);
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = (scroller, pinned);
     }
 }

@@ -68,6 +68,11 @@ pub fn Composer(session_id: Memo<String>) -> impl IntoView {
             ></textarea>
             <div class="composer-foot">
                 <span class="hint">{move || reason().map(str::to_string).unwrap_or_else(|| hint().to_string())}</span>
+                // Stop in a place that never moves while a reply streams.
+                {move || chat.running_run().map(|r| {
+                    let id = r.id;
+                    view! { <button type="button" class="stop" on:click=move |_| chat.stop_run(id.clone(), error)>"Stop"</button> }
+                })}
                 <button type="submit" disabled=move || reason().is_some() || text.with(|t| t.trim().is_empty())>"Send"</button>
             </div>
             <Show when=move || error.get().is_some()>

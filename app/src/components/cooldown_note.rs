@@ -1,8 +1,7 @@
-//! "Provider cooling down until HH:MM": the provider-wide cooldown behind the failed turn,
-//! looked up on `GET /providers` when the turn failed with a class a cooldown gives, with a
-//! button that ends it (`DELETE /providers/cooldowns`).
+//! The provider-wide cooldown behind the failed turn ("Provider cooling down until HH:MM" in
+//! the retry banner), looked up on `GET /providers` when the turn failed with a class a
+//! cooldown gives, and how to end it (`DELETE /providers/cooldowns`).
 use super::chat::Chat;
-use super::hhmm;
 use crate::client::{api, fetch_json};
 use crate::wire::{ClearCooldown, Cooldown, ProvidersResponse, RunStatus};
 use leptos::prelude::*;
@@ -57,33 +56,19 @@ pub fn watch(chat: Chat) -> RwSignal<Option<Cooldown>> {
     found
 }
 
-/// The note itself; nothing when no cooldown is behind the failure.
-#[component]
-pub fn CooldownNote(cooldown: RwSignal<Option<Cooldown>>) -> impl IntoView {
-    let error = RwSignal::new(None::<String>);
-    let clear = move |key: String| {
-        leptos::task::spawn_local(async move {
-            let body = serde_json::to_string(&ClearCooldown { key }).unwrap_or_default();
-            let url = api("/providers/cooldowns");
-            match fetch_json::<ProvidersResponse>("DELETE", &url, Some(body)).await {
-                Ok(_) => cooldown.set(None),
-                Err(e) => error.set(Some(e.explain())),
+/// Ends the cooldown `key` (`DELETE /providers/cooldowns`); on success the note goes.
+pub fn clear(key: String, cooldown: RwSignal<Option<Cooldown>>, error: RwSignal<Option<String>>) {
+    leptos::task::spawn_local(async move {
+        let body = serde_json::to_string(&ClearCooldown { key }).unwrap_or_default();
+        let url = api("/providers/cooldowns");
+        match fetch_json::<ProvidersResponse>("DELETE", &url, Some(body)).await {
+            Ok(_) => {
+                cooldown.set(None);
+                error.set(None);
             }
-        });
-    };
-    move || {
-        cooldown.get().map(|c| {
-            let key = c.key.clone();
-            view! {
-                <span class="cooldown" title=c.key.clone()>
-                    {format!("Provider cooling down until {}", hhmm(c.until))}
-                </span>
-                <button class="secondary" title="Let the next run ask the provider again"
-                    on:click=move |_| clear(key.clone())>"Clear cooldown"</button>
-                <span class="error">{move || error.get()}</span>
-            }
-        })
-    }
+            Err(e) => error.set(Some(e.explain())),
+        }
+    });
 }
 
 #[cfg(test)]

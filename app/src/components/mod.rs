@@ -31,17 +31,3 @@ impl Sessions {
             });
     }
 }
-
-/// A short local time, `14:32`, for a time in epoch millis.
-pub fn hhmm(ms: i64) -> String {
-    #[cfg(feature = "hydrate")]
-    {
-        let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
-        format!("{:02}:{:02}", d.get_hours(), d.get_minutes())
-    }
-    #[cfg(not(feature = "hydrate"))]
-    {
-        let mins = ms / 60_000;
-        format!("{:02}:{:02}", (mins / 60) % 24, mins % 60)
-    }
-}

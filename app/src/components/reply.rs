@@ -1,47 +1,53 @@
 //! One message of the chat: an operator prompt (with its run's state) or an agent reply
 //! (streaming, complete, failed with its classification, or stopped).
 use super::chat::Chat;
-use crate::client::{api, fetch_json, ClientError};
-use crate::wire::{Message, MessageStatus, Receipt, Role, Run, RunKind, RunStatus};
+use crate::client::{api, fetch_json};
+use crate::wire::{Message, MessageStatus, Receipt, Regenerate, Role, Run, RunKind, RunStatus};
 use leptos::prelude::*;
 
 #[component]
 pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
     let chat = expect_context::<Chat>();
-    let role = move || message.with(|m| m.role);
+    // A message's role never changes: read once, so nothing here re-renders on a delta.
+    let role = message.with_untracked(|m| m.role);
+    let look = Memo::new(move |_| message.with(|m| (m.status, m.superseded)));
+    let run_attr = Memo::new(move |_| message.with(|m| m.run_id.clone()));
     let class = move || {
-        message.with(|m| {
-            let role = if m.role == Role::Operator {
-                "operator"
-            } else {
-                "agent"
-            };
-            let status = match m.status {
-                Some(MessageStatus::Streaming) => " streaming",
-                Some(MessageStatus::Failed) => " failed",
-                Some(MessageStatus::Cancelled) => " cancelled",
-                _ => "",
-            };
-            let folded = if m.superseded { " superseded" } else { "" };
-            format!("msg {role}{status}{folded}")
-        })
+        let (status, superseded) = look.get();
+        let role = if role == Role::Operator {
+            "operator"
+        } else {
+            "agent"
+        };
+        let status = match status {
+            Some(MessageStatus::Streaming) => " streaming",
+            Some(MessageStatus::Failed) => " failed",
+            Some(MessageStatus::Cancelled) => " cancelled",
+            _ => "",
+        };
+        let folded = if superseded { " superseded" } else { "" };
+        format!("msg {role}{status}{folded}")
     };
     // The operator prompt's latest run, for "queued"/"held" tags.
     let prompt_run = move || {
-        let id = message.with(|m| m.id.clone());
+        let id = message.with_untracked(|m| m.id.clone());
         chat.runs
             .with(|rs| rs.iter().rev().find(|r| r.anchor_message_id == id).cloned())
     };
-    let shown = move || !message.with(|m| m.superseded) || chat.show_superseded.get();
+    let shown = move || !look.get().1 || chat.show_superseded.get();
     view! {
         <Show when=shown>
-        <li class=class data-role=move || if role() == Role::Operator { "operator" } else { "agent" }>
+        <li class=class data-role=if role == Role::Operator { "operator" } else { "agent" }
+            data-run=move || run_attr.get()>
             <div class="who">
-                {move || if role() == Role::Operator { "You" } else { "Agent" }}
-                {move || (role() == Role::Operator).then(|| prompt_run().and_then(|r| run_tag(chat, &r)))}
+                {if role == Role::Operator { "You" } else { "Agent" }}
+                {(role == Role::Operator).then_some(move || prompt_run().and_then(|r| run_tag(chat, &r)))}
+                // At the top of the reply: it does not move while the text grows below it.
+                {(role == Role::Agent).then(|| view! { <StopButton message/> })}
             </div>
+            // Text streams into this node alone; nothing around it is rebuilt per delta.
             <div class="content">{move || message.with(|m| m.content.clone())}</div>
-            {move || (role() == Role::Agent).then(|| view! { <ReplyState message/> })}
+            {(role == Role::Agent).then(|| view! { <ReplyState message/> })}
         </li>
         </Show>
     }
@@ -76,28 +82,62 @@ fn run_tag(chat: Chat, r: &Run) -> Option<AnyView> {
     }
 }
 
+/// Stop, shown while the reply's run is queued or running: from the run's status alone, so
+/// the button stays the same DOM node while text streams.
+#[component]
+fn StopButton(message: RwSignal<Message>) -> impl IntoView {
+    let chat = expect_context::<Chat>();
+    let error = RwSignal::new(None::<String>);
+    let run_id = Memo::new(move |_| message.with(|m| m.run_id.clone()));
+    let active = Memo::new(move |_| {
+        let id = run_id.get();
+        let run = chat.runs.with(|rs| {
+            rs.iter()
+                .find(|r| Some(&r.id) == id.as_ref())
+                .map(|r| r.status)
+        });
+        match run {
+            Some(s) => s.is_active(),
+            None => message.with(|m| m.status == Some(MessageStatus::Streaming)),
+        }
+    });
+    let stop = move |_| {
+        if let Some(run_id) = run_id.get_untracked() {
+            chat.stop_run(run_id, error);
+        }
+    };
+    view! {
+        <Show when=move || active.get()>
+            <button class="stop" on:click=stop>"Stop"</button>
+            <span class="error">{move || error.get()}</span>
+        </Show>
+    }
+}
+
 #[component]
 fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
     let chat = expect_context::<Chat>();
     let stop_error = RwSignal::new(None::<String>);
-    let stop = move |_| {
-        let Some(run_id) = message.with_untracked(|m| m.run_id.clone()) else {
-            return;
-        };
-        let Some(sid) = chat.session_id() else {
-            return;
-        };
-        leptos::task::spawn_local(async move {
-            let url = api(&format!("/sessions/{sid}/runs/{run_id}/cancel"));
-            let res: Result<Run, ClientError> = fetch_json("POST", &url, Some("{}".into())).await;
-            match res {
-                Ok(run) => chat.apply(crate::wire::Event::Run(run)),
-                Err(e) => stop_error.set(Some(e.explain())),
-            }
+    let run_id = Memo::new(move |_| message.with(|m| m.run_id.clone()));
+    let status = Memo::new(move |_| message.with(|m| m.status));
+    // Stop shows while the reply's run is queued or running: from the run's status alone, so
+    // the button stays the same DOM node while text streams.
+    let run_active = Memo::new(move |_| {
+        let id = run_id.get();
+        let run = chat.runs.with(|rs| {
+            rs.iter()
+                .find(|r| Some(&r.id) == id.as_ref())
+                .map(|r| r.status)
         });
-    };
+        match run {
+            Some(s) => s.is_active(),
+            None => status.get() == Some(MessageStatus::Streaming),
+        }
+    });
+    // Regenerate the reply the operator sees: `if_last_run` is its run, so a click in a
+    // second tab (or after Tier 2 went) finds it taken and follows the new run instead.
     let regenerate = move |_| {
-        let Some(run_id) = message.with_untracked(|m| m.run_id.clone()) else {
+        let Some(run_id) = run_id.get_untracked() else {
             return;
         };
         let Some(sid) = chat.session_id() else {
@@ -109,58 +149,77 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
                 .map(|r| r.anchor_message_id.clone())
         });
         let Some(anchor) = anchor else { return };
+        chat.notice.set(None);
+        stop_error.set(None);
         leptos::task::spawn_local(async move {
             let url = api(&format!("/sessions/{sid}/messages/{anchor}/regenerate"));
-            if let Err(e) = fetch_json::<Receipt>("POST", &url, Some("{}".into())).await {
-                stop_error.set(Some(e.explain()));
+            let body = serde_json::to_string(&Regenerate {
+                if_last_run: Some(run_id),
+                manual: true,
+            })
+            .ok();
+            match fetch_json::<Receipt>("POST", &url, body).await {
+                Ok(_) => {}
+                Err(e) if e.code == "regenerate.stale" => {
+                    chat.notice.set(Some(
+                        "Already retried in another tab — following the new run.".into(),
+                    ));
+                    chat.resync();
+                }
+                Err(e) => stop_error.set(Some(e.explain())),
             }
         });
     };
-    move || {
-        let m = message.get();
-        match m.status {
-            Some(MessageStatus::Streaming) => view! {
-                <div class="reply-state">
-                    <span class="typing" aria-label="writing">"▍"</span>
-                    {move || tier1_wait(&chat, message.with(|m| m.run_id.clone()))}
-                    <button class="stop" on:click=stop>"Stop"</button>
-                    <span class="error">{move || stop_error.get()}</span>
-                </div>
-            }
-            .into_any(),
-            Some(MessageStatus::Failed) => {
-                let class = m
-                    .retry
-                    .as_ref()
-                    .map(|r| r.retry_class.clone())
-                    .unwrap_or_else(|| "unknown".into());
-                let retryable = m.retry.as_ref().is_some_and(|r| r.retryable);
-                view! {
-                    <div class="reply-state failure" role="status">
-                        <strong>"This reply failed"</strong>
-                        <span class="class">{class}</span>
-                        <span class="retryable">{if retryable { "retryable" } else { "not retryable" }}</span>
-                        <p>{m.error_message.clone().unwrap_or_default()}</p>
-                        <button class="secondary" on:click=regenerate>"Regenerate"</button>
-                    </div>
-                }
-                .into_any()
-            }
-            Some(MessageStatus::Cancelled) => view! {
-                <div class="reply-state">
-                    <span class="tag">"Stopped"</span>
-                    <button class="secondary" on:click=regenerate>"Regenerate"</button>
-                </div>
-            }
-            .into_any(),
-            _ => view! {
-                <div class="reply-state">
-                    {provenance_tag(&chat, &m)}
-                    <button class="secondary" on:click=regenerate>"Regenerate"</button>
-                </div>
-            }
-            .into_any(),
+    let regenerate_button = move || {
+        (!run_active.get()).then(|| {
+            view! { <button class="secondary" on:click=regenerate>"Regenerate"</button> }
+        })
+    };
+    let state = move || match status.get() {
+        Some(MessageStatus::Streaming) => view! {
+            <span class="typing" aria-label="writing">"▍"</span>
+            {move || tier1_wait(&chat, run_id.get())}
         }
+        .into_any(),
+        Some(MessageStatus::Failed) => {
+            let (class, retryable, error) = message.with_untracked(|m| {
+                (
+                    m.retry
+                        .as_ref()
+                        .map(|r| r.retry_class.clone())
+                        .unwrap_or_else(|| "unknown".into()),
+                    m.retry.as_ref().is_some_and(|r| r.retryable),
+                    m.error_message.clone().unwrap_or_default(),
+                )
+            });
+            let tip = format!(
+                "class: {class} ({})",
+                if retryable {
+                    "retryable"
+                } else {
+                    "not retryable"
+                }
+            );
+            let error = crate::clock::localize_http_dates(&error, crate::clock::at);
+            view! {
+                <strong>"Failed"</strong>
+                <span class="class" title=tip>{super::retry_banner::label(&class)}</span>
+                <p class="error-message">{error}</p>
+            }
+            .into_any()
+        }
+        Some(MessageStatus::Cancelled) => view! { <span class="tag">"Stopped"</span> }.into_any(),
+        _ => message
+            .with_untracked(|m| provenance_tag(&chat, m))
+            .into_any(),
+    };
+    let failed = move || status.get() == Some(MessageStatus::Failed);
+    view! {
+        <div class="reply-state" class:failure=failed role=move || failed().then_some("status")>
+            {state}
+            {regenerate_button}
+            <span class="error">{move || stop_error.get()}</span>
+        </div>
     }
 }
 

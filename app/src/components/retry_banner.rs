@@ -1,11 +1,11 @@
 //! Tier 2 in the page: drives the pure [`Tier2`] machine with browser timers and an
-//! abortable regenerate call, and shows its state — "Retrying in 8 s (attempt 3)",
-//! "Retry after 14:32", or why a failure is not retried and what to do.
+//! abortable regenerate call, and shows its state in one banner docked above the composer —
+//! "Retrying in 8 s (attempt 3)", "Provider cooling down: retry after 14:32 (in 49 min)",
+//! "Automatic retry cancelled — Retry now", or why a failure is not retried and what to do.
 use super::chat::Chat;
-use super::cooldown_note::{self, CooldownNote};
-use super::hhmm;
-use super::session_list::now_ms;
+use super::cooldown_note;
 use crate::client::{api, fetch_json, fetch_json_with, Abort};
+use crate::clock::{at_with_hint, now_ms};
 use crate::tier2::{self, Answer, ArmKind, Failure, Input, Policy, State, Tier2};
 use crate::wire::{AutoRetry, ClientConfig, Receipt, RetryReceipt, Run, RunStatus, Session};
 use leptos::prelude::*;
@@ -23,6 +23,14 @@ pub struct Retrier {
     pending: StoredValue<Option<(String, String)>>,
     session_id: StoredValue<String>,
     pub error: RwSignal<Option<String>>,
+    /// "Already retried in another tab": this tab's retry found the turn taken.
+    pub stale: RwSignal<bool>,
+}
+
+impl Default for Retrier {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Retrier {
@@ -40,6 +48,7 @@ impl Retrier {
             pending: StoredValue::new(None),
             session_id: StoredValue::new(String::new()),
             error: RwSignal::new(None),
+            stale: RwSignal::new(false),
         }
     }
 
@@ -63,8 +72,9 @@ impl Retrier {
         });
     }
 
-    /// Tells the machine about a run's new state; `live` is false for a loaded snapshot.
-    pub fn observe(&self, run: &Run, live: bool) {
+    /// Tells the machine about a run's new state; `live` is false for a loaded snapshot;
+    /// `streak`: how many times in a row the turn has failed ([`tier2::failed_streak`]).
+    pub fn observe(&self, run: &Run, live: bool, streak: u32) {
         if run.held_by.is_some() {
             return;
         }
@@ -75,6 +85,8 @@ impl Retrier {
                     anchor_id: run.anchor_message_id.clone(),
                     retry: run.retry.clone(),
                     finished_at: run.finished_at.unwrap_or(0),
+                    dismissed: run.retry_dismissed_at.is_some(),
+                    streak,
                 },
                 live,
                 now: now_ms(),
@@ -87,6 +99,13 @@ impl Retrier {
     }
 
     pub fn feed(&self, input: Input) {
+        // "Already retried in another tab" lasts while this tab follows that run.
+        if !matches!(
+            input,
+            Input::RunActive | Input::TimerFired { .. } | Input::DispatchAnswered { .. }
+        ) {
+            self.stale.set(false);
+        }
         let effects = self
             .machine
             .try_update_value(|m| m.step(input))
@@ -115,7 +134,8 @@ impl Retrier {
         match effect {
             tier2::Effect::StartTimer { generation, at } => {
                 self.stop_timer();
-                let wait = Duration::from_millis((at - now_ms()).max(0) as u64);
+                // At most one browser timer's reach; an early fire re-arms (see `tier2`).
+                let wait = Duration::from_millis(tier2::timer_wait(at, now_ms()));
                 let fire = move || {
                     this.feed(Input::TimerFired {
                         generation,
@@ -140,6 +160,7 @@ impl Retrier {
                 let url = api(&format!("/sessions/{sid}/messages/{anchor_id}/regenerate"));
                 let body = serde_json::to_string(&crate::wire::Regenerate {
                     if_last_run: Some(if_last_run),
+                    manual: false,
                 })
                 .ok();
                 leptos::task::spawn_local(async move {
@@ -147,7 +168,9 @@ impl Retrier {
                     let answer = match res {
                         Ok(r) => Answer::Receipt { run_id: r.run_id },
                         Err(e) if e.status >= 400 => {
-                            if e.code != "regenerate.stale" {
+                            if e.code == "regenerate.stale" {
+                                this.stale.set(true);
+                            } else {
                                 this.error.set(Some(e.explain()));
                             }
                             Answer::Refused { code: e.code }
@@ -191,6 +214,18 @@ impl Retrier {
                     }
                 });
             }
+            tier2::Effect::DismissRetry { run_id } => {
+                let sid = self.session_id.get_value();
+                leptos::task::spawn_local(async move {
+                    let url = api(&format!("/sessions/{sid}/runs/{run_id}/dismiss-retry"));
+                    if let Err(e) = fetch_json::<Run>("POST", &url, Some("{}".into())).await {
+                        // A run that ended otherwise meanwhile (`conflict`) has nothing to keep.
+                        if e.code != "conflict" {
+                            this.error.set(Some(e.explain()));
+                        }
+                    }
+                });
+            }
             tier2::Effect::CancelRun { run_id } => {
                 let sid = self.session_id.get_value();
                 leptos::task::spawn_local(async move {
@@ -202,25 +237,28 @@ impl Retrier {
     }
 }
 
-/// What the operator can do about a failure that is not retried automatically.
+/// What the operator can do about a failure that is not retried automatically (the banner's
+/// headline already says what happened).
 fn advice(class: &str) -> &'static str {
     match class {
-        "auth_failed" => "The provider rejected the API key: fix MULLIGAN_API_KEY and restart, then Regenerate.",
-        "credentials_unresolved" => "No API key is configured: set MULLIGAN_API_KEY and restart, then Regenerate.",
-        "spend_limit_exceeded" => "This session spent its token budget: raise MULLIGAN_SPEND_LIMIT_TOKENS or start a new session.",
-        "quota_exhausted" => "The provider account is out of quota or credit: top it up, then Regenerate.",
-        "context_overflow" => "The conversation no longer fits the model even after compaction: shorten the prompt or start a new session.",
-        "invalid_request" => "The provider refused the request as invalid: edit the prompt and send it again.",
+        "auth_failed" => "Fix MULLIGAN_API_KEY and restart, then Regenerate.",
+        "credentials_unresolved" => "Set MULLIGAN_API_KEY and restart, then Regenerate.",
+        "spend_limit_exceeded" => "Raise MULLIGAN_SPEND_LIMIT_TOKENS or start a new session.",
+        "quota_exhausted" => "Top the provider account up, then Regenerate.",
+        "context_overflow" => "Shorten the prompt or start a new session.",
+        "invalid_request" => "Edit the prompt and send it again.",
+        "max_steps" => "Raise MULLIGAN_MAX_STEPS or split the task, then Regenerate.",
         _ => "Regenerate to try again.",
     }
 }
 
-/// The banner under a failed turn: countdown, scheduled retry, or why not and what to do.
+/// The banner docked above the composer: countdown, scheduled retry, or why not and what to do.
 #[component]
 pub fn RetryBanner() -> impl IntoView {
     let chat = expect_context::<Chat>();
     let retrier = expect_context::<Retrier>();
     let cooldown = cooldown_note::watch(chat);
+    let cooldown_error = RwSignal::new(None::<String>);
     // A clock that ticks only while a countdown shows: no work while idle.
     let now = RwSignal::new(now_ms());
     let ticker = StoredValue::new_local(None::<IntervalHandle>);
@@ -229,13 +267,7 @@ pub fn RetryBanner() -> impl IntoView {
             .with(|s| s.as_ref().and_then(|s| s.waiting_retry.clone()))
     };
     Effect::new(move |_| {
-        let armed = matches!(
-            retrier.state.get(),
-            State::Armed {
-                kind: ArmKind::Countdown,
-                ..
-            }
-        ) || waiting().is_some();
+        let armed = matches!(retrier.state.get(), State::Armed { .. }) || waiting().is_some();
         if let Some(Some(h)) = ticker.try_update_value(|t| t.take()) {
             h.clear();
         }
@@ -257,8 +289,12 @@ pub fn RetryBanner() -> impl IntoView {
                 .cloned()
         })
     };
-    let retry_now = move |_| retrier.feed(Input::OperatorRetryNow { now: now_ms() });
-    let cancel = move |_| retrier.feed(Input::OperatorCancel);
+    let clear_cooldown = move |_| {
+        let Some(key) = cooldown.with_untracked(|c| c.as_ref().map(|c| c.key.clone())) else {
+            return;
+        };
+        cooldown_note::clear(key, cooldown, cooldown_error);
+    };
     // A background session's retries belong to the server: these act on its waiting retry.
     let server_call = move |method: &'static str, path: &'static str| {
         let Some(sid) = chat.session_id() else { return };
@@ -282,6 +318,17 @@ pub fn RetryBanner() -> impl IntoView {
                 .is_some_and(|s| s.auto_retry == AutoRetry::Background)
         })
     };
+    // "Provider cooling down until 09:52 (in 49 min)" and its button, when a cooldown is behind
+    // the failure; `lead` starts the sentence the banner's state continues.
+    let cooldown_until = move || cooldown.with(|c| c.as_ref().map(|c| (c.until, c.key.clone())));
+    let clear_button = move || {
+        cooldown_until().map(|(_, key)| {
+            view! {
+                <button class="secondary" title=format!("Let the next run ask the provider again ({key})")
+                    on:click=clear_cooldown>"Clear cooldown"</button>
+            }
+        })
+    };
     move || {
         // The failed turn, or (while a retry is on its way) the failure being retried.
         let retry = match failed_turn() {
@@ -296,78 +343,163 @@ pub fn RetryBanner() -> impl IntoView {
             .map(|r| r.retry_class.clone())
             .unwrap_or_default();
         let retryable = retry.as_ref().is_some_and(|r| r.retryable);
-        let body = match (waiting(), retrier.state.get()) {
-            (Some(w), _) => {
-                let (fires_at, attempt) = (w.fires_at, w.attempt);
-                let when = move || {
-                    let left = fires_at - now.get();
-                    if left > 120_000 {
-                        format!("Retrying on the server at {} (attempt {attempt})", hhmm(fires_at))
+        let cooling = cooldown_until().map(|c| c.0);
+        // One view for every state (a smaller bundle than one per state): the sentence, the
+        // main action, Clear cooldown when one is behind the failure, and Cancel.
+        let (text, look, act, cancel): (Signal<String>, &str, Act, Option<bool>) =
+            match (waiting(), retrier.state.get()) {
+                (Some(w), _) => {
+                    let (fires_at, attempt) = (w.fires_at, w.attempt);
+                    let when = Signal::derive(move || {
+                        let left = fires_at - now.get();
+                        if left > 120_000 {
+                            format!(
+                                "Retrying on the server at {} (attempt {attempt})",
+                                at_with_hint(fires_at, now.get())
+                            )
+                        } else {
+                            format!(
+                                "Retrying on the server in {} s (attempt {attempt})",
+                                (left.max(0) + 999) / 1000
+                            )
+                        }
+                    });
+                    (
+                        when,
+                        "countdown server-retry",
+                        Act::ServerRetry("Retry now"),
+                        Some(true),
+                    )
+                }
+                (None, State::Idle) if retryable && background() => (
+                    fixed(cooling_sentence(cooling, "This turn can be retried.")),
+                    "",
+                    Act::ServerRetry("Retry"),
+                    None,
+                ),
+                (
+                    None,
+                    State::Armed {
+                        kind: ArmKind::Countdown,
+                        fires_at,
+                        attempt,
+                        ..
+                    },
+                ) => (
+                    Signal::derive(move || {
+                        let secs = ((fires_at - now.get()).max(0) + 999) / 1000;
+                        format!("Retrying in {secs} s (attempt {attempt})")
+                    }),
+                    "countdown",
+                    Act::Retry("Retry now"),
+                    Some(false),
+                ),
+                (
+                    None,
+                    State::Armed {
+                        kind: ArmKind::Scheduled,
+                        fires_at,
+                        ..
+                    },
+                ) => {
+                    // One sentence, one time: the cooldown's and the retry's are the same wait.
+                    let who = if cooling.is_some() {
+                        "Provider cooling down"
                     } else {
-                        format!("Retrying on the server in {} s (attempt {attempt})", (left.max(0) + 999) / 1000)
-                    }
-                };
-                view! {
-                    <span class="countdown server-retry">{when}</span>
-                    <button on:click=move |_| server_call("POST", "retry")>"Retry now"</button>
-                    <button class="secondary" on:click=move |_| server_call("DELETE", "waiting-retry")>"Cancel"</button>
+                        "Provider asked to wait"
+                    };
+                    (
+                        Signal::derive(move || {
+                            format!("{who}: retry after {}", at_with_hint(fires_at, now.get()))
+                        }),
+                        "countdown scheduled",
+                        Act::Retry("Retry now"),
+                        Some(false),
+                    )
                 }
-                .into_any()
-            }
-            (None, State::Idle) if retryable && background() => view! {
-                <span>"This turn can be retried."</span>
-                <button on:click=move |_| server_call("POST", "retry")>"Retry"</button>
-            }
-            .into_any(),
-            (None, state) => match state {
-            State::Armed { kind: ArmKind::Countdown, fires_at, attempt, .. } => {
-                let secs = move || ((fires_at - now.get()).max(0) + 999) / 1000;
-                view! {
-                    <span class="countdown">{move || format!("Retrying in {} s (attempt {attempt})", secs())}</span>
-                    <button on:click=retry_now>"Retry now"</button>
-                    <button class="secondary" on:click=cancel>"Cancel"</button>
-                }
-                .into_any()
-            }
-            State::Armed { kind: ArmKind::Scheduled, fires_at, .. } => view! {
-                <span class="countdown">{format!("Provider asked to wait. Retry after {}", hhmm(fires_at))}</span>
-                <button on:click=retry_now>"Retry now"</button>
-                <button class="secondary" on:click=cancel>"Cancel"</button>
-            }
-            .into_any(),
-            State::Dispatching { .. } => view! {
-                <span class="countdown">"Retrying…"</span>
-                <button class="secondary" on:click=cancel>"Cancel"</button>
-            }
-            .into_any(),
-            State::Cancelled => view! {
-                <span>"Automatic retry cancelled."</span>
-                <button on:click=retry_now>"Retry now"</button>
-            }
-            .into_any(),
-            State::Idle if retryable => view! {
-                <span>"This turn can be retried."</span>
-                <button on:click=retry_now>"Retry"</button>
-            }
-            .into_any(),
-            State::Idle => view! {
-                <span class="advice">{advice(&class)}</span>
-            }
-            .into_any(),
-            },
+                (None, State::Dispatching { .. }) => (
+                    fixed("Retrying…".into()),
+                    "countdown",
+                    Act::None,
+                    Some(false),
+                ),
+                (None, State::Cancelled) => (
+                    fixed(format!(
+                        "{} — ",
+                        cooling_sentence(cooling, "Automatic retry cancelled")
+                    )),
+                    "cancelled",
+                    Act::Retry("Retry now"),
+                    None,
+                ),
+                (None, State::Idle) if retryable => (
+                    fixed(cooling_sentence(cooling, "This turn can be retried.")),
+                    "",
+                    Act::Retry("Retry"),
+                    None,
+                ),
+                (None, State::Idle) => (fixed(advice(&class).into()), "advice", Act::None, None),
+            };
+        let main = move |_| match act {
+            Act::Retry(_) => retrier.feed(Input::OperatorRetryNow { now: now_ms() }),
+            Act::ServerRetry(_) => server_call("POST", "retry"),
+            Act::None => {}
+        };
+        let stop = move |_| match cancel {
+            Some(true) => server_call("DELETE", "waiting-retry"),
+            _ => retrier.feed(Input::OperatorCancel),
         };
         Some(view! {
             <div class="retry-banner" role="status" aria-live="polite" data-class=class.clone()>
-                <strong class="why">{describe(&class)}</strong>
-                <CooldownNote cooldown=cooldown/>
-                {body}
-                <span class="error">{move || retrier.error.get()}</span>
+                <strong class="why" title=format!("class: {class}")>{describe(&class)}</strong>
+                <span class=look>{text}</span>
+                <span class="actions">
+                    {act.label().map(|l| view! { <button on:click=main>{l}</button> })}
+                    {clear_button}
+                    {cancel.map(|_| view! { <button class="secondary" on:click=stop>"Cancel"</button> })}
+                </span>
+                <span class="error">{move || retrier.error.get().or_else(|| cooldown_error.get())}</span>
             </div>
         })
     }
 }
 
-/// The failure class in plain words.
+/// The banner's main button: Tier 2's Retry now here, or the server's retry.
+#[derive(Clone, Copy)]
+enum Act {
+    None,
+    Retry(&'static str),
+    ServerRetry(&'static str),
+}
+
+impl Act {
+    fn label(self) -> Option<&'static str> {
+        match self {
+            Act::None => None,
+            Act::Retry(l) | Act::ServerRetry(l) => Some(l),
+        }
+    }
+}
+
+/// A sentence that does not change while shown.
+fn fixed(text: String) -> Signal<String> {
+    Signal::stored(text)
+}
+
+/// `base`, with the cooldown behind it when there is one: "Automatic retry cancelled; the
+/// provider is cooling down until 09:52 (in 49 min)".
+fn cooling_sentence(until: Option<i64>, base: &str) -> String {
+    match until {
+        Some(t) => format!(
+            "{}; provider cooling down until {}",
+            base.trim_end_matches('.'),
+            at_with_hint(t, now_ms())
+        ),
+        None => base.to_string(),
+    }
+}
+
+/// The failure class in plain words, as a sentence (the banner's headline).
 pub fn describe(class: &str) -> &'static str {
     match class {
         "rate_limited" => "The provider is rate limiting.",
@@ -376,12 +508,39 @@ pub fn describe(class: &str) -> &'static str {
         "network" => "The provider could not be reached.",
         "stream_interrupted" => "The reply was cut off.",
         "interrupted" => "The server stopped while this reply was being written.",
+        "timeout" => "The provider did not answer in time.",
+        "internal" => "Mulligan itself failed this turn.",
         "context_overflow" => "The conversation is too long for the model.",
         "auth_failed" => "The provider rejected the API key.",
         "credentials_unresolved" => "No API key is configured.",
         "spend_limit_exceeded" => "The session's token budget is spent.",
         "quota_exhausted" => "The provider account is out of quota.",
         "invalid_request" => "The provider refused the request.",
+        "max_steps" => "The turn reached its step limit.",
+        "reply_too_large" => "The reply grew too large.",
         _ => "The reply failed.",
+    }
+}
+
+/// The failure class as a short label ("Rate limited"); the class itself goes in a tooltip.
+pub fn label(class: &str) -> &'static str {
+    match class {
+        "rate_limited" => "Rate limited",
+        "overloaded" => "Provider overloaded",
+        "server_error" => "Provider error",
+        "network" => "Provider unreachable",
+        "stream_interrupted" => "Reply cut off",
+        "interrupted" => "Interrupted by a restart",
+        "timeout" => "Provider timed out",
+        "internal" => "Mulligan error",
+        "context_overflow" => "Conversation too long",
+        "auth_failed" => "API key rejected",
+        "credentials_unresolved" => "No API key",
+        "spend_limit_exceeded" => "Token budget spent",
+        "quota_exhausted" => "Out of quota",
+        "invalid_request" => "Request refused",
+        "max_steps" => "Step limit reached",
+        "reply_too_large" => "Reply too large",
+        _ => "Failed",
     }
 }

@@ -1,6 +1,7 @@
 //! The session list: every session with its state, and the form that creates one.
 use super::use_sessions;
 use crate::client::{api, fetch_json, ClientError};
+use crate::clock::{at, now_ms};
 use crate::wire::{CreateSession, RunStatus, Session, SessionList as List, SessionStatus};
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_navigate};
@@ -40,7 +41,7 @@ pub fn SessionList() -> impl IntoView {
                 <p class="error" role="alert">{move || error.get()}</p>
             </Show>
             <ul class="sessions">
-                <For each=move || sessions.0.get() key=|s| (s.id.clone(), s.title.clone(), state_label(s)) let:s>
+                <For each=move || sessions.0.get() key=|s| (s.id.clone(), s.title.clone(), state_label(s), last_activity(s)) let:s>
                     {
                         let href = format!("/s/{}", s.id);
                         let current = {
@@ -48,14 +49,16 @@ pub fn SessionList() -> impl IntoView {
                             Signal::derive(move || location.pathname.get() == href)
                         };
                         let label = state_label(&s);
+                        let active = last_activity(&s);
                         view! {
-                            <li>
+                            <li class=format!("session {}", label.0)>
                                 <a href=href class:current=current aria-current=move || current.get().then_some("page")>
-                                    <span class="title">{s.title.clone()}</span>
+                                    <span class="title" title=s.title.clone()>{s.title.clone()}</span>
                                     <span class="meta">
-                                        <span class="model">{s.model.clone()}</span>
-                                        <span class=format!("state {}", label.0)>{label.1}</span>
+                                        <span class="model" title=s.model.clone()>{s.model.clone()}</span>
+                                        <time class="activity" title="Last activity">{at(active)}</time>
                                     </span>
+                                    <span class=format!("state {}", label.0)>{label.1}</span>
                                 </a>
                             </li>
                         }
@@ -75,18 +78,12 @@ pub fn state_label(s: &Session) -> (&'static str, String) {
         return ("running", "running".into());
     }
     if let Some(w) = &s.waiting_retry {
-        return (
-            "scheduled",
-            format!("retry scheduled {}", super::hhmm(w.fires_at)),
-        );
+        return ("scheduled", format!("retry scheduled {}", at(w.fires_at)));
     }
     match &s.last_run {
         Some(r) if r.status == RunStatus::Failed => match &r.retry {
             Some(c) if c.retryable => match c.retry_after_until {
-                Some(t) if t > now_ms() => (
-                    "scheduled",
-                    format!("failed · retry after {}", super::hhmm(t)),
-                ),
+                Some(t) if t > now_ms() => ("scheduled", format!("failed · retry after {}", at(t))),
                 _ => ("retryable", "failed · retryable".into()),
             },
             _ => ("failed", "failed (not retryable)".into()),
@@ -96,11 +93,13 @@ pub fn state_label(s: &Session) -> (&'static str, String) {
     }
 }
 
-pub fn now_ms() -> i64 {
-    #[cfg(feature = "hydrate")]
-    return js_sys::Date::now() as i64;
-    #[cfg(not(feature = "hydrate"))]
-    return 0;
+/// When the session last did something: its last run's end, else its creation.
+pub fn last_activity(s: &Session) -> i64 {
+    s.last_run
+        .as_ref()
+        .and_then(|r| r.finished_at)
+        .unwrap_or(s.created_at)
+        .max(s.created_at)
 }
 
 #[component]

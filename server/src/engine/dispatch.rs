@@ -60,19 +60,24 @@ impl Engine {
 
     /// Supersedes everything after operator message `mid` (queued and held prompts excepted)
     /// and runs again from it. With `if_last_run`, only while that run is still the anchor's
-    /// latest and `failed` (else `regenerate.stale`), checked under the same lock as the queueing.
-    /// Counted where it happens: a regenerate with `if_last_run` is a Tier 2 retry, and the
-    /// ended runs whose replies it superseded are counted `superseded`.
+    /// latest and `failed` (else `regenerate.stale`), checked under the same lock as the
+    /// queueing. `manual` (an operator's click on the reply they saw): the latest run may also
+    /// be `completed` or `cancelled`, so two tabs regenerating one reply start one run.
+    /// Counted where it happens: a regenerate with `if_last_run` and not `manual` is a Tier 2
+    /// retry, and the ended runs whose replies it superseded are counted `superseded`.
     pub async fn regenerate(
         &self,
         session_id: &str,
         mid: &str,
         if_last_run: Option<&str>,
+        manual: bool,
     ) -> Result<Receipt> {
-        if if_last_run.is_some() {
+        if if_last_run.is_some() && !manual {
             metrics().tier2_retry();
         }
-        let receipt = self.regenerate_from(session_id, mid, if_last_run).await?;
+        let receipt = self
+            .regenerate_from(session_id, mid, if_last_run, manual)
+            .await?;
         self.count_superseded_runs(&receipt.superseded).await;
         Ok(receipt)
     }
@@ -93,6 +98,7 @@ impl Engine {
         session_id: &str,
         mid: &str,
         if_last_run: Option<&str>,
+        manual: bool,
     ) -> Result<Receipt> {
         let anchor = self.store().message(mid).await?;
         if anchor.session_id != session_id {
@@ -106,16 +112,21 @@ impl Engine {
         let _guard = self.lock(session_id).await?;
         let latest = self.store().latest_run_for(mid).await?;
         if let Some(expected) = if_last_run {
-            let fresh = latest
-                .as_ref()
-                .is_some_and(|r| r.id == expected && r.status == RunStatus::Failed);
+            let fresh = latest.as_ref().is_some_and(|r| {
+                r.id == expected
+                    && match r.status {
+                        RunStatus::Failed => true,
+                        RunStatus::Completed | RunStatus::Cancelled => manual,
+                        RunStatus::Queued | RunStatus::Running => false,
+                    }
+            });
             if !fresh {
                 let now = latest
                     .map(|r| format!("{} ({:?})", r.id, r.status))
                     .unwrap_or_else(|| "none".into());
                 return Err(Error::refused(
                     "regenerate.stale",
-                    format!("run {expected} is no longer this prompt's latest failed run (latest: {now}); someone already retried it"),
+                    format!("run {expected} is no longer this prompt's latest ended run (latest: {now}); someone already retried it"),
                 ));
             }
         }
@@ -131,7 +142,7 @@ impl Engine {
                 kind: "regenerate".into(),
                 prompt_id: Some(mid.to_string()),
                 attempt: Some(attempt),
-                manual: None,
+                manual: manual.then_some(true),
                 from: None,
             }),
             supersede_after_anchor: true,

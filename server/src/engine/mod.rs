@@ -5,6 +5,7 @@
 //! per session", the claims and the ordering of queued prompts atomic.
 mod background;
 mod compact;
+mod dismiss;
 mod dispatch;
 mod lease;
 mod locks;

@@ -55,6 +55,7 @@ pub fn router(state: AppState) -> Router {
         )
         .mount(api::REGENERATE.route, sessions::regenerate)
         .mount(api::CANCEL_RUN.route, runs::cancel)
+        .mount(api::DISMISS_RETRY.route, runs::dismiss_retry)
         .mount(api::EVENTS, sse::events)
         .mount(api::RUN.route, runs::detail)
         .mount(api::PROVIDERS.route, providers::list)

@@ -1,4 +1,4 @@
-//! `/runs/:rid` and `/sessions/:sid/runs/:rid/cancel`.
+//! `/runs/:rid`, `/sessions/:sid/runs/:rid/cancel` and `…/dismiss-retry`.
 use super::AppState;
 use crate::error::Result;
 use app::wire::{Run, RunDetail};
@@ -20,4 +20,12 @@ pub async fn cancel(
     Path((sid, rid)): Path<(String, String)>,
 ) -> Result<Json<Run>> {
     Ok(Json(state.engine.cancel(&sid, &rid).await?))
+}
+
+/// `POST /sessions/:sid/runs/:rid/dismiss-retry`: the operator cancelled Tier 2 for this run.
+pub async fn dismiss_retry(
+    State(state): State<AppState>,
+    Path((sid, rid)): Path<(String, String)>,
+) -> Result<Json<Run>> {
+    Ok(Json(state.engine.dismiss_retry(&sid, &rid).await?))
 }

@@ -194,10 +194,10 @@ pub async fn regenerate(
     Path((sid, mid)): Path<(String, String)>,
     body: Option<ApiJson<app::wire::Regenerate>>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
-    let if_last_run = body.and_then(|ApiJson(b)| b.if_last_run);
+    let body = body.map(|ApiJson(b)| b).unwrap_or_default();
     let receipt = state
         .engine
-        .regenerate(&sid, &mid, if_last_run.as_deref())
+        .regenerate(&sid, &mid, body.if_last_run.as_deref(), body.manual)
         .await?;
     Ok((StatusCode::ACCEPTED, Json(receipt)))
 }

@@ -847,6 +847,23 @@ impl Store {
             })
     }
 
+    /// Records the operator's cancel of Tier 2 on a failed run (the first time wins; a repeat
+    /// answers the run as it is). `None` when the run is not `failed`.
+    pub async fn dismiss_retry(&self, run_id: &str) -> Result<Option<Run>> {
+        with_writer!(self, pool => {
+        let row = sqlx::query(
+            "UPDATE runs SET retry_dismissed_at = COALESCE(retry_dismissed_at, $1)
+             WHERE id = $2 AND status = 'failed'
+             RETURNING *",
+        )
+        .bind(now_ms())
+        .bind(run_id)
+        .fetch_optional(pool)
+        .await?;
+        Ok(row.as_ref().map(rows::run))
+            })
+    }
+
     /// Lets every held prompt of the session go on; answers the released runs, in order.
     pub async fn release_held(&self, session_id: &str) -> Result<Vec<Run>> {
         with_writer!(self, pool => {

@@ -213,6 +213,7 @@ pub fn run(row: &impl Get) -> Run {
         held_by: row.opt_text("held_by"),
         error_message: row.opt_text("error_message"),
         retry: retry(row),
+        retry_dismissed_at: row.opt_int("retry_dismissed_at"),
         created_at: row.int("created_at"),
         provenance: provenance(row),
         started_at: row.opt_int("started_at"),

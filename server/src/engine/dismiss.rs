@@ -1,0 +1,27 @@
+//! Dismiss: the operator's cancel of Tier 2 for a failed run, recorded on the run and
+//! announced, so that no tab, reload or other browser arms that failure again.
+use super::Engine;
+use crate::error::{Error, Result};
+use app::wire::{Event, Run, RunStatus};
+
+impl Engine {
+    /// Marks failed run `run_id` as "automatic retry cancelled" and announces it as a `run`
+    /// event. `conflict` when the run is not `failed`; `not_found` when it is not this
+    /// session's. Retry now and Regenerate still work on a dismissed run.
+    pub async fn dismiss_retry(&self, session_id: &str, run_id: &str) -> Result<Run> {
+        self.store().session_exists(session_id).await?;
+        let run = self.store().run(run_id).await?;
+        if run.session_id != session_id {
+            return Err(Error::not_found("run", run_id));
+        }
+        let Some(run) = self.store().dismiss_retry(run_id).await? else {
+            let status = format!("{:?}", run.status).to_lowercase();
+            return Err(Error::conflict(format!(
+                "run {run_id} is {status}, not failed: there is no automatic retry to cancel"
+            )));
+        };
+        debug_assert_eq!(run.status, RunStatus::Failed);
+        self.publish(session_id, Event::Run(run.clone()));
+        Ok(run)
+    }
+}
