@@ -94,7 +94,8 @@ pub const LAST_RUN_COLUMNS: &str = "lr.id AS lr_id, lr.session_id AS lr_session_
     lr.error_message AS lr_error_message, lr.retryable AS lr_retryable,
     lr.retry_class AS lr_retry_class, lr.retry_after_until AS lr_retry_after_until,
     lr.created_at AS lr_created_at, lr.provenance AS lr_provenance,
-    lr.started_at AS lr_started_at, lr.finished_at AS lr_finished_at";
+    lr.started_at AS lr_started_at, lr.finished_at AS lr_finished_at,
+    lr.retry_dismissed_at AS lr_retry_dismissed_at";
 
 pub fn run_status(s: &str) -> RunStatus {
     match s {
