@@ -52,8 +52,8 @@ pub async fn events(
         }
     }
     for e in &sub.backlog {
-        if e.logged.id > last {
-            last = e.logged.id;
+        if e.id > last {
+            last = e.id;
             first.push(e.frame.clone());
         }
     }
@@ -108,8 +108,8 @@ impl Live {
             tokio::select! {
                 biased;
                 got = self.rx.recv() => match got {
-                    Ok(e) if e.logged.id > self.last => {
-                        self.last = e.logged.id;
+                    Ok(e) if e.id > self.last => {
+                        self.last = e.id;
                         break e.frame.clone();
                     }
                     Ok(_) => continue,
@@ -124,8 +124,8 @@ impl Live {
         let mut joined: Option<Vec<u8>> = None;
         loop {
             match self.rx.try_recv() {
-                Ok(e) if e.logged.id > self.last => {
-                    self.last = e.logged.id;
+                Ok(e) if e.id > self.last => {
+                    self.last = e.id;
                     let buf = joined.get_or_insert_with(|| {
                         let mut v = Vec::with_capacity(first.len() * 8);
                         v.extend_from_slice(&first);
