@@ -10,6 +10,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod retry;
 pub mod store;
+pub mod wake;
 
 use config::{Config, ProviderKind};
 use engine::{Engine, EngineConfig};
