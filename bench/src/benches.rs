@@ -304,6 +304,35 @@ pub async fn b2_relay(
     })
 }
 
+/// Server CPU per run start: `sessions` sessions (subscribed first, untimed) each post one
+/// message whose reply is a single delta, all at once. Answers the server's CPU per run, so
+/// B2's CPU can be split into run starts and relayed deltas.
+pub async fn run_starts(server: &std::sync::Arc<Server>, sessions: usize) -> R<Duration> {
+    let model = stream_model(1, 0);
+    let subscribed: Vec<R<(String, Events)>> = futures::stream::iter(0..sessions)
+        .map(|_| async {
+            let sid = server.create_session(&model).await?;
+            let events = server.events(&sid).await?;
+            Ok((sid, events))
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let subscribed = subscribed.into_iter().collect::<R<Vec<_>>>()?;
+    let before = server.usage();
+    let tasks = subscribed
+        .into_iter()
+        .map(|(sid, mut events)| {
+            let server = server.clone();
+            tokio::spawn(async move { relay(&server, &mut events, &sid, 1).await })
+        })
+        .collect();
+    all(tasks).await?;
+    let after = server.usage();
+    let n = u32::try_from(sessions.max(1)).unwrap_or(u32::MAX);
+    Ok(after.cpu.saturating_sub(before.cpu) / n)
+}
+
 // ---- B3 ----
 
 #[derive(Clone, Copy, Debug)]

@@ -9,11 +9,14 @@
 //!
 //! Retention: `delta` events are not kept in the log for ever. Once a run's end is written,
 //! the session's delta rows before it are pruned (at once on one instance; after
-//! [`SHARED_PRUNE_GRACE`] on a shared log, so every follower has read them); deltas of a run
-//! whose end is in the same batch are never written at all. The stored reply and the
-//! `message` event published with the run's end carry the whole text, so a resume from the
-//! log over a pruned range gets that snapshot instead of the deltas; a resume within the
-//! in-memory window ([`RECENT`] events per session) still gets every delta.
+//! [`SHARED_PRUNE_GRACE`] on a shared log, so every follower has read them). One instance
+//! writes a delta row only when the delta leaves the session's in-memory window ([`RECENT`]
+//! events) while its run is still going, or when it is the newest event of a batch (so the
+//! log's highest id stays the highest id ever sent, and a restart never gives an id twice):
+//! a resume within the window is served from memory, and a resume below it finds every
+//! delta of a running run in the log. The stored reply and the `message` event published
+//! with the run's end carry the whole text, so a resume from the log over a pruned range
+//! gets that snapshot instead of the deltas.
 use crate::store::{LoggedEvent, Store, EVENTS_CHANNEL};
 use app::wire::{Delta, Event, Run, RunStatus};
 use std::collections::{HashMap, VecDeque};
@@ -35,11 +38,31 @@ const RETRY_CAP: Duration = Duration::from_secs(2);
 /// (a later resume reads the store instead).
 const IDLE: Duration = Duration::from_secs(60);
 
-/// One published event: the logged fields plus its SSE frame, rendered once.
+/// One published event: its SSE frame, rendered once (the JSON data is a slice of it, not
+/// a second copy), and the fields the log needs.
 #[derive(Debug)]
 pub struct Published {
-    pub logged: LoggedEvent,
+    pub id: i64,
+    pub name: &'static str,
+    /// Shared with the session's channel (no copy per event).
+    session_id: Arc<str>,
     pub frame: bytes_frame::Frame,
+    /// Where the `data:` JSON is in `frame`.
+    data: std::ops::Range<usize>,
+    /// A delta already written to the log (set and read by the writer task only).
+    stored: std::sync::atomic::AtomicBool,
+}
+
+impl Published {
+    /// The row the log stores for this event.
+    fn logged(&self) -> LoggedEvent {
+        LoggedEvent {
+            id: self.id,
+            session_id: self.session_id.to_string(),
+            name: self.name,
+            data: String::from_utf8_lossy(&self.frame[self.data.clone()]).into_owned(),
+        }
+    }
 }
 
 pub mod bytes_frame {
@@ -47,17 +70,53 @@ pub mod bytes_frame {
     pub type Frame = axum::body::Bytes;
 
     pub fn render(id: i64, name: &str, data: &str) -> Frame {
-        Frame::from(format!("id: {id}\nevent: {name}\ndata: {data}\n\n"))
+        render_with(id, name, data.len(), |buf| {
+            buf.extend_from_slice(data.as_bytes())
+        })
+        .0
+    }
+
+    /// Renders a frame in one buffer, `write` putting the (one-line JSON) data in; answers
+    /// where the data is in the frame.
+    pub fn render_with(
+        id: i64,
+        name: &str,
+        size_hint: usize,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> (Frame, std::ops::Range<usize>) {
+        use std::io::Write;
+        let mut buf = Vec::with_capacity(size_hint + name.len() + 40);
+        let _ = write!(buf, "id: {id}\nevent: {name}\ndata: ");
+        let start = buf.len();
+        write(&mut buf);
+        let end = buf.len();
+        buf.extend_from_slice(b"\n\n");
+        (Frame::from(buf), start..end)
     }
 }
 
+/// An event's data JSON, written into `buf` (the same JSON as [`Event::data_json`]).
+fn write_data(buf: &mut Vec<u8>, event: &Event) {
+    let r = match event {
+        Event::Message(m) => serde_json::to_writer(&mut *buf, m),
+        Event::Delta(d) => serde_json::to_writer(&mut *buf, d),
+        Event::Run(r) => serde_json::to_writer(&mut *buf, r),
+        Event::Attempt(a) => serde_json::to_writer(&mut *buf, a),
+        Event::Session(s) => serde_json::to_writer(&mut *buf, s),
+    };
+    r.expect("wire types always serialize");
+}
+
 struct Channel {
+    session_id: Arc<str>,
     tx: broadcast::Sender<Arc<Published>>,
     recent: VecDeque<Arc<Published>>,
     /// Events of this session with ids below this are not in `recent`: read them from the store.
     floor: i64,
     /// When the last event was delivered (or the channel made).
     active_at: std::time::Instant,
+    /// The id of this session's latest run end: deltas before it are never written.
+    ended_at: i64,
 }
 
 struct Inner {
@@ -178,28 +237,32 @@ impl EventHub {
     /// at once. Shared: queued for the log; the follower delivers it once it is there.
     pub fn publish(&self, session_id: &str, event: &Event) {
         let name = event.name();
-        let data = event.data_json();
         let ends_run = matches!(event, Event::Run(r) if !r.status.is_active());
         if self.mode == Mode::Shared {
+            let data = event.data_json();
             let _ = self
                 .writer
                 .send(Write::Pending(session_id.to_string(), name, data, ends_run));
             return;
         }
+        let hint = match event {
+            Event::Delta(d) => d.text.len() + d.run_id.len() + d.message_id.len() + 64,
+            _ => 512,
+        };
         let mut inner = self.inner.lock().expect("event hub lock");
         let id = inner.next_id;
         inner.next_id += 1;
+        let frame = bytes_frame::render_with(id, name, hint, |buf| write_data(buf, event));
         let published = deliver(
             &mut inner,
-            LoggedEvent {
-                id,
-                session_id: session_id.to_string(),
-                name,
-                data,
-            },
+            (id, session_id, name),
+            frame,
+            ends_run,
+            Some(&self.writer),
         );
-        drop(inner);
+        // Sent under the lock, so the writer gets events in id order.
         let _ = self.writer.send(Write::Event(published, ends_run));
+        drop(inner);
     }
 
     /// Delivers events read from the shared log, in order, to this instance's subscribers.
@@ -223,7 +286,16 @@ impl EventHub {
                 }
                 Mirror::None => {}
             }
-            deliver(&mut inner, e);
+            let frame = bytes_frame::render_with(e.id, e.name, e.data.len(), |buf| {
+                buf.extend_from_slice(e.data.as_bytes())
+            });
+            deliver(
+                &mut inner,
+                (e.id, e.session_id.as_str(), e.name),
+                frame,
+                false,
+                None,
+            );
         }
     }
 
@@ -243,7 +315,7 @@ impl EventHub {
         let backlog = chan
             .recent
             .iter()
-            .filter(|e| e.logged.id > after)
+            .filter(|e| e.id > after)
             .cloned()
             .collect();
         // Saturating: `Last-Event-ID: 9223372036854775807` is a resume after everything.
@@ -256,18 +328,36 @@ impl EventHub {
     }
 }
 
-/// Puts an event in its session's recent ring and sends it to the live subscribers.
-fn deliver(inner: &mut Inner, logged: LoggedEvent) -> Arc<Published> {
-    let id = logged.id;
+/// Puts an event in its session's recent ring and sends it to the live subscribers. With
+/// `spill` (one instance), a delta of a running run that leaves the ring goes to the log.
+fn deliver(
+    inner: &mut Inner,
+    (id, session_id, name): (i64, &str, &'static str),
+    (frame, data): (bytes_frame::Frame, std::ops::Range<usize>),
+    ends_run: bool,
+    spill: Option<&mpsc::UnboundedSender<Write>>,
+) -> Arc<Published> {
+    let chan = channel(inner, session_id, id);
     let published = Arc::new(Published {
-        frame: bytes_frame::render(id, logged.name, &logged.data),
-        logged,
+        id,
+        name,
+        session_id: chan.session_id.clone(),
+        frame,
+        data,
+        stored: Default::default(),
     });
-    let chan = channel(inner, &published.logged.session_id, id);
     if chan.recent.len() == RECENT {
         if let Some(old) = chan.recent.pop_front() {
-            chan.floor = old.logged.id + 1;
+            chan.floor = old.id + 1;
+            if let Some(writer) = spill {
+                if old.name == "delta" && old.id > chan.ended_at {
+                    let _ = writer.send(Write::Spill(old));
+                }
+            }
         }
+    }
+    if ends_run {
+        chan.ended_at = id;
     }
     chan.recent.push_back(published.clone());
     chan.active_at = std::time::Instant::now();
@@ -307,15 +397,24 @@ impl Mirror {
 }
 
 fn channel<'a>(inner: &'a mut Inner, session_id: &str, floor: i64) -> &'a mut Channel {
+    // Looked up first: no key allocated for a session that has its channel (every delta).
+    if !inner.channels.contains_key(session_id) {
+        inner.channels.insert(
+            session_id.to_string(),
+            Channel {
+                session_id: Arc::from(session_id),
+                tx: broadcast::channel(1024).0,
+                recent: VecDeque::new(),
+                floor,
+                active_at: std::time::Instant::now(),
+                ended_at: 0,
+            },
+        );
+    }
     inner
         .channels
-        .entry(session_id.to_string())
-        .or_insert_with(|| Channel {
-            tx: broadcast::channel(1024).0,
-            recent: VecDeque::new(),
-            floor,
-            active_at: std::time::Instant::now(),
-        })
+        .get_mut(session_id)
+        .expect("the channel was just made")
 }
 
 /// Every `IDLE`, drops idle channels nobody subscribes to, until the hub is gone.
@@ -335,6 +434,8 @@ async fn sweep(inner: std::sync::Weak<Mutex<Inner>>) {
 enum Write {
     /// A numbered event, and whether it is a run's end.
     Event(Arc<Published>, bool),
+    /// A delta of a running run that left its session's in-memory window: write it.
+    Spill(Arc<Published>),
     /// Shared mode: an event the log will number (session, name, data, ends a run).
     Pending(String, &'static str, String, bool),
     Flush(tokio::sync::oneshot::Sender<()>),
@@ -393,59 +494,61 @@ impl Prunes {
     }
 }
 
-/// Of a batch `(session, id, is delta, ends a run)`, the indices to write: deltas of a session
-/// whose run's end comes later in the same batch are left out (they would be pruned at once).
-fn worth_writing(batch: &[(&str, i64, bool, bool)]) -> Vec<usize> {
-    let mut last_end: HashMap<&str, i64> = HashMap::new();
-    for &(session, id, _, ends) in batch {
-        if ends {
-            last_end.insert(session, id);
-        }
-    }
+/// Of a batch `(id, is delta)`, the indices to write: every event but a delta, and the event
+/// with the highest id even if it is a delta (the log's highest id must stay the highest id
+/// ever sent: a restart numbers on from it). Deltas stay in memory; those that leave the
+/// window while their run goes on are written apart ([`Write::Spill`]).
+fn worth_writing(batch: &[(i64, bool)]) -> Vec<usize> {
+    let newest = (0..batch.len()).max_by_key(|&i| batch[i].0);
     (0..batch.len())
-        .filter(|&i| {
-            let (session, id, delta, _) = batch[i];
-            !(delta && last_end.get(session).is_some_and(|end| id < *end))
-        })
+        .filter(|&i| !batch[i].1 || Some(i) == newest)
         .collect()
 }
 
 /// Writes published events to the store, one transaction per batch, until the hub is dropped.
 async fn write_batches(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
     let mut batch: Vec<(Arc<Published>, bool)> = Vec::new();
+    let mut spilled: Vec<Arc<Published>> = Vec::new();
     let mut waiting = Vec::new();
     let mut prunes = Prunes::new(Duration::ZERO);
     fn take(
         w: Write,
         batch: &mut Vec<(Arc<Published>, bool)>,
+        spilled: &mut Vec<Arc<Published>>,
         waiting: &mut Vec<tokio::sync::oneshot::Sender<()>>,
     ) {
         match w {
             Write::Event(e, ends) => batch.push((e, ends)),
+            Write::Spill(e) => spilled.push(e),
             Write::Flush(done) => waiting.push(done),
             Write::Pending(..) => unreachable!("local hubs publish numbered events"),
         }
     }
+    use std::sync::atomic::Ordering::Relaxed;
     while let Some(first) = prunes.recv(&store, &mut rx).await {
-        take(first, &mut batch, &mut waiting);
+        take(first, &mut batch, &mut spilled, &mut waiting);
         if waiting.is_empty() {
             tokio::time::sleep(FLUSH_EVERY).await;
         }
         while let Ok(w) = rx.try_recv() {
-            take(w, &mut batch, &mut waiting);
+            take(w, &mut batch, &mut spilled, &mut waiting);
         }
-        if !batch.is_empty() {
-            let keys: Vec<(&str, i64, bool, bool)> = batch
+        if !batch.is_empty() || !spilled.is_empty() {
+            let keys: Vec<(i64, bool)> = batch
                 .iter()
-                .map(|(p, ends)| {
-                    let l = &p.logged;
-                    (l.session_id.as_str(), l.id, l.name == "delta", *ends)
-                })
+                .map(|(p, _)| (p.id, p.name == "delta"))
                 .collect();
-            let logged: Vec<&LoggedEvent> = worth_writing(&keys)
+            let mut chosen: Vec<&Published> = worth_writing(&keys)
                 .into_iter()
-                .map(|i| &batch[i].0.logged)
+                .map(|i| &*batch[i].0)
                 .collect();
+            // A spilled delta may be a batch's newest, written already; or in this batch.
+            chosen.extend(spilled.iter().map(|p| &**p));
+            chosen.sort_by_key(|p| p.id);
+            chosen.dedup_by_key(|p| p.id);
+            chosen.retain(|p| !p.stored.load(Relaxed));
+            let rows: Vec<LoggedEvent> = chosen.iter().map(|p| p.logged()).collect();
+            let logged: Vec<&LoggedEvent> = rows.iter().collect();
             // Never dropped: retried until written (resumes read this log).
             let mut wait = RETRY_FIRST;
             while let Err(e) = store.append_events(&logged).await {
@@ -453,13 +556,19 @@ async fn write_batches(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(RETRY_CAP);
             }
+            for p in &chosen {
+                p.stored.store(true, Relaxed);
+            }
             for (p, ends) in &batch {
                 if *ends {
-                    prunes.push(p.logged.session_id.clone(), p.logged.id);
+                    prunes.push(p.session_id.to_string(), p.id);
                 }
             }
             drop(logged);
+            drop(rows);
+            drop(chosen);
             batch.clear();
+            spilled.clear();
         }
         for done in waiting.drain(..) {
             let _ = done.send(());
@@ -483,7 +592,9 @@ async fn write_shared(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
                     ends.push(end);
                 }
                 Write::Flush(done) => waiting.push(done),
-                Write::Event(..) => unreachable!("shared hubs let the log number events"),
+                Write::Event(..) | Write::Spill(_) => {
+                    unreachable!("shared hubs let the log number events")
+                }
             }
             next = rx.try_recv().ok();
         }
@@ -563,27 +674,82 @@ async fn follow(hub: EventHub, mut last: i64) {
 mod tests {
     use super::*;
 
-    fn event(id: i64, session: &str) -> LoggedEvent {
-        LoggedEvent {
-            id,
-            session_id: session.into(),
-            name: "delta",
-            data: "{}".into(),
-        }
+    /// Delivers a `delta` event `id` of `session`.
+    fn put(
+        inner: &mut Inner,
+        id: i64,
+        session: &str,
+        ends_run: bool,
+        spill: Option<&mpsc::UnboundedSender<Write>>,
+    ) -> Arc<Published> {
+        let frame = bytes_frame::render_with(id, "delta", 2, |b| b.extend_from_slice(b"{}"));
+        deliver(inner, (id, session, "delta"), frame, ends_run, spill)
     }
 
     #[test]
-    fn deltas_of_a_run_that_ends_in_the_same_batch_are_not_written() {
-        // (session, id, is delta, ends a run)
-        let batch = [
-            ("a", 1, true, false),
-            ("b", 2, true, false),
-            ("a", 3, true, false),
-            ("a", 4, false, true),
-            ("a", 5, true, false), // the next run's first delta
-            ("b", 6, false, false),
-        ];
-        assert_eq!(worth_writing(&batch), vec![1, 3, 4, 5]);
+    fn a_batch_writes_its_other_events_and_only_its_newest_delta() {
+        // (id, is delta)
+        let batch = [(1, true), (2, true), (3, false), (4, true), (5, false)];
+        assert_eq!(worth_writing(&batch), vec![2, 4], "no delta row");
+        // The newest event is a delta: written, so a restart numbers on after it.
+        let batch = [(7, false), (9, true), (8, true)];
+        assert_eq!(worth_writing(&batch), vec![0, 1]);
+        assert!(worth_writing(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_delta_leaving_the_window_goes_to_the_log_unless_its_run_ended() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut inner = Inner {
+            next_id: 1,
+            channels: HashMap::new(),
+            mirror: HashMap::new(),
+        };
+        for id in 1..=RECENT as i64 {
+            put(&mut inner, id, "s", false, Some(&tx));
+        }
+        assert!(rx.try_recv().is_err(), "nothing left the window yet");
+        // One more: delta 1 leaves the window while its run goes on.
+        put(&mut inner, RECENT as i64 + 1, "s", true, Some(&tx));
+        match rx.try_recv() {
+            Ok(Write::Spill(p)) => assert_eq!(p.id, 1),
+            _ => panic!("the delta that left the window was not spilled"),
+        }
+        // The run ended (at the last event): its deltas leaving the window stay out.
+        put(&mut inner, RECENT as i64 + 2, "s", false, Some(&tx));
+        assert!(
+            rx.try_recv().is_err(),
+            "a delta of an ended run was spilled"
+        );
+        assert_eq!(inner.channels["s"].floor, 3);
+    }
+
+    #[test]
+    fn a_frame_carries_the_data_once_and_the_log_reads_it_back() {
+        let mut inner = Inner {
+            next_id: 1,
+            channels: HashMap::new(),
+            mirror: HashMap::new(),
+        };
+        let delta = Event::Delta(Delta {
+            run_id: "r".into(),
+            message_id: "m".into(),
+            seq: 3,
+            text: "a\"b\n".into(),
+        });
+        let frame = bytes_frame::render_with(7, "delta", 8, |b| write_data(b, &delta));
+        let p = deliver(&mut inner, (7, "s", "delta"), frame, false, None);
+        let want = delta.data_json();
+        assert_eq!(
+            &p.frame[..],
+            format!("id: 7\nevent: delta\ndata: {want}\n\n").as_bytes()
+        );
+        let row = p.logged();
+        assert_eq!(
+            (row.id, row.session_id.as_str(), row.name),
+            (7, "s", "delta")
+        );
+        assert_eq!(row.data, want);
     }
 
     #[test]
@@ -593,8 +759,8 @@ mod tests {
             channels: HashMap::new(),
             mirror: HashMap::new(),
         };
-        deliver(&mut inner, event(1, "quiet"));
-        deliver(&mut inner, event(2, "watched"));
+        put(&mut inner, 1, "quiet", false, None);
+        put(&mut inner, 2, "watched", false, None);
         let _subscriber = channel(&mut inner, "watched", 3).tx.subscribe();
         inner.next_id = 3;
 

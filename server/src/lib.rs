@@ -9,6 +9,7 @@ pub mod llm;
 pub mod metrics;
 pub mod retry;
 pub mod store;
+pub mod wake;
 
 use config::{Config, ProviderKind};
 use engine::{Engine, EngineConfig};

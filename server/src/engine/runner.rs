@@ -7,6 +7,7 @@ use crate::llm::limits;
 use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem};
 use crate::retry::{classify, tier1};
 use crate::store::Outcome;
+use crate::wake::WhenWoken;
 use app::wire::{AttemptEvent, Delta, Event, Message, Role, Run, RunStatus};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -90,12 +91,17 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 async fn outcome_of(engine: &Engine, run: &Run, reply: &Message, active: &Active) -> Outcome {
     let mut tokens = 0u64;
     let max_run = engine.inner.cfg.max_run;
+    // Polled only when they are woken, not on each of the stream's wake-ups (the stopping
+    // token is shared by every run: polling it takes its lock).
+    let cancelled = WhenWoken::new(active.cancel.cancelled());
+    let stopping = WhenWoken::new(engine.inner.stopping.cancelled());
+    let limit = WhenWoken::new(tokio::time::sleep(max_run));
     let end = tokio::select! {
         biased;
-        _ = active.cancel.cancelled() => End::Cancelled,
-        _ = engine.inner.stopping.cancelled() => End::Stopping,
+        _ = cancelled => End::Cancelled,
+        _ = stopping => End::Stopping,
         end = stream_reply(engine, run, reply, active, &mut tokens) => end,
-        () = tokio::time::sleep(max_run) => End::Failed(ProviderError::Timeout {
+        () = limit => End::Failed(ProviderError::Timeout {
             message: format!(
                 "the run took longer than its limit of {} s (MULLIGAN_MAX_RUN_MS)",
                 max_run.as_secs()
@@ -213,10 +219,10 @@ async fn stream_reply(
     let max_reply = engine.inner.cfg.max_reply_bytes;
     let mut last_save = Instant::now();
     let mut unsaved = false;
-    // One timer for the stall check, moved on only when it fires (not one per delta).
+    // One timer for the stall check, moved on only when it fires (not one per delta), and
+    // polled only when it fires (not on each delta's wake-up).
     let mut heard = Instant::now();
-    let stall = tokio::time::sleep(idle);
-    tokio::pin!(stall);
+    let mut stall = WhenWoken::new(tokio::time::sleep(idle));
     loop {
         let item = match head.next() {
             Some(item) => Some(Ok(item)),
@@ -232,7 +238,7 @@ async fn stream_reply(
                         if Instant::now() >= due {
                             break Some(Err(ProviderError::Stalled { idle }));
                         }
-                        stall.as_mut().reset(due);
+                        stall.get_mut().reset(due);
                     }
                 }
             },

@@ -3,6 +3,7 @@
 use super::AppState;
 use crate::error::{Error, Result};
 use crate::events::bytes_frame::{render, Frame};
+use crate::wake::WhenWoken;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -52,17 +53,17 @@ pub async fn events(
         }
     }
     for e in &sub.backlog {
-        if e.logged.id > last {
-            last = e.logged.id;
+        if e.id > last {
+            last = e.id;
             first.push(e.frame.clone());
         }
     }
     // `retry:` tells EventSource to reconnect quickly after a drop.
     first.insert(0, Frame::from_static(b"retry: 1000\n\n"));
     let live = futures::stream::unfold(Live::new(sub.live, last), Live::next);
-    // Ends when the server stops. One wait per stream, not one per frame: every stream
-    // shares the hub's token, so a per-frame wait took its lock twice for every frame.
-    let live = live.take_until(async move { hub.closed().await });
+    // Ends when the server stops. One wait per stream, polled only when woken: every
+    // stream shares the hub's token, and polling it takes its lock.
+    let live = live.take_until(WhenWoken::new(async move { hub.closed().await }));
     let body = futures::stream::iter(first)
         .chain(live)
         .map(Ok::<_, Infallible>);
@@ -82,16 +83,15 @@ pub async fn events(
 struct Live {
     rx: broadcast::Receiver<std::sync::Arc<crate::events::Published>>,
     last: i64,
-    keep_alive: tokio::time::Interval,
+    /// Polled only when it fires, not on each frame's wake-up.
+    keep_alive: WhenWoken<tokio::time::Sleep>,
     /// Fell behind the ring: end after this write; EventSource resumes from its last id.
     lagged: bool,
 }
 
 impl Live {
     fn new(rx: broadcast::Receiver<std::sync::Arc<crate::events::Published>>, last: i64) -> Live {
-        let mut keep_alive =
-            tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
-        keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let keep_alive = WhenWoken::new(tokio::time::sleep(KEEP_ALIVE));
         Live {
             rx,
             last,
@@ -108,15 +108,17 @@ impl Live {
             tokio::select! {
                 biased;
                 got = self.rx.recv() => match got {
-                    Ok(e) if e.logged.id > self.last => {
-                        self.last = e.logged.id;
+                    Ok(e) if e.id > self.last => {
+                        self.last = e.id;
                         break e.frame.clone();
                     }
                     Ok(_) => continue,
                     // Too slow to keep up: end the stream; EventSource resumes from its last id.
                     Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return None,
                 },
-                _ = self.keep_alive.tick() => {
+                () = &mut self.keep_alive => {
+                    let next = tokio::time::Instant::now() + KEEP_ALIVE;
+                    self.keep_alive.get_mut().reset(next);
                     return Some((Frame::from_static(b": keep-alive\n\n"), self));
                 }
             }
@@ -124,8 +126,8 @@ impl Live {
         let mut joined: Option<Vec<u8>> = None;
         loop {
             match self.rx.try_recv() {
-                Ok(e) if e.logged.id > self.last => {
-                    self.last = e.logged.id;
+                Ok(e) if e.id > self.last => {
+                    self.last = e.id;
                     let buf = joined.get_or_insert_with(|| {
                         let mut v = Vec::with_capacity(first.len() * 8);
                         v.extend_from_slice(&first);
