@@ -5,8 +5,8 @@
 mod common;
 
 use app::wire::{Receipt, RunStatus};
-use common::fake::{FakeProvider, Script};
-use common::{config, now_ms, setup, temp_dir, TestServer};
+use common::fake::Script;
+use common::{config, held_behind_a_failure, now_ms, setup, temp_dir, TestServer};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -181,31 +181,6 @@ async fn the_agent_token_is_shown_once_only() {
         assert!(!text.contains("agent_token"), "{what}: {text}");
         assert!(!text.contains(token), "{what} shows the token");
     }
-}
-
-/// A failing first turn with a second prompt queued behind it: answers
-/// `(failed run, held prompt's receipt)` once the failure has held the prompt.
-async fn held_behind_a_failure(
-    fake: &FakeProvider,
-    server: &TestServer,
-    sid: &str,
-) -> (String, Receipt) {
-    // Slow enough that the second prompt queues behind it, then a permanent failure.
-    fake.push(Script::Stream {
-        deltas: vec![],
-        every: Duration::from_millis(200),
-        finish: false,
-    });
-    fake.push(status(401, vec![]));
-    let failing = server.send(sid, "one").await;
-    let queued = server.send(sid, "two").await;
-    assert_eq!(
-        server.wait_run_end(&failing.run_id).await.status,
-        RunStatus::Failed
-    );
-    let held = server.run(&queued.run_id).await;
-    assert_eq!(held.held_by.as_deref(), Some(failing.run_id.as_str()));
-    (failing.run_id, queued)
 }
 
 fn contents(detail: &app::wire::SessionDetail) -> Vec<String> {

@@ -4,7 +4,7 @@ mod common;
 
 use app::wire::{Receipt, RetryReceipt, Role, RunKind, RunStatus};
 use common::fake::Script;
-use common::{setup, TestServer};
+use common::{held_behind_a_failure, setup, TestServer};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -366,24 +366,8 @@ async fn a_failed_turn_with_output_gets_a_continuation_and_attempts_count_up() {
 #[tokio::test]
 async fn prompts_queued_behind_a_failure_are_held_until_its_retry_completes() {
     let (fake, server) = setup("held").await;
-    fake.push(Script::Stream {
-        deltas: vec![],
-        every: Duration::from_millis(200),
-        finish: false,
-    });
-    fake.push(fail_401());
     let sid = server.create_session().await;
-    let failing = server.send(&sid, "one").await;
-    let queued = server.send(&sid, "two").await;
-    assert_eq!(
-        server.wait_run_end(&failing.run_id).await.status,
-        RunStatus::Failed
-    );
-    let held = server.run(&queued.run_id).await;
-    assert_eq!(
-        (held.status, held.held_by.as_deref()),
-        (RunStatus::Queued, Some(failing.run_id.as_str()))
-    );
+    let (_failed, queued) = held_behind_a_failure(&fake, &server, &sid).await;
     assert_eq!(
         server.detail(&sid).await.session.status,
         app::wire::SessionStatus::Idle
@@ -416,17 +400,8 @@ async fn prompts_queued_behind_a_failure_are_held_until_its_retry_completes() {
 #[tokio::test]
 async fn release_lets_held_prompts_go_on() {
     let (fake, server) = setup("release").await;
-    fake.push(Script::Stream {
-        deltas: vec![],
-        every: Duration::from_millis(200),
-        finish: false,
-    });
-    fake.push(fail_401());
     let sid = server.create_session().await;
-    let failing = server.send(&sid, "one").await;
-    let queued = server.send(&sid, "two").await;
-    server.wait_run_end(&failing.run_id).await;
-    assert!(server.run(&queued.run_id).await.held_by.is_some());
+    let (_failed, queued) = held_behind_a_failure(&fake, &server, &sid).await;
     let (status, body) = server
         .post(&format!("/sessions/{sid}/release"), json!({}))
         .await;

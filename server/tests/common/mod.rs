@@ -97,6 +97,38 @@ pub async fn setup(tag: &str) -> (fake::FakeProvider, TestServer) {
     (fake, server)
 }
 
+/// A session's first turn fails (after a slow start, so a second prompt queues behind it) and
+/// holds that second prompt. Answers the failed run's id and the held prompt's receipt.
+pub async fn held_behind_a_failure(
+    fake: &fake::FakeProvider,
+    server: &TestServer,
+    sid: &str,
+) -> (String, Receipt) {
+    fake.push(fake::Script::Stream {
+        deltas: vec![],
+        every: Duration::from_millis(200),
+        finish: false,
+    });
+    fake.push(fake::Script::Status {
+        code: 401,
+        headers: vec![],
+        body: serde_json::json!({"error": {"message": "bad key"}}),
+    });
+    let failing = server.send(sid, "one").await;
+    let queued = server.send(sid, "two").await;
+    assert_eq!(
+        server.wait_run_end(&failing.run_id).await.status,
+        RunStatus::Failed
+    );
+    let held = server.run(&queued.run_id).await;
+    assert_eq!(
+        (held.status, held.held_by.as_deref()),
+        (RunStatus::Queued, Some(failing.run_id.as_str())),
+        "the second prompt is held behind the failure"
+    );
+    (failing.run_id, queued)
+}
+
 pub fn config(data_dir: &std::path::Path, provider_url: &str) -> Config {
     let mut c = Config::for_data_dir(data_dir);
     c.database_url = database_url(data_dir);
