@@ -130,7 +130,7 @@ fn transport(e: reqwest::Error) -> CallError {
 }
 
 /// The innermost error of a chain ("Connection refused", not "error sending request").
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
         cur = next;

@@ -111,7 +111,7 @@ impl Bridge {
                 return fail(format!(
                     "the server is unreachable at {}: {}",
                     self.client.base,
-                    super::root_cause(&e)
+                    app::api::native::root_cause(&e)
                 ))
             }
         };

@@ -102,15 +102,6 @@ fn target(conn: &Conn) -> Outcome<mcp_bridge::Target> {
     Ok(mcp_bridge::Target { http, base, token })
 }
 
-/// The innermost error of a chain ("Connection refused", not "error sending request").
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
-}
-
 /// The flag or `MULLIGAN_TOKEN`, else the token the server keeps in `./data/token`
 /// (`$MULLIGAN_DATA_DIR/token` when that is set).
 fn resolve_token(given: Option<&str>) -> Outcome<String> {

@@ -206,25 +206,18 @@ where
     .boxed()
 }
 
-/// A failure reading the body: the transport's, or an event past the size cap.
+/// A failure reading the body: the transport's (its text as [`ProviderError::Transport`]
+/// words it: no URL, the source chain), or an event past the size cap.
 #[derive(Debug)]
 pub enum Read {
-    Transport(reqwest::Error),
+    Transport(String),
     TooLarge(usize),
 }
 
 impl std::fmt::Display for Read {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Read::Transport(e) => {
-                write!(f, "{e}")?;
-                let mut src = std::error::Error::source(e);
-                while let Some(s) = src {
-                    write!(f, ": {s}")?;
-                    src = s.source();
-                }
-                Ok(())
-            }
+            Read::Transport(message) => write!(f, "{message}"),
             Read::TooLarge(max) => write!(f, "an event or line longer than {max} bytes"),
         }
     }
@@ -245,8 +238,10 @@ fn guarded<B: AsRef<[u8]> + Send + 'static>(
         if failed {
             return Err(Read::TooLarge(max));
         }
-        // Without its URL (see `From<reqwest::Error>`).
-        let chunk = chunk.map_err(|e| Read::Transport(e.without_url()))?;
+        let chunk = chunk.map_err(|e| match ProviderError::from(e) {
+            ProviderError::Transport { message } => Read::Transport(message),
+            other => Read::Transport(other.to_string()),
+        })?;
         if scan.feed(chunk.as_ref(), max) {
             Ok(chunk)
         } else {
