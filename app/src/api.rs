@@ -5,7 +5,7 @@
 use crate::wire::{
     ClearCooldown, ClientConfig, CreateSession, CreatedSession, PatchSession, PostMessage,
     ProvidersResponse, Receipt, Regenerate, Released, RetryReceipt, Run, RunDetail, Session,
-    SessionDetail, SessionList,
+    SessionDetail, SessionList, ToolsResponse,
 };
 use std::marker::PhantomData;
 
@@ -122,6 +122,8 @@ pub const PROVIDERS: Endpoint<(), ProvidersResponse> = Endpoint::new(Method::Get
 pub const CLEAR_COOLDOWN: Endpoint<ClearCooldown, ProvidersResponse> =
     Endpoint::new(Method::Delete, "/providers/cooldowns");
 pub const CONFIG: Endpoint<(), ClientConfig> = Endpoint::new(Method::Get, "/config");
+/// The tool sources (CONTRACT §6): each configured MCP server and the built-in `mulligan`.
+pub const TOOLS: Endpoint<(), ToolsResponse> = Endpoint::new(Method::Get, "/tools");
 
 #[cfg(test)]
 mod tests {

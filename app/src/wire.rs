@@ -2,6 +2,9 @@
 //! the browser, the CLI and the tests.
 use serde::{Deserialize, Serialize};
 
+mod tools;
+pub use tools::*;
+
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;
 
@@ -75,6 +78,9 @@ pub struct Session {
     pub auto_retry: AutoRetry,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_retry: Option<WaitingRetry>,
+    /// The tool sources this session's turns may use (CONTRACT §6).
+    #[serde(default)]
+    pub tools: Vec<String>,
 }
 
 /// `POST /sessions` answers the session plus its agent token, shown this once.
@@ -123,6 +129,10 @@ pub struct Message {
     /// that loaded this snapshot skips replayed deltas with `seq <= delta_seq`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delta_seq: Option<u64>,
+    /// An agent reply's text and tool calls, in order, when it made tool calls; `content`
+    /// stays the concatenated text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<Vec<Part>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,6 +188,12 @@ pub struct Run {
     pub started_at: Option<Millis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Millis>,
+    /// Model steps begun in this run.
+    #[serde(default)]
+    pub steps: u32,
+    /// Tool calls of this run that reached a tool server.
+    #[serde(default)]
+    pub tools_executed: u32,
 }
 
 impl Run {
@@ -320,6 +336,9 @@ pub struct CreateSession {
     /// `browser` (default), `background` or `off`.
     #[serde(default)]
     pub auto_retry: Option<AutoRetry>,
+    /// Tool sources by name; default every configured source plus `mulligan`.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -333,6 +352,8 @@ pub struct PatchSession {
     pub title: Option<String>,
     #[serde(default)]
     pub auto_retry: Option<AutoRetry>,
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
 }
 
 /// `DELETE /providers/cooldowns`: which cooldown to end, by its shown key.
@@ -349,6 +370,9 @@ pub struct Delta {
     pub message_id: String,
     pub seq: u64,
     pub text: String,
+    /// The model step (from 1) this text belongs to.
+    #[serde(default)]
+    pub step: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -367,6 +391,7 @@ pub enum Event {
     Run(Run),
     Attempt(AttemptEvent),
     Session(Session),
+    ToolCall(ToolCallEvent),
 }
 
 impl Event {
@@ -377,6 +402,7 @@ impl Event {
             Event::Run(_) => "run",
             Event::Attempt(_) => "attempt",
             Event::Session(_) => "session",
+            Event::ToolCall(_) => "tool_call",
         }
     }
 
@@ -387,6 +413,7 @@ impl Event {
             Event::Run(r) => serde_json::to_string(r),
             Event::Attempt(a) => serde_json::to_string(a),
             Event::Session(s) => serde_json::to_string(s),
+            Event::ToolCall(t) => serde_json::to_string(t),
         };
         r.expect("wire types always serialize")
     }
@@ -399,6 +426,7 @@ impl Event {
             "run" => serde_json::from_str(data).map(Event::Run),
             "attempt" => serde_json::from_str(data).map(Event::Attempt),
             "session" => serde_json::from_str(data).map(Event::Session),
+            "tool_call" => serde_json::from_str(data).map(Event::ToolCall),
             _ => return None,
         })
     }
@@ -462,6 +490,7 @@ mod tests {
             }),
             provenance: None,
             delta_seq: None,
+            parts: None,
         };
         let json = serde_json::to_value(&m).unwrap();
         assert!(json.get("error_message").is_none());

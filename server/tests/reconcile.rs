@@ -38,18 +38,30 @@ async fn a_run_recorded_running_here_without_a_task_is_ended_interrupted() {
     assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
 
     // The same run recorded `running` again (owner: this instance), with no task behind it,
-    // as a runner that died without recording its end would leave it.
-    execute(
-        &server,
-        "UPDATE runs SET status = 'running', finished_at = NULL WHERE id = $1",
-        &first.run_id,
-    )
-    .await;
-    let marked = Instant::now();
-    let queued = server.send(&sid, "behind it").await;
-    assert!(queued.queued, "the prompt waits behind the running run");
-
-    let run = server.wait_run_end(&first.run_id).await;
+    // as a runner that died without recording its end would leave it, and a prompt sent at
+    // once, which waits behind it. Should a reconcile pass come between the two, it has ended
+    // the run before the prompt arrived and the prompt ran instead: mark that run and try again.
+    let mut stale = first.run_id.clone();
+    let mut tries = 0;
+    let (marked, queued) = loop {
+        execute(
+            &server,
+            "UPDATE runs SET status = 'running', finished_at = NULL WHERE id = $1",
+            &stale,
+        )
+        .await;
+        let marked = Instant::now();
+        let sent = server.send(&sid, "behind it").await;
+        if sent.queued {
+            break (marked, sent);
+        }
+        tries += 1;
+        assert!(tries < 20, "a reconcile pass always came before the prompt");
+        let ran = server.wait_run_end(&sent.run_id).await;
+        assert_eq!(ran.status, RunStatus::Completed, "{ran:#?}");
+        stale = sent.run_id;
+    };
+    let run = server.wait_run_end(&stale).await;
     let took = marked.elapsed();
     assert_eq!(run.status, RunStatus::Failed, "{run:#?}");
     let class = run.retry.expect("classified");
@@ -63,7 +75,7 @@ async fn a_run_recorded_running_here_without_a_task_is_ended_interrupted() {
     loop {
         let runs = server.detail(&sid).await.runs;
         let q = runs.iter().find(|r| r.id == queued.run_id).unwrap();
-        if q.held_by.as_deref() == Some(first.run_id.as_str()) {
+        if q.held_by.as_deref() == Some(stale.as_str()) {
             break;
         }
         assert!(Instant::now() < deadline, "not held: {q:#?}");

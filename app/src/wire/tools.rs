@@ -1,0 +1,211 @@
+//! CONTRACT §6 wire types: the parts of an agent's reply, its tool calls, and the tool
+//! sources a session can use.
+use super::Millis;
+use serde::{Deserialize, Serialize};
+
+/// One part of an agent message, in the order it happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    Text { text: String },
+    ToolCall { call: ToolCall },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallStatus {
+    Running,
+    Ok,
+    Error,
+    Cancelled,
+    /// Started, with no recorded result: its outcome is unknown.
+    Interrupted,
+}
+
+impl ToolCallStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolCallStatus::Running => "running",
+            ToolCallStatus::Ok => "ok",
+            ToolCallStatus::Error => "error",
+            ToolCallStatus::Cancelled => "cancelled",
+            ToolCallStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => ToolCallStatus::Running,
+            "ok" => ToolCallStatus::Ok,
+            "error" => ToolCallStatus::Error,
+            "cancelled" => ToolCallStatus::Cancelled,
+            "interrupted" => ToolCallStatus::Interrupted,
+            _ => return None,
+        })
+    }
+}
+
+/// A tool call the model asked for, and what became of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    /// The model step (from 1) that asked for it.
+    pub step: u32,
+    pub server: String,
+    pub tool: String,
+    pub arguments: serde_json::Value,
+    pub status: ToolCallStatus,
+    /// The tool's text output (at most [`MAX_TOOL_RESULT_BYTES`], truncated with a note).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    pub started_at: Millis,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Millis>,
+}
+
+/// A tool result longer than this is truncated, with a note saying so.
+pub const MAX_TOOL_RESULT_BYTES: usize = 16 * 1024;
+
+/// SSE `tool_call`: a call started or ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallEvent {
+    pub run_id: String,
+    pub message_id: String,
+    pub call: ToolCall,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolTransport {
+    Stdio,
+    Http,
+    Builtin,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolServerStatus {
+    Ready,
+    Starting,
+    Failed,
+}
+
+/// One tool a server offers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolInfo {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub input_schema: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive: Option<bool>,
+}
+
+/// One tool source: a configured MCP server or the built-in `mulligan`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolServer {
+    pub name: String,
+    pub transport: ToolTransport,
+    pub status: ToolServerStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub tools: Vec<ToolInfo>,
+}
+
+/// `GET /tools` answers this.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolsResponse {
+    pub servers: Vec<ToolServer>,
+}
+
+/// Splits an agent's text at the tool calls it made: `offsets[i]` is how many bytes of
+/// `content` came before call `i` (calls in the order they were asked for). Offsets past the
+/// text or inside a character are clamped, so a damaged row still renders.
+pub fn parts_of(content: &str, calls: &[(usize, ToolCall)]) -> Vec<Part> {
+    let mut parts = Vec::with_capacity(calls.len() * 2 + 1);
+    let mut at = 0;
+    for (offset, call) in calls {
+        let mut end = (*offset).clamp(at, content.len());
+        while !content.is_char_boundary(end) {
+            end -= 1;
+        }
+        let end = end.max(at);
+        if end > at {
+            parts.push(Part::Text {
+                text: content[at..end].to_string(),
+            });
+        }
+        at = end;
+        parts.push(Part::ToolCall { call: call.clone() });
+    }
+    if at < content.len() {
+        parts.push(Part::Text {
+            text: content[at..].to_string(),
+        });
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            step: 1,
+            server: "fs".into(),
+            tool: "write_file".into(),
+            arguments: serde_json::json!({"path": "a"}),
+            status: ToolCallStatus::Ok,
+            result: Some("done".into()),
+            started_at: 1,
+            finished_at: Some(2),
+        }
+    }
+
+    #[test]
+    fn parts_are_tagged_by_type() {
+        let json = serde_json::to_value(Part::ToolCall { call: call("c1") }).unwrap();
+        assert_eq!(json["type"], "tool_call");
+        assert_eq!(json["call"]["status"], "ok");
+        let json = serde_json::to_value(Part::Text { text: "hi".into() }).unwrap();
+        assert_eq!(json, serde_json::json!({"type": "text", "text": "hi"}));
+    }
+
+    #[test]
+    fn text_is_split_at_each_call() {
+        let parts = parts_of("I will write.Done.", &[(13, call("c1"))]);
+        assert_eq!(parts.len(), 3);
+        assert_eq!(
+            parts[0],
+            Part::Text {
+                text: "I will write.".into()
+            }
+        );
+        assert!(matches!(&parts[1], Part::ToolCall { call } if call.id == "c1"));
+        assert_eq!(
+            parts[2],
+            Part::Text {
+                text: "Done.".into()
+            }
+        );
+    }
+
+    #[test]
+    fn damaged_offsets_are_clamped_not_panicked_on() {
+        // Past the end, inside a character, and going backwards.
+        let parts = parts_of("héllo", &[(2, call("a")), (99, call("b")), (1, call("c"))]);
+        let texts: Vec<_> = parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts.concat(), "héllo");
+        assert_eq!(parts.len(), 5);
+    }
+}
