@@ -811,6 +811,8 @@ mod tests {
             provenance: None,
             started_at: None,
             finished_at: None,
+            steps: 0,
+            tools_executed: 0,
         }
     }
 

@@ -87,6 +87,15 @@ pub struct Config {
     /// How often each instance ends runs it recorded `running` but no longer executes.
     #[arg(long, env = "MULLIGAN_RECONCILE_MS", default_value_t = 30_000)]
     pub reconcile_ms: u64,
+    /// MCP servers for agent turns: a JSON file in the `mcpServers` format MCP clients use.
+    #[arg(long, env = "MULLIGAN_MCP_CONFIG")]
+    pub mcp_config: Option<PathBuf>,
+    /// Model steps per turn; a turn still asking for tools after them fails `max_steps`.
+    #[arg(long, env = "MULLIGAN_MAX_STEPS", default_value_t = 20)]
+    pub max_steps: u32,
+    /// One tool call's limit; a longer call ends as an error result the model sees.
+    #[arg(long, env = "MULLIGAN_TOOL_TIMEOUT_MS", default_value_t = 120_000)]
+    pub tool_timeout_ms: u64,
     /// Milliseconds between two deltas of the demo provider (its "human pace").
     #[arg(long, env = "MULLIGAN_DEMO_DELTA_MS", default_value_t = 40)]
     pub demo_delta_ms: u64,

@@ -103,6 +103,7 @@ fn write_data(buf: &mut Vec<u8>, event: &Event) {
         Event::Run(r) => serde_json::to_writer(&mut *buf, r),
         Event::Attempt(a) => serde_json::to_writer(&mut *buf, a),
         Event::Session(s) => serde_json::to_writer(&mut *buf, s),
+        Event::ToolCall(t) => serde_json::to_writer(&mut *buf, t),
     };
     r.expect("wire types always serialize");
 }
@@ -736,6 +737,7 @@ mod tests {
             message_id: "m".into(),
             seq: 3,
             text: "a\"b\n".into(),
+            step: 1,
         });
         let frame = bytes_frame::render_with(7, "delta", 8, |b| write_data(b, &delta));
         let p = deliver(&mut inner, (7, "s", "delta"), frame, false, None);

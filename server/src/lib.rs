@@ -9,6 +9,7 @@ pub mod llm;
 pub mod metrics;
 pub mod retry;
 pub mod store;
+pub mod tools;
 pub mod wake;
 
 use config::{Config, ProviderKind};
@@ -78,10 +79,12 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
 
     let cooldowns: Arc<dyn retry::cooldown::Table> = Arc::new(store.clone());
     let provider = provider_for(&config, addr, cooldowns.clone());
+    let toolbox = tools::Toolbox::new(Arc::new(tools::NoServers), http::mcp::builtin_infos());
     let engine = Engine::new(
         store.clone(),
         hub,
         provider,
+        toolbox,
         EngineConfig {
             stream_idle: Duration::from_millis(config.stream_idle_ms),
             save_every: Duration::from_millis(250),
@@ -99,6 +102,8 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
                 cap_ms: config.tier2_cap_ms,
             },
             reconcile_every: Duration::from_millis(config.reconcile_ms.max(10)),
+            max_steps: config.max_steps.max(1),
+            tool_timeout: Duration::from_millis(config.tool_timeout_ms.max(1)),
         },
     );
     engine.recover().await.map_err(|e| e.to_string())?;

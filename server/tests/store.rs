@@ -17,7 +17,7 @@ async fn open(tag: &str) -> Store {
 async fn a_late_or_stale_save_never_overwrites_the_reply() {
     let store = open("store-saves").await;
     let session = store
-        .create_session("t", "demo", None, "hash", AutoRetry::Off)
+        .create_session("t", "demo", None, "hash", AutoRetry::Off, &[])
         .await
         .unwrap();
     let (_, run, _) = store
@@ -68,7 +68,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
 async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
     let store = open("store-tries").await;
     let session = store
-        .create_session("t", "demo", None, "hash-tries", AutoRetry::Off)
+        .create_session("t", "demo", None, "hash-tries", AutoRetry::Off, &[])
         .await
         .unwrap();
     fn run<'a>(

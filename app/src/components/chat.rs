@@ -164,6 +164,16 @@ impl Chat {
                 self.refresh_session_state();
             }
             Event::Attempt(a) => self.attempt.set(Some(a)),
+            Event::ToolCall(t) => {
+                let slot = self.messages.with_untracked(|ms| {
+                    ms.iter()
+                        .find(|(id, _)| *id == t.message_id)
+                        .map(|(_, s)| *s)
+                });
+                if let Some(s) = slot {
+                    s.update(|m| m.apply_tool_call(t.call));
+                }
+            }
         }
     }
 

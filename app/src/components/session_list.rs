@@ -121,6 +121,7 @@ fn NewSession() -> impl IntoView {
             title: Some(title.get_untracked()).filter(|t| !t.trim().is_empty()),
             model: Some(model.get_untracked()).filter(|m| !m.trim().is_empty()),
             parent_id: None,
+            tools: None,
         };
         let navigate = navigate.clone();
         leptos::task::spawn_local(async move {

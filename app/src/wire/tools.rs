@@ -148,6 +148,50 @@ pub fn parts_of(content: &str, calls: &[(usize, ToolCall)]) -> Vec<Part> {
     parts
 }
 
+impl super::Message {
+    /// Applies a `tool_call` event: a call seen again replaces its part; a new call follows
+    /// the text streamed since the last part.
+    pub fn apply_tool_call(&mut self, call: ToolCall) {
+        let parts = self.parts.get_or_insert_with(Vec::new);
+        for p in parts.iter_mut() {
+            if let Part::ToolCall { call: c } = p {
+                if c.id == call.id {
+                    *c = call;
+                    return;
+                }
+            }
+        }
+        let shown: usize = parts
+            .iter()
+            .map(|p| match p {
+                Part::Text { text } => text.len(),
+                Part::ToolCall { .. } => 0,
+            })
+            .sum();
+        if let Some(text) = self.content.get(shown..).filter(|t| !t.is_empty()) {
+            parts.push(Part::Text {
+                text: text.to_string(),
+            });
+        }
+        parts.push(Part::ToolCall { call });
+    }
+
+    /// The text after the last part (streamed since the last tool call); all of `content`
+    /// when there are no parts.
+    pub fn text_after_parts(&self) -> &str {
+        let shown: usize = self
+            .parts
+            .iter()
+            .flatten()
+            .map(|p| match p {
+                Part::Text { text } => text.len(),
+                Part::ToolCall { .. } => 0,
+            })
+            .sum();
+        self.content.get(shown..).unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

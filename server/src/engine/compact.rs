@@ -48,10 +48,7 @@ mod tests {
     use super::*;
 
     fn msg(role: &str, words: usize) -> ChatMessage {
-        ChatMessage {
-            role: role.into(),
-            content: "word ".repeat(words),
-        }
+        ChatMessage::text(role, "word ".repeat(words))
     }
 
     fn convo(turns: usize) -> Vec<ChatMessage> {

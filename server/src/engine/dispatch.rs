@@ -130,6 +130,12 @@ impl Engine {
                 ));
             }
         }
+        // Tier 2 over a turn whose tools ran continues it instead (CONTRACT §6): a retry never
+        // runs a recorded tool call again. Only an operator's own Regenerate may.
+        if !manual && if_last_run.is_some() && latest.as_ref().is_some_and(|r| r.tools_executed > 0)
+        {
+            return Ok(self.retry_queue(session_id, None, false).await?.1);
+        }
         let attempt = self.store().tries_of(mid).await? + 1;
         self.queue(NewRun {
             session_id,
@@ -184,6 +190,16 @@ impl Engine {
         from: Option<&str>,
         manual: bool,
     ) -> Result<RetryReceipt> {
+        Ok(self.retry_queue(session_id, from, manual).await?.0)
+    }
+
+    /// [`Self::retry_locked`], answering the queued run's receipt too.
+    async fn retry_queue(
+        &self,
+        session_id: &str,
+        from: Option<&str>,
+        manual: bool,
+    ) -> Result<(RetryReceipt, Receipt)> {
         let store = self.store();
         if store.has_active_run(session_id).await? {
             return Err(Error::refused(
@@ -222,10 +238,12 @@ impl Engine {
             manual: Some(manual),
             from: from.map(str::to_string),
         };
-        let partial = match &failed.reply_message_id {
-            Some(id) => !store.message(id).await?.content.is_empty(),
-            None => false,
-        };
+        // Resend only when the failed run streamed no text and executed no tool.
+        let partial = failed.tools_executed > 0
+            || match &failed.reply_message_id {
+                Some(id) => !store.message(id).await?.content.is_empty(),
+                None => false,
+            };
         let why = failed
             .retry
             .as_ref()
@@ -271,10 +289,13 @@ impl Engine {
             )
         };
         let receipt = self.queue(new).await?;
-        Ok(RetryReceipt {
-            prompt_id: format!("{prompt_id}~resume-{n}"),
-            run_id: receipt.run_id,
-            kind,
-        })
+        Ok((
+            RetryReceipt {
+                prompt_id: format!("{prompt_id}~resume-{n}"),
+                run_id: receipt.run_id.clone(),
+                kind,
+            },
+            receipt,
+        ))
     }
 }

@@ -12,6 +12,7 @@ mod locks;
 mod reconcile;
 mod runner;
 mod saver;
+mod step;
 
 use crate::error::{Error, Kind, Result};
 use crate::events::EventHub;
@@ -44,6 +45,10 @@ pub struct EngineConfig {
     pub background: app::tier2::Policy,
     /// How often this instance ends the runs it recorded `running` but no longer executes.
     pub reconcile_every: Duration,
+    /// Model steps per turn; past them the run fails `max_steps`.
+    pub max_steps: u32,
+    /// One tool call's limit.
+    pub tool_timeout: Duration,
 }
 
 #[derive(Clone)]
@@ -55,6 +60,7 @@ struct Inner {
     store: Store,
     hub: EventHub,
     provider: Arc<dyn Provider>,
+    tools: crate::tools::Toolbox,
     cfg: EngineConfig,
     saver: saver::Saver,
     /// This instance's id: the owner recorded on the runs it executes.
@@ -95,6 +101,7 @@ impl Engine {
         store: Store,
         hub: EventHub,
         provider: Arc<dyn Provider>,
+        tools: crate::tools::Toolbox,
         cfg: EngineConfig,
     ) -> Engine {
         Engine {
@@ -103,6 +110,7 @@ impl Engine {
                 store,
                 hub,
                 provider,
+                tools,
                 cfg,
                 instance: crate::clock::new_id("i"),
                 locks: locks::Locks::default(),
@@ -119,6 +127,11 @@ impl Engine {
 
     pub fn hub(&self) -> &EventHub {
         &self.inner.hub
+    }
+
+    /// The tool sources of agent turns.
+    pub fn tools(&self) -> &crate::tools::Toolbox {
+        &self.inner.tools
     }
 
     /// Runs `tick` every `period` until the server stops; a failed tick is logged
@@ -380,7 +393,12 @@ impl Engine {
             }
         };
         if let Some((run, reply)) = self.inner.store.finish_run(&run.id, outcome).await? {
-            if let Some(reply) = reply {
+            if let Some(mut reply) = reply {
+                if run.tools_executed > 0 || run.steps > 1 {
+                    if let Err(e) = self.inner.store.with_parts_of(&mut reply).await {
+                        tracing::warn!(run = %run.id, error = %e, "could not read a reply's tool calls");
+                    }
+                }
                 self.publish(session_id, Event::Message(reply));
             }
             self.publish(session_id, Event::Run(run.clone()));

@@ -1,10 +1,11 @@
 //! Executes one run: sends the conversation to the provider, relays each delta to the
 //! session's subscribers as it arrives, saves the text on a timer (never per delta), and
 //! records how the run ended.
-use super::{compact, Active, Engine};
+use super::{compact, step, Active, Engine};
 use crate::clock::now_ms;
 use crate::llm::limits;
-use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem};
+use crate::llm::tool_calls::AssembledCall;
+use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem, ToolSpec};
 use crate::retry::{classify, tier1};
 use crate::store::Outcome;
 use crate::wake::WhenWoken;
@@ -182,6 +183,9 @@ fn outcome(
     }
 }
 
+/// The turn's loop (CONTRACT §6): stream a model step; when it asks for tools, execute and
+/// record them and stream the next step with their results; until a step asks for none, or
+/// the turn reaches `MULLIGAN_MAX_STEPS`.
 async fn stream_reply(
     engine: &Engine,
     run: &Run,
@@ -189,8 +193,8 @@ async fn stream_reply(
     active: &Active,
     tokens: &mut u64,
 ) -> End {
-    let (request, spent) = match request_for(engine, run).await {
-        Ok(r) => r,
+    let turn = match turn_for(engine, run).await {
+        Ok(t) => t,
         Err(e) => {
             return End::Refused {
                 class: classify::class::SERVER_ERROR,
@@ -198,19 +202,101 @@ async fn stream_reply(
             }
         }
     };
-    if let Some(limit) = engine.inner.cfg.spend_limit_tokens {
-        if spent >= limit {
-            return End::Refused {
-                class: classify::class::SPEND_LIMIT_EXCEEDED,
-                message: format!(
-                    "this session has used {spent} tokens of its {limit}-token budget: raise MULLIGAN_SPEND_LIMIT_TOKENS or start a new session"
-                ),
-            };
+    let specs: Vec<ToolSpec> = turn
+        .offered
+        .iter()
+        .map(|o| ToolSpec {
+            name: o.model_name.clone(),
+            description: o.description.clone(),
+            input_schema: o.input_schema.clone(),
+        })
+        .collect();
+    let mut messages = turn.messages;
+    let max_steps = engine.inner.cfg.max_steps.max(1);
+    let mut ord = 0u32;
+    for step in 1..=max_steps {
+        if let Some(limit) = engine.inner.cfg.spend_limit_tokens {
+            let spent = turn.spent.saturating_add(*tokens);
+            if spent >= limit {
+                return End::Refused {
+                    class: classify::class::SPEND_LIMIT_EXCEEDED,
+                    message: format!(
+                        "this session has used {spent} tokens of its {limit}-token budget: raise MULLIGAN_SPEND_LIMIT_TOKENS or start a new session"
+                    ),
+                };
+            }
+        }
+        if let Err(e) = engine.store().step_started(&run.id, step).await {
+            tracing::warn!(run = %run.id, step, error = %e, "could not record a step");
+        }
+        let request = ChatRequest {
+            model: turn.model.clone(),
+            messages: messages.clone(),
+            tools: specs.clone(),
+        };
+        let text_from = active.live().text.len();
+        let asked = match relay_step(engine, run, reply, active, tokens, request, step).await {
+            Step::Ended(end) => return end,
+            Step::Asked(calls) if calls.is_empty() => return End::Completed,
+            Step::Asked(calls) => calls,
+        };
+        let text = active
+            .live()
+            .text
+            .get(text_from..)
+            .unwrap_or_default()
+            .to_string();
+        let asked = step::Asked {
+            step,
+            text,
+            calls: asked,
+        };
+        match engine
+            .execute_calls(run, &reply.id, active, &mut ord, asked, &turn.offered)
+            .await
+        {
+            step::Executed::Done(more) => messages.extend(more),
+            step::Executed::Cancelled => return End::Cancelled,
+            step::Executed::Unrecorded(message) => {
+                return End::Refused {
+                    class: classify::class::SERVER_ERROR,
+                    message,
+                }
+            }
+        }
+        if active.cancel.is_cancelled() {
+            return End::Cancelled;
         }
     }
-    let opened = match open(engine, run, request).await {
+    End::Refused {
+        class: classify::class::MAX_STEPS,
+        message: format!(
+            "the turn reached its limit of {max_steps} model steps (MULLIGAN_MAX_STEPS) with the model still asking for tools"
+        ),
+    }
+}
+
+/// How one model step ended.
+enum Step {
+    /// The step is complete; these are the tool calls it asked for (none: the turn is done).
+    Asked(Vec<AssembledCall>),
+    /// The run ends here.
+    Ended(End),
+}
+
+/// Opens one model step through Tier 1 and relays its deltas to the session's subscribers.
+async fn relay_step(
+    engine: &Engine,
+    run: &Run,
+    reply: &Message,
+    active: &Active,
+    tokens: &mut u64,
+    request: ChatRequest,
+    step: u32,
+) -> Step {
+    let opened = match open(engine, run, request, step).await {
         Ok(o) => o,
-        Err(e) => return End::Failed(e),
+        Err(e) => return Step::Ended(End::Failed(e)),
     };
     let idle = engine.inner.cfg.stream_idle;
     let mut stream = opened.stream;
@@ -219,6 +305,7 @@ async fn stream_reply(
     let max_reply = engine.inner.cfg.max_reply_bytes;
     let mut last_save = Instant::now();
     let mut unsaved = false;
+    let mut asked = Vec::new();
     // One timer for the stall check, moved on only when it fires (not one per delta), and
     // polled only when it fires (not on each delta's wake-up).
     let mut heard = Instant::now();
@@ -248,12 +335,12 @@ async fn stream_reply(
                 let seq = {
                     let mut live = active.live();
                     if live.text.len().saturating_add(text.len()) > max_reply {
-                        return End::Refused {
+                        return Step::Ended(End::Refused {
                             class: classify::class::REPLY_TOO_LARGE,
                             message: format!(
                                 "the reply passed its limit of {max_reply} bytes (MULLIGAN_MAX_REPLY_BYTES); the text so far is kept"
                             ),
-                        };
+                        });
                     }
                     live.text.push_str(&text);
                     live.seq += 1;
@@ -264,30 +351,44 @@ async fn stream_reply(
                     message_id: reply.id.clone(),
                     seq,
                     text,
+                    step,
                 };
                 engine.publish(&run.session_id, Event::Delta(delta));
                 unsaved = true;
             }
-            Some(Ok(StreamItem::Usage { total_tokens })) => *tokens = limits::tokens(total_tokens),
-            Some(Ok(StreamItem::Done)) | None => return End::Completed,
-            Some(Err(e)) => return End::Failed(e),
+            Some(Ok(StreamItem::Usage { total_tokens })) => {
+                *tokens = tokens.saturating_add(limits::tokens(total_tokens));
+            }
+            Some(Ok(StreamItem::ToolCalls(calls))) => asked = calls,
+            Some(Ok(StreamItem::Done)) | None => {
+                if unsaved && !asked.is_empty() {
+                    save(engine, reply, active); // the text before the calls, before they run
+                }
+                return Step::Asked(asked);
+            }
+            Some(Err(e)) => return Step::Ended(End::Failed(e)),
         }
         // The save goes to the engine's saver (batched with every other run's): a busy
         // database delays the stored copy, never the deltas.
         if unsaved && last_save.elapsed() >= save_every {
-            let (text, seq) = {
-                let live = active.live();
-                (live.text.clone(), live.seq)
-            };
-            engine.inner.saver.save(super::saver::Save {
-                message_id: reply.id.clone(),
-                text,
-                seq,
-            });
+            save(engine, reply, active);
             last_save = Instant::now();
             unsaved = false;
         }
     }
+}
+
+/// Hands the reply's text so far to the engine's saver.
+fn save(engine: &Engine, reply: &Message, active: &Active) {
+    let (text, seq) = {
+        let live = active.live();
+        (live.text.clone(), live.seq)
+    };
+    engine.inner.saver.save(super::saver::Save {
+        message_id: reply.id.clone(),
+        text,
+        seq,
+    });
 }
 
 /// Opens the provider stream through Tier 1; after a context overflow, compacts the
@@ -296,13 +397,20 @@ async fn open(
     engine: &Engine,
     run: &Run,
     mut request: ChatRequest,
+    step: u32,
 ) -> Result<tier1::Opened, ProviderError> {
     let cfg = &engine.inner.cfg;
     let provider = &*engine.inner.provider;
+    // The first step's first attempt was recorded as the run started; later steps count on.
+    let offset = if step > 1 {
+        run_attempts_so_far(engine, run).await
+    } else {
+        0
+    };
     let mut attempts = RunAttempts {
         engine,
         run,
-        offset: 0,
+        offset,
     };
     let mut compacted = false;
     loop {
@@ -359,7 +467,7 @@ impl tier1::Observer for RunAttempts<'_> {
     fn started(&mut self, n: u32) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let n = self.offset + n;
-            if n == 1 {
+            if n == 1 && self.offset == 0 {
                 return; // recorded in the transaction that started the run (`Store::start_run`)
             }
             if let Err(e) = self.engine.store().attempt_started(&self.run.id, n).await {
@@ -400,27 +508,42 @@ impl tier1::Observer for RunAttempts<'_> {
     }
 }
 
-/// The provider request of a run: its session's model and the history up to its anchor.
-async fn request_for(engine: &Engine, run: &Run) -> crate::error::Result<(ChatRequest, u64)> {
+/// What every step of a run sends: the session's model, its conversation up to the run's
+/// anchor (earlier replies' tool calls and results included), the tools offered, and the
+/// tokens the session spent before the run.
+struct Turn {
+    model: String,
+    messages: Vec<ChatMessage>,
+    offered: Vec<crate::tools::Offered>,
+    spent: u64,
+}
+
+async fn turn_for(engine: &Engine, run: &Run) -> crate::error::Result<Turn> {
     let store = engine.store();
-    // Two reads at once (SQLite's WAL and PostgreSQL both serve them side by side).
-    let ((model, spent), history) = futures::try_join!(
+    // Reads at once (SQLite's WAL and PostgreSQL both serve them side by side).
+    let ((model, spent, sources), history) = futures::try_join!(
         store.model_and_spend(&run.session_id),
         store.history(&run.anchor_message_id)
     )?;
-    let messages = history
-        .into_iter()
-        .map(|(role, content)| ChatMessage {
-            role: match role {
-                Role::Operator => "user",
-                Role::Agent => "assistant",
-            }
-            .into(),
-            content,
-        })
-        .collect();
-    Ok((
-        ChatRequest { model, messages },
-        u64::try_from(spent).unwrap_or(0),
-    ))
+    let mut calls = if history.iter().any(|m| m.role == Role::Agent) {
+        store.tool_calls_of_session(&run.session_id).await?
+    } else {
+        Default::default()
+    };
+    let mut messages = Vec::with_capacity(history.len());
+    for m in history {
+        match m.role {
+            Role::Operator => messages.push(ChatMessage::text("user", m.content)),
+            Role::Agent => match calls.remove(&m.id) {
+                Some(calls) => messages.extend(step::conversation_of(&m.content, &calls)),
+                None => messages.push(ChatMessage::text("assistant", m.content)),
+            },
+        }
+    }
+    Ok(Turn {
+        model,
+        messages,
+        offered: engine.tools().offered(&sources),
+        spent: u64::try_from(spent).unwrap_or(0),
+    })
 }

@@ -62,12 +62,15 @@ async fn engine() -> Engine {
         max_reply_bytes: 1 << 20,
         max_run: Duration::from_secs(60),
         reconcile_every: Duration::from_secs(30),
+        max_steps: 20,
+        tool_timeout: Duration::from_secs(120),
         background: app::tier2::Policy {
             base_ms: 2000,
             cap_ms: 300_000,
         },
     };
-    Engine::new(store, hub, Arc::new(Panicking::default()), cfg)
+    let tools = crate::tools::Toolbox::new(Arc::new(crate::tools::NoServers), vec![]);
+    Engine::new(store, hub, Arc::new(Panicking::default()), tools, cfg)
 }
 
 async fn ended(engine: &Engine, run_id: &str) -> Run {
@@ -87,7 +90,7 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
     let engine = engine().await;
     let session = engine
         .store()
-        .create_session("t", "m", None, "hash", AutoRetry::Off)
+        .create_session("t", "m", None, "hash", AutoRetry::Off, &[])
         .await
         .unwrap();
     let first = engine.post_message(&session.id, "one").await.unwrap();

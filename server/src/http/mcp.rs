@@ -185,8 +185,9 @@ impl Mulligan {
         Mulligan { engine }
     }
 
-    /// Runs one tool; `Ok` is the API answer's JSON, `Err` the API's refusal.
-    async fn run(&self, caller: &Caller, name: &str, args: Value) -> Result<Value> {
+    /// Runs one tool; `Ok` is the API answer's JSON, `Err` the API's refusal. Also how an
+    /// agent turn calls the built-in `mulligan` tools (with its session as the caller).
+    pub(crate) async fn run(&self, caller: &Caller, name: &str, args: Value) -> Result<Value> {
         let engine = &self.engine;
         let arg = |key: &str| -> Result<String> {
             match args.get(key) {
@@ -315,12 +316,29 @@ pub fn tools() -> Vec<Tool> {
 
 /// A refusal: a tool result with `isError: true` carrying the API's error body.
 fn refusal(e: &Error) -> CallToolResult {
+    CallToolResult::structured_error(refusal_json(e))
+}
+
+/// The API's error body of a tool's refusal (an internal failure is logged).
+pub fn refusal_json(e: &Error) -> Value {
     if e.kind == Kind::Internal {
         tracing::error!(error = %e, "an MCP tool failed");
     }
-    CallToolResult::structured_error(json!({
-        "error": {"code": e.code(), "message": e.message}
-    }))
+    json!({"error": {"code": e.code(), "message": e.message}})
+}
+
+/// The built-in tools as `GET /tools` and agent turns see them.
+pub fn builtin_infos() -> Vec<app::wire::ToolInfo> {
+    tools()
+        .into_iter()
+        .map(|t| app::wire::ToolInfo {
+            name: t.name.to_string(),
+            description: t.description.as_ref().map(|d| d.to_string()),
+            input_schema: Value::Object((*t.input_schema).clone()),
+            read_only: t.annotations.as_ref().and_then(|a| a.read_only_hint),
+            destructive: t.annotations.as_ref().and_then(|a| a.destructive_hint),
+        })
+        .collect()
 }
 
 impl ServerHandler for Mulligan {
@@ -391,6 +409,7 @@ mod tests {
             last_run: None,
             auto_retry: Default::default(),
             waiting_retry: None,
+            tools: vec![],
         };
         let all = || ["e", "d", "c", "b", "a"].map(session).to_vec();
         let page = |limit, before: Option<&str>| {

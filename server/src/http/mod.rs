@@ -61,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         .mount(api::PROVIDERS.route, providers::list)
         .mount(api::CLEAR_COOLDOWN.route, providers::clear)
         .mount(api::CONFIG.route, client_config)
+        .mount(api::TOOLS.route, tools)
         .fallback(|| async {
             error::respond(StatusCode::NOT_FOUND, "not_found", "no such API route")
         })
@@ -130,6 +131,14 @@ async fn client_config(State(state): State<AppState>) -> Json<ClientConfig> {
         tier2_base_ms: c.tier2_base_ms,
         tier2_cap_ms: c.tier2_cap_ms,
         tier1_max_attempts: c.tier1_max_attempts,
+    })
+}
+
+/// `GET /tools`: every tool source, its status and its tools (never a server's env or
+/// headers).
+async fn tools(State(state): State<AppState>) -> Json<app::wire::ToolsResponse> {
+    Json(app::wire::ToolsResponse {
+        servers: state.engine.tools().servers(),
     })
 }
 

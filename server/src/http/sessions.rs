@@ -43,6 +43,14 @@ pub async fn create(
             .await
             .map_err(|_| Error::invalid(format!("parent_id {parent:?} is not a session")))?;
     }
+    let tools = match &body.tools {
+        Some(chosen) => state
+            .engine
+            .tools()
+            .check_choice(chosen)
+            .map_err(Error::invalid)?,
+        None => state.engine.tools().names(),
+    };
     let agent_token = crate::http::auth::random_token();
     let hash = hex_sha256(&agent_token);
     let session = store
@@ -52,6 +60,7 @@ pub async fn create(
             body.parent_id.as_deref(),
             &hash,
             body.auto_retry.unwrap_or_default(),
+            &tools,
         )
         .await?;
     state
@@ -124,12 +133,13 @@ pub async fn detail(
     let last_event_id = state.engine.hub().last_id();
     let store = state.engine.store();
     let session = store.session(&sid).await?.session;
-    let messages = store
+    let mut messages: Vec<_> = store
         .messages(&sid, include_superseded)
         .await?
         .into_iter()
         .map(|m| overlay_live(&state.engine, m))
         .collect();
+    store.with_parts(&sid, &mut messages).await?;
     let runs = store.runs(&sid).await?;
     Ok(Json(SessionDetail {
         session,
@@ -154,7 +164,19 @@ pub async fn patch(
             )));
         }
     }
-    let mut session = store.update_session(&sid, title, body.auto_retry).await?;
+    let tools = match &body.tools {
+        Some(chosen) => Some(
+            state
+                .engine
+                .tools()
+                .check_choice(chosen)
+                .map_err(Error::invalid)?,
+        ),
+        None => None,
+    };
+    let mut session = store
+        .update_session(&sid, title, body.auto_retry, tools.as_deref())
+        .await?;
     // Leaving `background` ends the retry waiting there (the browser takes over, or nothing).
     if session.auto_retry != app::wire::AutoRetry::Background && session.waiting_retry.is_some() {
         match state.engine.cancel_waiting_retry(&sid).await {

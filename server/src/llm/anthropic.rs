@@ -1,4 +1,5 @@
 //! The `anthropic` provider: the Anthropic Messages streaming API (`POST {base}/messages`).
+use super::tool_calls::AnthropicCalls;
 use super::{ChatRequest, DeltaStream, Limits, Provider, ProviderError, RetryAfter, StreamItem};
 use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -63,36 +64,72 @@ impl Provider for Anthropic {
     }
 }
 
-/// The Messages request: `system` messages go to the top-level field; consecutive turns of
-/// one role are merged and empty ones dropped (the API rejects empty text blocks).
+/// The Messages request: `system` messages go to the top-level field; an assistant's tool
+/// calls become `tool_use` blocks and `tool` results `tool_result` blocks of a user turn;
+/// consecutive turns of one role are merged and empty text dropped (the API rejects empty
+/// text blocks). A turn of text only is sent as a plain string.
 fn request_body(req: &ChatRequest) -> serde_json::Value {
+    use serde_json::{json, Value};
     let mut system: Vec<&str> = Vec::new();
-    let mut turns: Vec<(&str, String)> = Vec::new();
+    let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
     for m in &req.messages {
-        let role = match m.role.as_str() {
+        let (role, mut blocks) = match m.role.as_str() {
             "system" => {
                 system.push(&m.content);
                 continue;
             }
-            "assistant" => "assistant",
-            _ => "user",
+            "tool" => (
+                "user",
+                vec![json!({
+                    "type": "tool_result",
+                    "tool_use_id": m.tool_call_id.as_deref().unwrap_or_default(),
+                    "content": m.content,
+                })],
+            ),
+            role => {
+                let role = if role == "assistant" {
+                    "assistant"
+                } else {
+                    "user"
+                };
+                let mut blocks = Vec::new();
+                if !m.content.trim().is_empty() {
+                    blocks.push(json!({"type": "text", "text": m.content}));
+                }
+                for c in &m.tool_calls {
+                    let input = serde_json::from_str::<Value>(&c.function.arguments)
+                        .ok()
+                        .filter(Value::is_object)
+                        .unwrap_or_else(|| json!({}));
+                    blocks.push(json!({
+                        "type": "tool_use", "id": c.id, "name": c.function.name, "input": input,
+                    }));
+                }
+                (role, blocks)
+            }
         };
-        if m.content.trim().is_empty() {
+        if blocks.is_empty() {
             continue;
         }
         match turns.last_mut() {
-            Some((r, content)) if *r == role => {
-                content.push_str("\n\n");
-                content.push_str(&m.content);
-            }
-            _ => turns.push((role, m.content.clone())),
+            Some((r, content)) if *r == role => content.append(&mut blocks),
+            _ => turns.push((role, blocks)),
         }
     }
     let messages: Vec<_> = turns
         .into_iter()
-        .map(|(role, content)| serde_json::json!({"role": role, "content": content}))
+        .map(|(role, blocks)| {
+            let texts: Option<Vec<&str>> = blocks
+                .iter()
+                .map(|b| (b["type"] == "text").then(|| b["text"].as_str()).flatten())
+                .collect();
+            match texts {
+                Some(texts) => json!({"role": role, "content": texts.join("\n\n")}),
+                None => json!({"role": role, "content": blocks}),
+            }
+        })
         .collect();
-    let mut body = serde_json::json!({
+    let mut body = json!({
         "model": req.model,
         "max_tokens": MAX_TOKENS,
         "stream": true,
@@ -104,6 +141,13 @@ fn request_body(req: &ChatRequest) -> serde_json::Value {
         .collect();
     if !system.is_empty() {
         body["system"] = system.join("\n\n").into();
+    }
+    if !req.tools.is_empty() {
+        body["tools"] = req
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
     }
     body
 }
@@ -122,6 +166,8 @@ struct UsageState {
     input_tokens: u64,
     output_tokens: u64,
     done: bool,
+    /// `tool_use` blocks being assembled.
+    calls: AnthropicCalls,
 }
 
 impl UsageState {
@@ -175,24 +221,58 @@ fn event_items(
                 _ => Vec::new(),
             }
         }
+        "content_block_start" if v.pointer("/content_block/type") == Some(&"tool_use".into()) => {
+            let text = |p: &str| v.pointer(p).and_then(|t| t.as_str()).unwrap_or_default();
+            let input = v
+                .pointer("/content_block/input")
+                .map(|i| i.to_string())
+                .unwrap_or_default();
+            state.calls.start(
+                block_index(&v),
+                text("/content_block/id"),
+                text("/content_block/name"),
+                &input,
+            )?;
+            Vec::new()
+        }
+        "content_block_delta" if v.pointer("/delta/type") == Some(&"input_json_delta".into()) => {
+            let json = v.pointer("/delta/partial_json").and_then(|t| t.as_str());
+            state
+                .calls
+                .delta(block_index(&v), json.unwrap_or_default())?;
+            Vec::new()
+        }
+        "content_block_stop" => {
+            state.calls.stop(block_index(&v));
+            Vec::new()
+        }
         "message_delta" => {
             state.absorb(v.get("usage"));
             Vec::new()
         }
         "message_stop" => {
             state.done = true;
-            vec![
-                StreamItem::Usage {
-                    total_tokens: super::limits::tokens(
-                        state.input_tokens.saturating_add(state.output_tokens),
-                    ),
-                },
-                StreamItem::Done,
-            ]
+            let mut items = Vec::with_capacity(3);
+            let calls = std::mem::take(&mut state.calls).finish(0);
+            if !calls.is_empty() {
+                items.push(StreamItem::ToolCalls(calls));
+            }
+            items.push(StreamItem::Usage {
+                total_tokens: super::limits::tokens(
+                    state.input_tokens.saturating_add(state.output_tokens),
+                ),
+            });
+            items.push(StreamItem::Done);
+            items
         }
         "error" => return Err(super::sse::stream_error(data)),
         _ => Vec::new(),
     })
+}
+
+/// A content block event's `index` (0 when absent).
+fn block_index(v: &serde_json::Value) -> u64 {
+    v.get("index").and_then(|i| i.as_u64()).unwrap_or(0)
 }
 
 /// The advised wait from `anthropic-ratelimit-*-reset` (RFC 3339) on a 429 without
@@ -302,13 +382,13 @@ mod tests {
             ("assistant", ""),
             ("assistant", "Hello"),
         ];
-        let messages = turns.iter().map(|(r, c)| super::super::ChatMessage {
-            role: r.to_string(),
-            content: c.to_string(),
-        });
+        let messages = turns
+            .iter()
+            .map(|(r, c)| super::super::ChatMessage::text(r, *c));
         let req = ChatRequest {
             model: "claude-x".into(),
             messages: messages.collect(),
+            tools: vec![],
         };
         let want = serde_json::json!({
             "model": "claude-x", "max_tokens": 4096, "stream": true, "system": "Be brief.",
@@ -318,8 +398,54 @@ mod tests {
         let bare = request_body(&ChatRequest {
             model: "m".into(),
             messages: vec![],
+            tools: vec![],
         });
         assert!(bare.get("system").is_none());
+    }
+
+    #[test]
+    fn tool_use_blocks_assemble_and_tool_turns_convert() {
+        let mut st = UsageState::default();
+        let start = r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"fs__read","input":{}}}"#;
+        let part = |j: &str| {
+            serde_json::json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":j}}).to_string()
+        };
+        assert!(items("content_block_start", start, &mut st).is_empty());
+        items("content_block_delta", &part("{\"path\":"), &mut st);
+        items("content_block_delta", &part("\"a\"}"), &mut st);
+        items("content_block_stop", r#"{"index":1}"#, &mut st);
+        let stop = items("message_stop", r#"{"type":"message_stop"}"#, &mut st);
+        let StreamItem::ToolCalls(calls) = &stop[0] else {
+            panic!("{stop:?}")
+        };
+        assert_eq!(
+            (calls[0].id.as_str(), calls[0].name.as_str()),
+            ("toolu_1", "fs__read")
+        );
+        assert_eq!(calls[0].arguments, r#"{"path":"a"}"#);
+
+        use super::super::{ChatMessage, ChatToolCall};
+        let mut asked = ChatMessage::text("assistant", "Reading.");
+        asked.tool_calls = vec![ChatToolCall::new("toolu_1", "fs__read", r#"{"path":"a"}"#)];
+        let mut result = ChatMessage::text("tool", "contents");
+        result.tool_call_id = Some("toolu_1".into());
+        let body = request_body(&ChatRequest {
+            model: "m".into(),
+            messages: vec![
+                ChatMessage::text("user", "go"),
+                asked,
+                result,
+                ChatMessage::text("user", "and?"),
+            ],
+            tools: vec![],
+        });
+        let m = &body["messages"];
+        assert_eq!(m[1]["content"][1]["type"], "tool_use");
+        assert_eq!(m[1]["content"][1]["input"]["path"], "a");
+        assert_eq!(m[2]["role"], "user");
+        assert_eq!(m[2]["content"][0]["type"], "tool_result");
+        assert_eq!(m[2]["content"][0]["tool_use_id"], "toolu_1");
+        assert_eq!(m[2]["content"][1]["text"], "and?");
     }
 
     #[test]

@@ -29,6 +29,14 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "context length exceeded once for a conversation, then fine",
     ),
     ("demo-long", "a long healthy reply (for cancel demos)"),
+    (
+        "demo-agent",
+        "an agent turn: lists its sub-sessions with the built-in mulligan tool, then answers",
+    ),
+    (
+        "demo-agent-flaky",
+        "like demo-agent, but the step after the tool call fails with 503: a retry continues the turn without calling the tool again",
+    ),
 ];
 
 #[derive(Clone)]
@@ -102,6 +110,13 @@ async fn chat(State(demo): State<Demo>, Json(body): Json<ChatBody>) -> Response 
         .find(|m| m.role == "user")
         .map(|m| m.content.as_str());
     let reply = reply_for(prompt.unwrap_or(""), &body.model);
+    if let Some(flaky) = match body.model.as_str() {
+        "demo-agent" => Some(false),
+        "demo-agent-flaky" => Some(true),
+        _ => None,
+    } {
+        return agent_step(demo.delta_every, &body.messages, flaky);
+    }
     match body.model.as_str() {
         "demo-flaky" if call <= 2 => error(
             503,
@@ -142,6 +157,74 @@ async fn chat(State(demo): State<Demo>, Json(body): Json<ChatBody>) -> Response 
         "demo-long" => stream(demo.delta_every, words(&reply.repeat(8)), true),
         _ => stream(demo.delta_every, words(&reply), true),
     }
+}
+
+/// One step of the demo agent. A turn's first step asks for `mulligan__list_sessions`; the
+/// step after a tool result answers with what it found (the flaky agent answers 503 there
+/// instead, every time, so only a continuation gets past it); a continuation answers.
+fn agent_step(every: Duration, messages: &[super::ChatMessage], flaky: bool) -> Response {
+    let since_prompt = messages
+        .iter()
+        .rev()
+        .take_while(|m| m.role != "user")
+        .collect::<Vec<_>>();
+    let last = messages.last();
+    let continuing = last.is_some_and(|m| {
+        m.role == "user" && m.content.starts_with("Your previous turn was cut off")
+    });
+    if since_prompt.is_empty() && !continuing {
+        let mut words = words("Let me check my sub-sessions first. ");
+        let call = serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [{
+            "index": 0, "id": format!("call_demo_{}", messages.len()), "type": "function",
+            "function": {"name": "mulligan__list_sessions", "arguments": "{}"}}]}}]});
+        words.push(String::new());
+        return stream_with_call(every, words, call);
+    }
+    if flaky && last.is_some_and(|m| m.role == "tool") {
+        return error(
+            503,
+            &[],
+            "server_error",
+            "The demo agent's provider failed after the tool call: retry to continue the turn.",
+        );
+    }
+    let found = messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "tool")
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
+        .and_then(|v| v["sessions"].as_array().map(Vec::len));
+    let text = match found {
+        Some(0) => "I have no sub-sessions yet. Create one with this session as its parent and I will see it.".to_string(),
+        Some(n) => format!("I found {n} sub-session(s). I can send any of them a message with the mulligan tools."),
+        None => "I checked what already finished; the tool's result is above. Nothing else is needed.".to_string(),
+    };
+    stream(every, words(&text), true)
+}
+
+/// Streams `deltas`, then one chunk asking for a tool call, then `[DONE]`.
+fn stream_with_call(every: Duration, deltas: Vec<String>, call: serde_json::Value) -> Response {
+    let mut frames: Vec<String> = deltas
+        .into_iter()
+        .filter(|d| !d.is_empty())
+        .map(|text| {
+            let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]});
+            format!("data: {chunk}\n\n")
+        })
+        .collect();
+    frames.push(format!("data: {call}\n\n"));
+    frames.push("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n".into());
+    let body = futures::stream::unfold(frames.into_iter(), move |mut it| async move {
+        let frame = it.next()?;
+        tokio::time::sleep(every).await;
+        Some((Ok::<_, std::io::Error>(Bytes::from(frame)), it))
+    });
+    let mut resp = Body::from_stream(body).into_response();
+    resp.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    resp
 }
 
 fn reply_for(prompt: &str, model: &str) -> String {

@@ -12,17 +12,78 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use std::time::Duration;
 
-/// What a run asks of a provider.
+/// What a run asks of a provider: one model step.
 #[derive(Clone, Debug)]
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
+    /// The tools the model may call in this step (none: a plain chat completion).
+    pub tools: Vec<ToolSpec>,
 }
 
+/// A tool as the model sees it: its name is `<server>__<tool>`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub input_schema: serde_json::Value,
+}
+
+/// One message of the conversation sent to a provider, in the Chat Completions shape
+/// (`assistant` with `tool_calls`, `tool` with `tool_call_id`); Anthropic's provider
+/// converts it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ChatToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn text(role: &str, content: impl Into<String>) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool call of an assistant message, as the model asked for it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ChatToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    pub function: ChatFunction,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ChatFunction {
+    pub name: String,
+    /// The arguments' JSON text.
+    pub arguments: String,
+}
+
+fn function_type() -> String {
+    "function".into()
+}
+
+impl ChatToolCall {
+    pub fn new(id: &str, name: &str, arguments: &str) -> ChatToolCall {
+        ChatToolCall {
+            id: id.into(),
+            kind: function_type(),
+            function: ChatFunction {
+                name: name.into(),
+                arguments: arguments.into(),
+            },
+        }
+    }
 }
 
 /// One item of an opened stream.
@@ -33,6 +94,8 @@ pub enum StreamItem {
     Usage {
         total_tokens: u64,
     },
+    /// The tool calls the model asked for in this step, complete (sent before `Done`).
+    ToolCalls(Vec<tool_calls::AssembledCall>),
     /// The provider said the reply is complete.
     Done,
 }

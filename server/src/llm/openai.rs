@@ -1,5 +1,6 @@
 //! The `openai` provider: the Chat Completions streaming API of any compatible server
 //! (OpenAI, vLLM, llama.cpp, Ollama, and Mulligan's own demo endpoint).
+use super::tool_calls::{Fragment, OpenAiCalls};
 use super::{ChatRequest, DeltaStream, Limits, Provider, ProviderError, StreamItem};
 use futures::future::BoxFuture;
 
@@ -38,12 +39,23 @@ impl Provider for OpenAi {
             if self.requires_key && self.api_key.is_none() {
                 return Err(ProviderError::NoCredentials);
             }
-            let body = serde_json::json!({
+            let mut body = serde_json::json!({
                 "model": req.model,
                 "messages": req.messages,
                 "stream": true,
                 "stream_options": {"include_usage": true},
             });
+            if !req.tools.is_empty() {
+                body["tools"] = req
+                    .tools
+                    .iter()
+                    .map(|t| {
+                        serde_json::json!({"type": "function", "function": {
+                            "name": t.name, "description": t.description, "parameters": t.input_schema,
+                        }})
+                    })
+                    .collect();
+            }
             let mut call = self.client.post(&self.url).json(&body);
             if let Some(key) = &self.api_key {
                 call = call.bearer_auth(key);
@@ -57,11 +69,23 @@ impl Provider for OpenAi {
     }
 }
 
-/// Turns a 2xx SSE body into stream items; ends after `[DONE]`, cut if it ends before.
+/// Turns a 2xx SSE body into stream items; ends after `[DONE]`, cut if it ends before. Tool
+/// call fragments are assembled across chunks and yielded whole just before `Done`.
 fn parse_stream(resp: reqwest::Response, limits: &Limits) -> DeltaStream {
-    super::sse::item_stream(resp, "[DONE]", limits, |_event, data| {
-        match chunk_items(data)? {
-            ChunkItems::Done => Ok(vec![StreamItem::Done]),
+    let mut calls = Some(OpenAiCalls::default());
+    super::sse::item_stream(resp, "[DONE]", limits, move |_event, data| {
+        let Some(assembling) = calls.as_mut() else {
+            return Ok(Vec::new());
+        };
+        match chunk_items(data, assembling)? {
+            ChunkItems::Done => {
+                let mut items = Vec::with_capacity(2);
+                if let Some(done) = calls.take().filter(|c| !c.is_empty()) {
+                    items.push(StreamItem::ToolCalls(done.finish(0)));
+                }
+                items.push(StreamItem::Done);
+                Ok(items)
+            }
             ChunkItems::Items(items) => Ok(items),
         }
     })
@@ -94,6 +118,28 @@ struct Choice<'a> {
 struct ChoiceDelta<'a> {
     #[serde(default, borrow)]
     content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<CallFragment<'a>>>,
+    #[serde(default, borrow)]
+    function_call: Option<FunctionFragment<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct CallFragment<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default, borrow)]
+    id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<FunctionFragment<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct FunctionFragment<'a> {
+    #[serde(default, borrow)]
+    name: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -102,8 +148,8 @@ struct Usage {
     total_tokens: Option<u64>,
 }
 
-/// Parses one `data:` payload of a Chat Completions stream.
-fn chunk_items(data: &str) -> Result<ChunkItems, ProviderError> {
+/// Parses one `data:` payload of a Chat Completions stream; tool call fragments go to `calls`.
+fn chunk_items(data: &str, calls: &mut OpenAiCalls) -> Result<ChunkItems, ProviderError> {
     let data = data.trim();
     if data == "[DONE]" {
         return Ok(ChunkItems::Done);
@@ -115,16 +161,32 @@ fn chunk_items(data: &str) -> Result<ChunkItems, ProviderError> {
         return Err(super::sse::stream_error(data));
     }
     let mut items = Vec::new();
-    if let Some(text) = chunk
+    if let Some(delta) = chunk
         .choices
         .into_iter()
         .flatten()
         .next()
         .and_then(|c| c.delta)
-        .and_then(|d| d.content)
     {
-        if !text.is_empty() {
+        if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
             items.push(StreamItem::Delta(text.into_owned()));
+        }
+        for f in delta.tool_calls.into_iter().flatten() {
+            let function = f.function.as_ref();
+            calls.absorb(Fragment {
+                index: f.index,
+                id: f.id.as_deref(),
+                name: function.and_then(|x| x.name.as_deref()),
+                arguments: function.and_then(|x| x.arguments.as_deref()),
+            })?;
+        }
+        if let Some(f) = &delta.function_call {
+            calls.absorb_legacy(Fragment {
+                index: None,
+                id: None,
+                name: f.name.as_deref(),
+                arguments: f.arguments.as_deref(),
+            })?;
         }
     }
     if let Some(total) = chunk.usage.and_then(|u| u.total_tokens) {
@@ -139,23 +201,44 @@ fn chunk_items(data: &str) -> Result<ChunkItems, ProviderError> {
 mod tests {
     use super::*;
 
+    fn chunk_items_(data: &str) -> Result<ChunkItems, ProviderError> {
+        chunk_items(data, &mut OpenAiCalls::default())
+    }
+
+    #[test]
+    fn tool_call_fragments_assemble_across_chunks() {
+        let mut calls = OpenAiCalls::default();
+        for data in [
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"fs__write_file","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a.txt\"}"}}]}}]}"#,
+        ] {
+            chunk_items(data, &mut calls).unwrap();
+        }
+        let done = calls.finish(0);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].id, "call_1");
+        assert_eq!(done[0].name, "fs__write_file");
+        assert_eq!(done[0].arguments, r#"{"path":"a.txt"}"#);
+    }
+
     #[test]
     fn chunks_yield_deltas_usage_and_done() {
         let ChunkItems::Items(items) =
-            chunk_items(r#"{"choices":[{"delta":{"content":"Hel"}}]}"#).unwrap()
+            chunk_items_(r#"{"choices":[{"delta":{"content":"Hel"}}]}"#).unwrap()
         else {
             panic!("expected items")
         };
         assert_eq!(items, vec![StreamItem::Delta("Hel".into())]);
         let ChunkItems::Items(items) =
-            chunk_items(r#"{"choices":[],"usage":{"total_tokens":12}}"#).unwrap()
+            chunk_items_(r#"{"choices":[],"usage":{"total_tokens":12}}"#).unwrap()
         else {
             panic!("expected items")
         };
         assert_eq!(items, vec![StreamItem::Usage { total_tokens: 12 }]);
-        assert!(matches!(chunk_items(" [DONE] "), Ok(ChunkItems::Done)));
+        assert!(matches!(chunk_items_(" [DONE] "), Ok(ChunkItems::Done)));
         // Escapes are decoded; fields Mulligan does not read are skipped.
-        let ChunkItems::Items(items) = chunk_items(
+        let ChunkItems::Items(items) = chunk_items_(
             r#"{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":"a\"b\n"},"finish_reason":null}],"usage":null}"#,
         )
         .unwrap() else {
@@ -163,14 +246,14 @@ mod tests {
         };
         assert_eq!(items, vec![StreamItem::Delta("a\"b\n".into())]);
         assert!(matches!(
-            chunk_items("{not json"),
+            chunk_items_("{not json"),
             Err(ProviderError::StreamCut { .. })
         ));
     }
 
     #[test]
     fn an_error_chunk_is_a_provider_error() {
-        let err = chunk_items(r#"{"error":{"type":"overloaded_error","message":"busy"}}"#);
+        let err = chunk_items_(r#"{"error":{"type":"overloaded_error","message":"busy"}}"#);
         assert!(
             matches!(err, Err(ProviderError::Status { error_type: Some(t), .. }) if t == "overloaded_error")
         );

@@ -102,6 +102,7 @@ mod tests {
 
     fn request(model: &str) -> ChatRequest {
         ChatRequest {
+            tools: vec![],
             model: model.into(),
             messages: Vec::new(),
         }

@@ -5,6 +5,7 @@
 mod cooldowns;
 mod rows;
 mod shared;
+mod tool_calls;
 
 use crate::clock::{new_id, now_ms};
 use crate::error::{Error, Result};
@@ -20,6 +21,7 @@ use std::str::FromStr;
 
 pub use rows::{run_kind_str, run_status_str};
 pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL};
+pub use tool_calls::{parts, NewToolCall, RecordedCall};
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -69,6 +71,14 @@ macro_rules! with_writer {
     };
 }
 pub(crate) use with_writer;
+
+/// One message of a run's conversation, as [`Store::history`] reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryEntry {
+    pub id: String,
+    pub role: app::wire::Role,
+    pub content: String,
+}
 
 /// A session row as the server sees it (the wire `Session` plus what never leaves it).
 pub struct SessionRecord {
@@ -245,12 +255,14 @@ impl Store {
         parent_id: Option<&str>,
         agent_token_hash: &str,
         auto_retry: AutoRetry,
+        tools: &[String],
     ) -> Result<Session> {
+        let tools = serde_json::to_string(tools).unwrap_or_else(|_| "[]".into());
         with_writer!(self, pool => {
         let id = new_id("s");
         sqlx::query(
-            "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry, tools)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&id)
         .bind(title)
@@ -259,6 +271,7 @@ impl Store {
         .bind(agent_token_hash)
         .bind(now_ms())
         .bind(auto_retry.as_str())
+        .bind(tools)
         .execute(pool)
         .await?;
         Ok(self.session(&id).await?.session)
@@ -288,14 +301,16 @@ impl Store {
             })
     }
 
-    /// What a run's provider request needs of its session: the model and the tokens spent.
-    pub async fn model_and_spend(&self, id: &str) -> Result<(String, i64)> {
+    /// What a run's provider request needs of its session: the model, the tokens spent and
+    /// the tool sources.
+    pub async fn model_and_spend(&self, id: &str) -> Result<(String, i64, Vec<String>)> {
         with_pool!(self, pool => {
-        sqlx::query_as("SELECT model, tokens_used FROM sessions WHERE id = $1")
+        let row = sqlx::query("SELECT model, tokens_used, tools FROM sessions WHERE id = $1")
             .bind(id)
             .fetch_optional(pool)
             .await?
-            .ok_or_else(|| Error::not_found("session", id))
+            .ok_or_else(|| Error::not_found("session", id))?;
+        Ok((row.text("model"), row.int("tokens_used"), rows::tools(&row)))
             })
     }
 
@@ -357,14 +372,18 @@ impl Store {
         id: &str,
         title: Option<&str>,
         auto_retry: Option<AutoRetry>,
+        tools: Option<&[String]>,
     ) -> Result<Session> {
+        let tools = tools.map(|t| serde_json::to_string(t).unwrap_or_else(|_| "[]".into()));
         with_writer!(self, pool => {
         sqlx::query(
-            "UPDATE sessions SET title = COALESCE($1, title), auto_retry = COALESCE($2, auto_retry)
-             WHERE id = $3",
+            "UPDATE sessions SET title = COALESCE($1, title), auto_retry = COALESCE($2, auto_retry),
+                 tools = COALESCE($3, tools)
+             WHERE id = $4",
         )
         .bind(title)
         .bind(auto_retry.map(|a| a.as_str()))
+        .bind(tools)
         .bind(id)
         .execute(pool)
         .await?;
@@ -825,6 +844,17 @@ impl Store {
         .await?
         .as_ref()
         .map(rows::message);
+        // A call still running when its run ends never got its result: cancelled with the
+        // run, else its outcome is unknown.
+        sqlx::query(
+            "UPDATE tool_calls SET status = $1, finished_at = $2
+             WHERE run_id = $3 AND status = 'running'",
+        )
+        .bind(if o.status == RunStatus::Cancelled { "cancelled" } else { "interrupted" })
+        .bind(now)
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await?;
         sqlx::query("UPDATE sessions SET tokens_used = tokens_used + $1 WHERE id = $2")
         .bind(o.tokens_used)
         .bind(&run.session_id)
@@ -897,10 +927,10 @@ impl Store {
     /// The conversation a run sends: every visible message up to and including its anchor,
     /// as `(role, content)`; operator prompts that have not run yet and empty or still
     /// streaming replies are left out. One statement.
-    pub async fn history(&self, anchor_message_id: &str) -> Result<Vec<(app::wire::Role, String)>> {
+    pub async fn history(&self, anchor_message_id: &str) -> Result<Vec<HistoryEntry>> {
         with_pool!(self, pool => {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT m.role, m.content FROM messages m, messages a
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT m.id, m.role, m.content FROM messages m, messages a
              WHERE a.id = $1 AND m.session_id = a.session_id AND m.seq <= a.seq
                AND NOT EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id)
                AND CASE WHEN m.role = 'operator' THEN
@@ -908,7 +938,9 @@ impl Store {
                      OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.anchor_message_id = m.id)
                      OR EXISTS (SELECT 1 FROM runs r WHERE r.anchor_message_id = m.id
                                 AND r.started_at IS NOT NULL)
-                   ELSE COALESCE(m.status, '') <> 'streaming' AND m.content <> '' END
+                   ELSE COALESCE(m.status, '') <> 'streaming'
+                        AND (m.content <> ''
+                             OR EXISTS (SELECT 1 FROM tool_calls t WHERE t.message_id = m.id)) END
              ORDER BY m.seq",
         )
         .bind(anchor_message_id)
@@ -920,9 +952,10 @@ impl Store {
         }
         Ok(rows
             .into_iter()
-            .map(|(role, content)| {
-                let role = if role == "operator" { app::wire::Role::Operator } else { app::wire::Role::Agent };
-                (role, content)
+            .map(|(id, role, content)| HistoryEntry {
+                id,
+                role: if role == "operator" { app::wire::Role::Operator } else { app::wire::Role::Agent },
+                content,
             })
             .collect())
             })
@@ -1058,6 +1091,7 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
                 fires_at,
                 reason: row.opt_text("retry_reason").unwrap_or_default(),
             }),
+            tools: rows::tools(row),
         },
         agent_token_hash: row.text("agent_token_hash"),
         tokens_used: row.int("tokens_used"),

@@ -102,7 +102,8 @@ pub const LAST_RUN_COLUMNS: &str = "lr.id AS lr_id, lr.session_id AS lr_session_
     lr.retry_class AS lr_retry_class, lr.retry_after_until AS lr_retry_after_until,
     lr.created_at AS lr_created_at, lr.provenance AS lr_provenance,
     lr.started_at AS lr_started_at, lr.finished_at AS lr_finished_at,
-    lr.retry_dismissed_at AS lr_retry_dismissed_at";
+    lr.retry_dismissed_at AS lr_retry_dismissed_at, lr.steps AS lr_steps,
+    lr.tools_executed AS lr_tools_executed";
 
 pub fn run_status(s: &str) -> RunStatus {
     match s {
@@ -204,7 +205,16 @@ pub fn message(row: &impl Get) -> Message {
         error_message: row.opt_text("error_message"),
         retry: retry(row),
         provenance: provenance(row),
+        parts: None,
     }
+}
+
+/// A session's tool sources: its JSON list; a session made before tools existed has the
+/// built-in source only.
+pub fn tools(row: &impl Get) -> Vec<String> {
+    row.opt_text("tools")
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| vec![crate::tools::BUILTIN.to_string()])
 }
 
 /// Columns: runs.*.
@@ -226,5 +236,7 @@ pub fn run(row: &impl Get) -> Run {
         provenance: provenance(row),
         started_at: row.opt_int("started_at"),
         finished_at: row.opt_int("finished_at"),
+        steps: u32::try_from(row.int("steps")).unwrap_or(0),
+        tools_executed: u32::try_from(row.int("tools_executed")).unwrap_or(0),
     }
 }

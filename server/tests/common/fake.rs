@@ -41,6 +41,12 @@ pub enum Script {
     Endless { text: String, every: Duration },
     /// Streams one delta, then reports `total_tokens` as the call's usage, and finishes.
     Usage { total_tokens: u64 },
+    /// Streams `text`, then asks for tool calls `(id, name, arguments JSON)`, each call's
+    /// arguments in two fragments, and finishes with `finish_reason: tool_calls`.
+    ToolCalls {
+        text: String,
+        calls: Vec<(String, String, String)>,
+    },
 }
 
 impl Script {
@@ -49,6 +55,13 @@ impl Script {
             deltas: words.iter().map(|w| w.to_string()).collect(),
             every: Duration::from_millis(5),
             finish: true,
+        }
+    }
+    /// A step that asks for one tool call (`name` as the model sees it: `<server>__<tool>`).
+    pub fn call(text: &str, id: &str, name: &str, arguments: Value) -> Script {
+        Script::ToolCalls {
+            text: text.into(),
+            calls: vec![(id.into(), name.into(), arguments.to_string())],
         }
     }
     pub fn slow(n: usize, every: Duration) -> Script {
@@ -70,6 +83,8 @@ pub struct Seen {
 #[derive(Default)]
 struct Inner {
     queue: VecDeque<Script>,
+    /// Models with scripts of their own (empty: the default reply), apart from `queue`.
+    own: std::collections::HashMap<String, VecDeque<Script>>,
     default: Option<Script>,
     seen: Vec<Seen>,
 }
@@ -97,6 +112,18 @@ impl FakeProvider {
         self
     }
 
+    /// Gives `model` scripts of its own, apart from the shared queue: requests for it play
+    /// these, then the default reply (a sub-session's turns never take the parent's scripts).
+    pub fn push_for(&self, model: &str, scripts: Vec<Script>) {
+        self.inner
+            .lock()
+            .unwrap()
+            .own
+            .entry(model.to_string())
+            .or_default()
+            .extend(scripts);
+    }
+
     pub fn set_default(&self, s: Script) {
         self.inner.lock().unwrap().default = Some(s);
     }
@@ -121,9 +148,17 @@ async fn chat(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
         });
-        i.queue
-            .pop_front()
-            .or_else(|| i.default.clone())
+        let model = i
+            .seen
+            .last()
+            .and_then(|s| s.body["model"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let next = match i.own.get_mut(&model) {
+            Some(own) => own.pop_front().or(Some(Script::reply(&["ok"]))),
+            None => i.queue.pop_front(),
+        };
+        next.or_else(|| i.default.clone())
             .unwrap_or_else(|| Script::reply(&["ok"]))
     };
     match script {
@@ -175,6 +210,30 @@ async fn chat(
                 "data: {}\n\ndata: {{\"choices\":[],\"usage\":{{\"total_tokens\":{total_tokens}}}}}\n\ndata: [DONE]\n\n",
                 serde_json::json!({"choices": [{"index": 0, "delta": {"content": "counted"}}]})
             );
+            event_stream(Body::from(body))
+        }
+        Script::ToolCalls { text, calls } => {
+            let mut body = String::new();
+            let mut frame = |v: Value| body.push_str(&format!("data: {v}\n\n"));
+            if !text.is_empty() {
+                frame(serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]}));
+            }
+            for (i, (id, name, args)) in calls.iter().enumerate() {
+                let (a, b) = args.split_at(args.len() / 2);
+                frame(
+                    serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                    {"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": a}}]}}]}),
+                );
+                frame(
+                    serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                    {"index": i, "function": {"arguments": b}}]}}]}),
+                );
+            }
+            frame(
+                serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            );
+            frame(serde_json::json!({"choices": [], "usage": {"total_tokens": 11}}));
+            body.push_str("data: [DONE]\n\n");
             event_stream(Body::from(body))
         }
         Script::Status {

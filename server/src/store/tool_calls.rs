@@ -1,0 +1,216 @@
+//! Tool calls of agent turns (CONTRACT §6): recorded when a call starts and again when it
+//! ends, each in its own write before the turn goes on, so a retry never runs a recorded call
+//! again and a call that started with no recorded end reads as `interrupted`.
+use super::rows::Get;
+use super::{with_pool, with_writer, Pool, Store};
+use crate::clock::now_ms;
+use crate::error::Result;
+use app::wire::{Message, Part, Role, ToolCall, ToolCallStatus};
+use std::collections::HashMap;
+
+/// A recorded call as the engine needs it: the wire call, the model's own id for it (sent
+/// back with its result), and where it sits in its reply's text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedCall {
+    pub call: ToolCall,
+    pub message_id: String,
+    pub provider_id: String,
+    /// Bytes of the reply's text that came before the call.
+    pub text_offset: usize,
+}
+
+/// A call about to be executed (or answered without executing it).
+pub struct NewToolCall<'a> {
+    pub run_id: &'a str,
+    pub message_id: &'a str,
+    pub session_id: &'a str,
+    pub ord: u32,
+    pub provider_id: &'a str,
+    pub call: &'a ToolCall,
+    pub text_offset: usize,
+}
+
+fn recorded(row: &impl Get) -> RecordedCall {
+    let status = ToolCallStatus::parse(&row.text("status")).unwrap_or(ToolCallStatus::Interrupted);
+    let arguments = serde_json::from_str(&row.text("arguments")).unwrap_or(serde_json::Value::Null);
+    RecordedCall {
+        call: ToolCall {
+            id: row.text("id"),
+            step: u32::try_from(row.int("step")).unwrap_or(0),
+            server: row.text("server"),
+            tool: row.text("tool"),
+            arguments,
+            status,
+            result: row.opt_text("result"),
+            started_at: row.int("started_at"),
+            finished_at: row.opt_int("finished_at"),
+        },
+        message_id: row.text("message_id"),
+        provider_id: row.text("provider_id"),
+        text_offset: usize::try_from(row.int("text_offset")).unwrap_or(0),
+    }
+}
+
+impl Store {
+    /// Records that the run began model step `step`.
+    pub async fn step_started(&self, run_id: &str, step: u32) -> Result<()> {
+        with_writer!(self, pool => {
+            sqlx::query("UPDATE runs SET steps = $1 WHERE id = $2")
+                .bind(i64::from(step))
+                .bind(run_id)
+                .execute(pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// Records a call as it starts (`running`: it is about to be sent, and counts as
+    /// executed on its run from now on, so a crash mid-call never lets a retry send it
+    /// again), or already ended when it is answered without a tool server (an unknown tool,
+    /// malformed arguments).
+    pub async fn tool_call_started(&self, c: &NewToolCall<'_>) -> Result<()> {
+        let arguments = serde_json::to_string(&c.call.arguments).unwrap_or_else(|_| "null".into());
+        let sent = c.call.status == ToolCallStatus::Running;
+        with_writer!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(
+                "INSERT INTO tool_calls (id, run_id, message_id, session_id, step, ord, provider_id,
+                     server, tool, arguments, text_offset, status, result, reached, started_at,
+                     finished_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+            )
+            .bind(&c.call.id)
+            .bind(c.run_id)
+            .bind(c.message_id)
+            .bind(c.session_id)
+            .bind(i64::from(c.call.step))
+            .bind(i64::from(c.ord))
+            .bind(c.provider_id)
+            .bind(&c.call.server)
+            .bind(&c.call.tool)
+            .bind(arguments)
+            .bind(i64::try_from(c.text_offset).unwrap_or(i64::MAX))
+            .bind(c.call.status.as_str())
+            .bind(&c.call.result)
+            .bind(i64::from(sent))
+            .bind(c.call.started_at)
+            .bind(c.call.finished_at)
+            .execute(&mut *tx)
+            .await?;
+            if sent {
+                sqlx::query("UPDATE runs SET tools_executed = tools_executed + 1 WHERE id = $1")
+                    .bind(c.run_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Records a call's end. `not_sent`: it never reached its server after all (the server
+    /// was not ready), so it no longer counts as executed.
+    pub async fn tool_call_ended(
+        &self,
+        call: &ToolCall,
+        run_id: &str,
+        not_sent: bool,
+    ) -> Result<()> {
+        with_writer!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let n = sqlx::query(
+                "UPDATE tool_calls SET status = $1, result = $2, finished_at = $3,
+                     reached = CASE WHEN $4 = 1 THEN 0 ELSE reached END
+                 WHERE id = $5",
+            )
+            .bind(call.status.as_str())
+            .bind(&call.result)
+            .bind(call.finished_at.unwrap_or_else(now_ms))
+            .bind(i64::from(not_sent))
+            .bind(&call.id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if not_sent && n > 0 {
+                sqlx::query(
+                    "UPDATE runs SET tools_executed = tools_executed - 1
+                     WHERE id = $1 AND tools_executed > 0",
+                )
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Every recorded call of a session's messages, by message, in the order asked for.
+    pub async fn tool_calls_of_session(
+        &self,
+        session_id: &str,
+    ) -> Result<HashMap<String, Vec<RecordedCall>>> {
+        let rows: Vec<RecordedCall> = with_pool!(self, pool => {
+            sqlx::query("SELECT * FROM tool_calls WHERE session_id = $1 ORDER BY message_id, ord")
+                .bind(session_id)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(recorded)
+                .collect()
+        });
+        let mut by_message: HashMap<String, Vec<RecordedCall>> = HashMap::new();
+        for r in rows {
+            by_message.entry(r.message_id.clone()).or_default().push(r);
+        }
+        Ok(by_message)
+    }
+
+    /// The recorded calls of one message, in the order asked for.
+    pub async fn tool_calls_of_message(&self, message_id: &str) -> Result<Vec<RecordedCall>> {
+        Ok(with_pool!(self, pool => {
+            sqlx::query("SELECT * FROM tool_calls WHERE message_id = $1 ORDER BY ord")
+                .bind(message_id)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(recorded)
+                .collect()
+        }))
+    }
+
+    /// Fills `parts` of the agent messages that made tool calls (one query per session).
+    pub async fn with_parts(&self, session_id: &str, messages: &mut [Message]) -> Result<()> {
+        if !messages.iter().any(|m| m.role == Role::Agent) {
+            return Ok(());
+        }
+        let mut calls = self.tool_calls_of_session(session_id).await?;
+        for m in messages.iter_mut() {
+            if let Some(calls) = calls.remove(&m.id) {
+                m.parts = Some(parts(&m.content, &calls));
+            }
+        }
+        Ok(())
+    }
+
+    /// Fills `parts` of one message.
+    pub async fn with_parts_of(&self, message: &mut Message) -> Result<()> {
+        if message.role != Role::Agent {
+            return Ok(());
+        }
+        let calls = self.tool_calls_of_message(&message.id).await?;
+        if !calls.is_empty() {
+            message.parts = Some(parts(&message.content, &calls));
+        }
+        Ok(())
+    }
+}
+
+/// A reply's parts from its text and its recorded calls.
+pub fn parts(content: &str, calls: &[RecordedCall]) -> Vec<Part> {
+    let split: Vec<(usize, ToolCall)> = calls
+        .iter()
+        .map(|c| (c.text_offset, c.call.clone()))
+        .collect();
+    app::wire::parts_of(content, &split)
+}
