@@ -237,6 +237,13 @@ pub struct Receipt {
     pub run_id: String,
     pub queued: bool,
     pub superseded: Vec<String>,
+    /// Regenerate: the tool calls the superseded replies had executed (they may run again).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tools_superseded: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

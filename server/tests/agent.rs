@@ -122,6 +122,17 @@ async fn a_turn_calls_a_tool_then_answers_with_its_result() {
     assert_eq!(second[n - 1]["role"], "tool");
     assert_eq!(second[n - 1]["tool_call_id"], "call_1");
     assert!(second[n - 1]["content"].as_str().unwrap().contains(&child));
+
+    // The operator's Regenerate may run the tools again, and says how many had run.
+    fake.push(Script::reply(&["Again."]));
+    let (status, receipt) = server
+        .post(
+            &format!("/sessions/{sid}/messages/{}/regenerate", sent.message_id),
+            json!({"if_last_run": run.id, "manual": true}),
+        )
+        .await;
+    assert_eq!(status, 202, "{receipt}");
+    assert_eq!(receipt["tools_superseded"], 1);
 }
 
 #[tokio::test]

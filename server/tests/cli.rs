@@ -319,3 +319,30 @@ async fn send_and_regenerate_refusals_exit_2_and_json_success_is_the_answer() {
     let again: Receipt = serde_json::from_str(out.stdout.trim()).expect("the API's receipt");
     assert_ne!(again.run_id, receipt.run_id);
 }
+
+#[tokio::test]
+async fn tools_lists_each_source_and_its_tools() {
+    let (_fake, server) = setup("cli-tools").await;
+    let out = mulligan(&server, &["tools"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("SOURCE"), "{}", out.stdout);
+    let row = lines
+        .iter()
+        .find(|l| l.contains("mulligan__send_message"))
+        .expect("a row for the built-in send_message tool");
+    for cell in ["mulligan", "builtin", "ready"] {
+        assert!(row.contains(cell), "{row}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("mulligan__stop_session") && l.contains("destructive")),
+        "{}",
+        out.stdout
+    );
+    let out = mulligan(&server, &["tools", "--json"]).await;
+    let printed: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let (_, api) = server.get("/tools").await;
+    assert_eq!(printed, api, "--json prints the API's answer as is");
+}

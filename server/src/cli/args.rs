@@ -62,6 +62,11 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// List the tool sources of agent turns and their tools.
+    Tools {
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// MCP over stdio: bridges to the running server's `/mcp` with MULLIGAN_TOKEN (the
     /// operator's token, or a session's agent token to act on its sub-sessions).
     Mcp {
@@ -79,6 +84,7 @@ impl Command {
             | Command::Regenerate { conn, .. }
             | Command::Cancel { conn, .. }
             | Command::Retry { conn, .. }
+            | Command::Tools { conn }
             | Command::Mcp { conn } => conn,
         }
     }

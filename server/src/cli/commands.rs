@@ -43,6 +43,12 @@ pub async fn execute(cmd: &Command) -> Outcome<String> {
             if !r.superseded.is_empty() {
                 line.push_str(&format!(", {} message(s) superseded", r.superseded.len()));
             }
+            if r.tools_superseded > 0 {
+                line.push_str(&format!(
+                    " (they had run {} tool call(s); the new run may run them again)",
+                    r.tools_superseded
+                ));
+            }
             (a.raw, line)
         }
         Command::Cancel { session, run, .. } => {
@@ -63,6 +69,10 @@ pub async fn execute(cmd: &Command) -> Outcome<String> {
             let r = &a.value;
             let line = format!("retried {session}: {}, run {}", to_wire(&r.kind), r.run_id);
             (a.raw, line)
+        }
+        Command::Tools { .. } => {
+            let a = call(&client, &api::TOOLS, &[], None).await?;
+            (a.raw, super::render::tools_table(&a.value.servers))
         }
         Command::Mcp { .. } => return Err(Failure::Other("`mcp` speaks MCP on stdio".into())),
     };

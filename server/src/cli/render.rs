@@ -1,6 +1,6 @@
 //! How the client commands print: one human line per answer, the session table, and the
 //! API's JSON on one line for `--json`.
-use app::wire::Session;
+use app::wire::{Session, ToolServer};
 use serde_json::Value;
 
 /// The answer as the server sent it, on one line (JSON strings never hold a raw newline).
@@ -63,7 +63,12 @@ pub fn sessions_table(sessions: &[Session]) -> String {
             },
         ]);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
+    table(&rows)
+}
+
+/// Rows in aligned columns, two spaces apart.
+fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
     rows.iter()
@@ -77,6 +82,38 @@ pub fn sessions_table(sessions: &[Session]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// One row per tool: its source, the source's transport and status, and the tool's name as
+/// a model sees it; a source without tools shows its status and error.
+pub fn tools_table(servers: &[ToolServer]) -> String {
+    let mut rows = vec![["SOURCE", "TRANSPORT", "STATUS", "TOOL", "NOTE"].map(String::from)];
+    for s in servers {
+        let head = |tool: String, note: String| {
+            [
+                s.name.clone(),
+                to_wire(&s.transport),
+                to_wire(&s.status),
+                tool,
+                note,
+            ]
+        };
+        if s.tools.is_empty() {
+            rows.push(head("-".into(), s.error.clone().unwrap_or_default()));
+        }
+        for t in &s.tools {
+            let note = match (t.read_only, t.destructive) {
+                (Some(true), _) => "read-only",
+                (_, Some(true)) => "destructive",
+                _ => "",
+            };
+            rows.push(head(
+                server::tools::model_name(&s.name, &t.name),
+                note.into(),
+            ));
+        }
+    }
+    table(&rows)
 }
 
 /// The first 200 characters of an answer that is not the API's, for an error message.

@@ -1,5 +1,6 @@
 //! Compaction after a context overflow: drops the oldest turns so the conversation fits the
-//! context window, never the anchor prompt (the last message). Pure.
+//! context window, never the current turn (the last operator message and the steps after
+//! it), and never a tool call without its result or a result without its call. Pure.
 use crate::llm::ChatMessage;
 
 /// A rough token estimate: four characters a token, plus a few for the message frame.
@@ -14,13 +15,15 @@ pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
 /// (the anchor always kept); without one, the older half is dropped. `None` when nothing can
 /// be dropped.
 pub fn compact(messages: &[ChatMessage], window_tokens: Option<u64>) -> Option<Vec<ChatMessage>> {
-    let (anchor, earlier) = messages.split_last()?;
+    // The current turn: from the last operator message on (its steps' calls and results).
+    let turn_from = messages.iter().rposition(|m| m.role == "user")?;
+    let (earlier, turn) = messages.split_at(turn_from);
     if earlier.is_empty() {
         return None;
     }
     let keep_from = match window_tokens {
         Some(window) => {
-            let mut used = estimate_tokens(std::slice::from_ref(anchor));
+            let mut used = estimate_tokens(turn);
             let mut from = earlier.len();
             while from > 0 {
                 let cost = estimate_tokens(&earlier[from - 1..from]);
@@ -35,11 +38,15 @@ pub fn compact(messages: &[ChatMessage], window_tokens: Option<u64>) -> Option<V
         None => earlier.len().div_ceil(2),
     };
     let mut kept: Vec<ChatMessage> = earlier[keep_from..].to_vec();
-    // A conversation starts with the operator: drop a leading agent reply.
-    while kept.first().is_some_and(|m| m.role == "assistant") {
+    // A conversation starts with the operator: drop a leading agent reply, and the results
+    // of calls whose asking message was dropped.
+    while kept
+        .first()
+        .is_some_and(|m| m.role == "assistant" || m.role == "tool")
+    {
         kept.remove(0);
     }
-    kept.push(anchor.clone());
+    kept.extend_from_slice(turn);
     Some(kept)
 }
 
@@ -77,6 +84,31 @@ mod tests {
         let out = compact(&all, None).unwrap();
         assert!(out.len() <= all.len() / 2 + 1);
         assert_eq!(out.last(), all.last());
+    }
+
+    #[test]
+    fn tool_calls_stay_paired_with_their_results() {
+        let mut all = convo(6);
+        let mut asked = msg("assistant", 5);
+        asked.tool_calls = vec![crate::llm::ChatToolCall::new("c1", "fs__read", "{}")];
+        let mut result = msg("tool", 5);
+        result.tool_call_id = Some("c1".into());
+        // The current turn: its prompt, a step that asked for a tool, and the result.
+        all.extend([asked.clone(), result.clone()]);
+        let out = compact(&all, Some(300)).unwrap();
+        assert_eq!(
+            &out[out.len() - 3..],
+            &all[all.len() - 3..],
+            "the turn is kept whole"
+        );
+        // An earlier turn's result never leads the kept conversation without its call.
+        let mut earlier = vec![msg("user", 100), asked, result];
+        earlier.extend(convo(1));
+        let out = compact(&earlier, Some(150)).unwrap();
+        assert_eq!(out[0].role, "user");
+        assert!(out
+            .iter()
+            .all(|m| m.role != "tool" || m.tool_call_id.is_some()));
     }
 
     #[test]

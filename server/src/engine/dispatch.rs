@@ -33,6 +33,7 @@ impl Engine {
             queued: started.as_deref() != Some(run.id.as_str()),
             run_id: run.id,
             superseded,
+            tools_superseded: 0,
         })
     }
 
@@ -75,22 +76,30 @@ impl Engine {
         if if_last_run.is_some() && !manual {
             metrics().tier2_retry();
         }
-        let receipt = self
+        let mut receipt = self
             .regenerate_from(session_id, mid, if_last_run, manual)
             .await?;
-        self.count_superseded_runs(&receipt.superseded).await;
+        receipt.tools_superseded = self.count_superseded_runs(&receipt.superseded).await;
         Ok(receipt)
     }
 
-    /// Counts the ended runs whose replies are among the `superseded` messages.
-    async fn count_superseded_runs(&self, superseded: &[String]) {
-        let mut runs = 0;
+    /// Counts the ended runs whose replies are among the `superseded` messages; answers the
+    /// tool calls those runs had executed.
+    async fn count_superseded_runs(&self, superseded: &[String]) -> u32 {
+        let (mut runs, mut tools) = (0, 0u32);
         for id in superseded {
-            if let Ok(m) = self.store().message(id).await {
-                runs += u64::from(m.role == Role::Agent && m.run_id.is_some());
+            let Ok(m) = self.store().message(id).await else {
+                continue;
+            };
+            if let (Role::Agent, Some(run_id)) = (m.role, &m.run_id) {
+                runs += 1;
+                if let Ok(run) = self.store().run(run_id).await {
+                    tools = tools.saturating_add(run.tools_executed);
+                }
             }
         }
         metrics().runs_superseded(runs);
+        tools
     }
 
     async fn regenerate_from(
