@@ -7,8 +7,8 @@ CREATE TABLE tool_calls (
     run_id       TEXT NOT NULL REFERENCES runs(id),
     message_id   TEXT NOT NULL REFERENCES messages(id),
     session_id   TEXT NOT NULL REFERENCES sessions(id),
-    step         INTEGER NOT NULL,
-    ord          INTEGER NOT NULL,
+    step         BIGINT NOT NULL,
+    ord          BIGINT NOT NULL,
     provider_id  TEXT NOT NULL,
     server       TEXT NOT NULL,
     tool         TEXT NOT NULL,
@@ -16,7 +16,7 @@ CREATE TABLE tool_calls (
     text_offset  BIGINT NOT NULL,
     status       TEXT NOT NULL,
     result       TEXT,
-    reached      INTEGER NOT NULL DEFAULT 0,
+    reached      BIGINT NOT NULL DEFAULT 0,
     started_at   BIGINT NOT NULL,
     finished_at  BIGINT,
     UNIQUE (message_id, ord)
@@ -25,8 +25,8 @@ CREATE INDEX tool_calls_by_session ON tool_calls (session_id);
 CREATE INDEX tool_calls_by_run ON tool_calls (run_id);
 
 -- Model steps begun, and tool calls that reached a tool server, per run.
-ALTER TABLE runs ADD COLUMN steps INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE runs ADD COLUMN tools_executed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN steps BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN tools_executed BIGINT NOT NULL DEFAULT 0;
 
 -- A session's tool sources, as a JSON array of names; NULL: every configured source.
 ALTER TABLE sessions ADD COLUMN tools TEXT;
