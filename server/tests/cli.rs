@@ -346,3 +346,52 @@ async fn tools_lists_each_source_and_its_tools() {
     let (_, api) = server.get("/tools").await;
     assert_eq!(printed, api, "--json prints the API's answer as is");
 }
+
+#[tokio::test]
+async fn send_follow_streams_the_turn_and_exits_by_how_it_ended() {
+    let (fake, server) = setup("cli-follow").await;
+    let sid = server.create_session().await;
+    fake.push(Script::call(
+        "Looking. ",
+        "c1",
+        "mulligan__list_sessions",
+        serde_json::json!({}),
+    ));
+    fake.push(Script::reply(&["All ", "done."]));
+    let out = mulligan(&server, &["send", "--follow", &sid, "go"]).await;
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let text = &out.stdout;
+    let order = [
+        "sent to",
+        "Looking.",
+        "[tool mulligan/list_sessions: running]",
+        "[tool mulligan/list_sessions: ok",
+        "All done.",
+        "[completed: run ",
+    ];
+    let mut from = 0;
+    for part in order {
+        let at = text[from..]
+            .find(part)
+            .unwrap_or_else(|| panic!("{part:?} in order: {text}"));
+        from += at + part.len();
+    }
+
+    // A failed turn exits 3 and says what a retry would do.
+    for _ in 0..3 {
+        fake.push(Script::Status {
+            code: 503,
+            headers: vec![],
+            body: serde_json::json!({"error": {"type": "server_error", "message": "busy"}}),
+        });
+    }
+    let out = mulligan(&server, &["send", "--follow", &sid, "again"]).await;
+    assert_eq!(out.code, 3, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("[failed ("), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!("mulligan retry {sid}")),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stderr.contains("Tier 1 tries again"), "{}", out.stderr);
+}

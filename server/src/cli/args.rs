@@ -31,6 +31,10 @@ pub enum Command {
         /// The message; several words are joined with spaces.
         #[arg(required = true, num_args = 1..)]
         text: Vec<String>,
+        /// Stream the run to the terminal until it ends: exit 0 completed, 3 failed, 4
+        /// cancelled; Ctrl-C asks whether to cancel it.
+        #[arg(long)]
+        follow: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -59,6 +63,9 @@ pub enum Command {
         /// Cancel the session's waiting background retry instead.
         #[arg(long)]
         cancel: bool,
+        /// Stream the new run until it ends (exit codes as `send --follow`).
+        #[arg(long, conflicts_with = "cancel")]
+        follow: bool,
         #[command(flatten)]
         conn: Conn,
     },

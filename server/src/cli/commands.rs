@@ -10,6 +10,18 @@ use serde::Serialize;
 /// Calls the API and renders the answer: the JSON line with `--json`, else a human line.
 pub async fn execute(cmd: &Command) -> Outcome<String> {
     let client = super::client(cmd.conn())?;
+    Ok(answer(&client, cmd).await?.printed)
+}
+
+/// What a command printed, and the run it started, if any.
+struct Printed {
+    printed: String,
+    run_id: Option<String>,
+}
+
+async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
+    let client = client.clone();
+    let mut run_id = None;
     let (raw, line) = match cmd {
         Command::Sessions { .. } => {
             let a = call(&client, &api::LIST_SESSIONS, &[], None).await?;
@@ -21,6 +33,7 @@ pub async fn execute(cmd: &Command) -> Outcome<String> {
             };
             let a = call(&client, &api::POST_MESSAGE, &[session], Some(&body)).await?;
             let r = &a.value;
+            run_id = Some(r.run_id.clone());
             let line = format!(
                 "sent to {session}: message {}, run {} ({})",
                 r.message_id,
@@ -67,6 +80,7 @@ pub async fn execute(cmd: &Command) -> Outcome<String> {
         Command::Retry { session, .. } => {
             let a = call(&client, &api::RETRY, &[session], None).await?;
             let r = &a.value;
+            run_id = Some(r.run_id.clone());
             let line = format!("retried {session}: {}, run {}", to_wire(&r.kind), r.run_id);
             (a.raw, line)
         }
@@ -76,11 +90,36 @@ pub async fn execute(cmd: &Command) -> Outcome<String> {
         }
         Command::Mcp { .. } => return Err(Failure::Other("`mcp` speaks MCP on stdio".into())),
     };
-    Ok(if cmd.conn().json {
+    let printed = if cmd.conn().json {
         one_line(&raw)
     } else {
         line
-    })
+    };
+    Ok(Printed { printed, run_id })
+}
+
+/// `send --follow` / `retry --follow`: the command, its line, then the run it started, to
+/// its end (see `follow`).
+pub async fn execute_and_follow(cmd: &Command) -> Outcome<std::process::ExitCode> {
+    let client = super::client(cmd.conn())?;
+    let session = match cmd {
+        Command::Send { session, .. } | Command::Retry { session, .. } => session,
+        _ => {
+            return Err(Failure::Other(
+                "only send and retry can follow a run".into(),
+            ))
+        }
+    };
+    // Events after this snapshot are replayed: nothing the run does is missed.
+    let after = call(&client, &api::SESSION, &[session], None)
+        .await?
+        .value
+        .last_event_id;
+    let Printed { printed, run_id } = answer(&client, cmd).await?;
+    println!("{printed}");
+    let run_id =
+        run_id.ok_or_else(|| Failure::Other("the answer named no run to follow".into()))?;
+    super::follow::follow(&client, session, &run_id, after).await
 }
 
 /// One call, its failures said the way an operator at a terminal needs them.

@@ -1,9 +1,10 @@
 //! CONTRACT §4 client commands (`sessions`, `send`, `regenerate`, `cancel`, `retry`, `mcp`):
 //! thin clients of a running server's HTTP API through the typed client of `app::api`
 //! (`mcp` bridges stdio to its `/mcp`). Exit codes: 0 success, 2 the server refused with the
-//! contract's error, 1 anything else.
+//! contract's error, 1 anything else; with `--follow`, 0 completed, 3 failed, 4 cancelled.
 mod args;
 mod commands;
+mod follow;
 mod mcp_bridge;
 mod render;
 
@@ -38,6 +39,14 @@ pub fn run(cmd: Command) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(f) => fail(f, false),
         };
+    }
+    if matches!(
+        cmd,
+        Command::Send { follow: true, .. } | Command::Retry { follow: true, .. }
+    ) {
+        return rt
+            .block_on(commands::execute_and_follow(&cmd))
+            .unwrap_or_else(|f| fail(f, json));
     }
     match rt.block_on(commands::execute(&cmd)) {
         Ok(out) => {
