@@ -295,50 +295,17 @@ async fn call_peer(
         }
     };
     enum Ended {
-        Answer(Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>),
+        Answer(Box<Answer>),
         Timeout,
         Cancel,
     }
     let ended = tokio::select! {
-        r = &mut handle.rx => Ended::Answer(r),
+        r = &mut handle.rx => Ended::Answer(Box::new(r)),
         _ = tokio::time::sleep(timeout) => Ended::Timeout,
         _ = cancel.cancelled() => Ended::Cancel,
     };
     match ended {
-        Ended::Answer(Ok(Ok(ServerResult::CallToolResult(result)))) => CallEnd::Done {
-            text: render::result_text(&result),
-            is_error: result.is_error.unwrap_or(false),
-        },
-        Ended::Answer(Ok(Ok(ServerResult::EmptyResult(_)))) => CallEnd::Done {
-            text: String::new(),
-            is_error: false,
-        },
-        Ended::Answer(Ok(Ok(_))) => CallEnd::Done {
-            text: format!(
-                "The MCP server \"{server}\" answered with something other than a tool result \
-                 (input requests and tasks are not supported)."
-            ),
-            is_error: true,
-        },
-        Ended::Answer(Ok(Err(ServiceError::McpError(e)))) => CallEnd::Done {
-            text: render::cap(
-                format!("MCP error {}: {}", e.code.0, e.message),
-                MAX_RESULT_BYTES,
-            ),
-            is_error: true,
-        },
-        Ended::Answer(Ok(Err(e))) => CallEnd::Lost {
-            text: format!(
-                "The call to \"{server}\" got no answer ({e}); whether the tool did its work is \
-                 unknown: check before calling it again."
-            ),
-        },
-        Ended::Answer(Err(_)) => CallEnd::Lost {
-            text: format!(
-                "The connection to the MCP server \"{server}\" ended during the call; whether \
-                 the tool did its work is unknown: check before calling it again."
-            ),
-        },
+        Ended::Answer(answer) => answered(server, *answer),
         Ended::Timeout => {
             let _ =
                 tokio::time::timeout(CANCEL_SEND_WITHIN, handle.cancel(Some("timed out".into())))
@@ -360,4 +327,61 @@ async fn call_peer(
             CallEnd::Cancelled
         }
     }
+}
+
+type Answer = Result<Result<ServerResult, ServiceError>, tokio::sync::oneshot::error::RecvError>;
+
+/// What a call's answer (or the lack of one) means.
+fn answered(server: &str, answer: Answer) -> CallEnd {
+    match answer {
+        Ok(Ok(ServerResult::CallToolResult(result))) => CallEnd::Done {
+            text: render::result_text(&result),
+            is_error: result.is_error.unwrap_or(false),
+        },
+        Ok(Ok(ServerResult::EmptyResult(_))) => CallEnd::Done {
+            text: String::new(),
+            is_error: false,
+        },
+        Ok(Ok(_)) => CallEnd::Done {
+            text: format!(
+                "The MCP server \"{server}\" answered with something other than a tool result \
+                 (input requests and tasks are not supported)."
+            ),
+            is_error: true,
+        },
+        Ok(Err(ServiceError::McpError(e))) if made_by_transport(&e) => CallEnd::Lost {
+            text: format!(
+                "The connection to the MCP server \"{server}\" failed during the call ({}); \
+                 whether the tool did its work is unknown: check before calling it again.",
+                render::prefix(&e.message, 300)
+            ),
+        },
+        Ok(Err(ServiceError::McpError(e))) => CallEnd::Done {
+            text: render::cap(
+                format!("MCP error {}: {}", e.code.0, e.message),
+                MAX_RESULT_BYTES,
+            ),
+            is_error: true,
+        },
+        Ok(Err(e)) => CallEnd::Lost {
+            text: format!(
+                "The call to \"{server}\" got no answer ({e}); whether the tool did its work is \
+                 unknown: check before calling it again."
+            ),
+        },
+        Err(_) => CallEnd::Lost {
+            text: format!(
+                "The connection to the MCP server \"{server}\" ended during the call; whether \
+                 the tool did its work is unknown: check before calling it again."
+            ),
+        },
+    }
+}
+
+/// rmcp answers a request whose connection failed with an error marked like this.
+pub(crate) fn made_by_transport(e: &rmcp::ErrorData) -> bool {
+    e.data
+        .as_ref()
+        .and_then(|d| d.get("io.modelcontextprotocol/transportClosed"))
+        .is_some()
 }

@@ -4,8 +4,10 @@ use super::config::{redact_url, TransportSpec};
 use super::http::Http;
 use super::{render, Slot};
 use app::wire::ToolInfo;
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams};
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ClientRequest, Implementation, PaginatedRequestParams,
+};
+use rmcp::service::{NotificationContext, RunningService, ServiceError};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -28,6 +30,9 @@ const MAX_LIST_PAGES: usize = 32;
 const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 const MAX_STDERR_LINE: usize = 1024;
 const MAX_ERROR_CHARS: usize = 600;
+/// An HTTP server is pinged this often (a stdio server's end shows as the end of its output).
+const PING_EVERY: Duration = Duration::from_secs(5);
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 struct Handler {
@@ -118,14 +123,14 @@ async fn connect_and_serve(
                 return "the child's stdio could not be captured".into();
             };
             let last_stderr = Arc::new(Mutex::new(None::<String>));
-            if let Some(stderr) = child.0.stderr.take() {
+            let mut drained = child.0.stderr.take().map(|stderr| {
                 tokio::spawn(drain_stderr(
                     slot.name.clone(),
                     stderr,
                     last_stderr.clone(),
                     secrets.clone(),
-                ));
-            }
+                ))
+            });
             let pid = child.0.id();
             let transport = AsyncRwTransport::<RoleClient, _, _>::new_client(stdout, stdin)
                 .with_max_line_length(MAX_MESSAGE_BYTES);
@@ -133,32 +138,32 @@ async fn connect_and_serve(
                 r = tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport)) => r,
                 _ = shutdown.cancelled() => return "stopped".into(),
             };
-            let with_stderr = |msg: String| {
-                let last = last_stderr
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                match last {
-                    Some(line) => format!("{msg} (its last error output: {line})"),
-                    None => msg,
-                }
+            let ended = match connected {
+                Ok(Ok(running)) => serve(slot, running, relist, pid, shutdown).await,
+                Ok(Err(e)) => format!("MCP initialization failed: {e}"),
+                Err(_) => format!(
+                    "no MCP initialization within {} s; is it an MCP stdio server?",
+                    CONNECT_TIMEOUT.as_secs()
+                ),
             };
-            let running = match connected {
-                Ok(Ok(running)) => running,
-                Ok(Err(e)) => {
-                    let status = child.exit_status().await;
-                    return with_stderr(format!("MCP initialization failed: {e}{status}"));
-                }
-                Err(_) => {
-                    return with_stderr(format!(
-                        "no MCP initialization within {} s; is it an MCP stdio server?",
-                        CONNECT_TIMEOUT.as_secs()
-                    ))
-                }
+            let (exited, status) = child.exit_status().await;
+            // Once the child has exited, its last error output is worth the wait.
+            if let (true, Some(drained)) = (exited, drained.as_mut()) {
+                let _ = tokio::time::timeout(Duration::from_secs(1), drained).await;
+            }
+            let ended = if exited && ended.starts_with("MCP initialization failed") {
+                "it exited during MCP initialization".to_string()
+            } else {
+                ended
             };
-            let ended = serve(slot, running, relist, pid, shutdown).await;
-            let status = child.exit_status().await;
-            with_stderr(format!("{ended}{status}"))
+            let last = last_stderr
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            match last {
+                Some(line) => format!("{ended}{status}; its last error output: {line}"),
+                None => format!("{ended}{status}"),
+            }
         }
         TransportSpec::Http { url, headers } => {
             let client = match reqwest::Client::builder()
@@ -230,8 +235,17 @@ async fn serve(
             return format!("cannot list its tools: {e}");
         }
     }
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let pings = pid.is_none();
     loop {
         tokio::select! {
+            _ = ping.tick(), if pings => {
+                if let Err(e) = alive(&peer).await {
+                    stop.cancel();
+                    return e;
+                }
+            }
             quit = &mut waiting => {
                 return match quit {
                     Ok(reason) => format!("the connection ended ({reason:?})"),
@@ -252,6 +266,21 @@ async fn serve(
                 return "stopped".into();
             }
         }
+    }
+}
+
+/// Whether the server still answers a ping (any answer counts, even an error, except one the
+/// transport made up because the connection failed).
+async fn alive(peer: &Peer<RoleClient>) -> Result<(), String> {
+    let ping = ClientRequest::PingRequest(Default::default());
+    match tokio::time::timeout(PING_TIMEOUT, peer.send_request(ping)).await {
+        Err(_) => Err(format!(
+            "no answer to a ping within {} s",
+            PING_TIMEOUT.as_secs()
+        )),
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(ServiceError::McpError(e))) if !super::made_by_transport(&e) => Ok(()),
+        Ok(Err(e)) => Err(format!("the server stopped answering: {e}")),
     }
 }
 
@@ -296,11 +325,11 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<ToolInfo>, String> {
 struct Child(tokio::process::Child);
 
 impl Child {
-    /// `" (exit status …)"` once it has exited within a moment, else empty.
-    async fn exit_status(&mut self) -> String {
+    /// Whether it has exited within a moment, and `" (exit status …)"` if so.
+    async fn exit_status(&mut self) -> (bool, String) {
         match tokio::time::timeout(Duration::from_secs(2), self.0.wait()).await {
-            Ok(Ok(status)) => format!(" ({status})"),
-            _ => String::new(),
+            Ok(Ok(status)) => (true, format!(" ({status})")),
+            _ => (false, String::new()),
         }
     }
 }
