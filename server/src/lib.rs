@@ -6,6 +6,7 @@ pub mod error;
 pub mod events;
 pub mod http;
 pub mod llm;
+pub mod mcp_client;
 pub mod metrics;
 pub mod retry;
 pub mod store;
