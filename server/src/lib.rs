@@ -80,7 +80,17 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
 
     let cooldowns: Arc<dyn retry::cooldown::Table> = Arc::new(store.clone());
     let provider = provider_for(&config, addr, cooldowns.clone());
-    let toolbox = tools::Toolbox::new(Arc::new(tools::NoServers), http::mcp::builtin_infos());
+    // MCP servers start in the background; a bad config file stops the start with its error.
+    let mcp_specs = match &config.mcp_config {
+        Some(path) => mcp_client::load(path)
+            .map_err(|e| format!("MULLIGAN_MCP_CONFIG {}: {e}", path.display()))?,
+        None => Vec::new(),
+    };
+    let tools_stop = tokio_util::sync::CancellationToken::new();
+    let toolbox = tools::Toolbox::new(
+        mcp_client::McpServers::start(mcp_specs, tools_stop.clone()),
+        http::mcp::builtin_infos(),
+    );
     let engine = Engine::new(
         store.clone(),
         hub,
@@ -142,6 +152,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
             // Runs end first (recorded, event log flushed), then SSE streams close, so the
             // graceful shutdown of the HTTP server can finish.
             engine.shutdown().await;
+            tools_stop.cancel();
             engine.hub().close_streams();
         };
         if let Err(e) = axum::serve(listener, app)

@@ -211,11 +211,18 @@ impl Engine {
                 },
             };
         }
-        let end = self
-            .tools()
-            .external()
-            .call(&o.server, &o.tool, arguments, timeout, &active.cancel)
-            .await;
+        // On a task of its own: when the run is cancelled, this future is dropped with the
+        // run's, and the call still sees the cancel and sends MCP `notifications/cancelled`.
+        let (servers, cancel) = (self.tools().external().clone(), active.cancel.clone());
+        let (server, tool) = (o.server.clone(), o.tool.clone());
+        let call = tokio::spawn(async move {
+            servers
+                .call(&server, &tool, arguments, timeout, &cancel)
+                .await
+        });
+        let end = call.await.unwrap_or_else(|e| CallEnd::Lost {
+            text: format!("the call failed inside Mulligan ({e})"),
+        });
         match end {
             CallEnd::Done { text, is_error } => (
                 if is_error { ToolCallStatus::Error } else { ToolCallStatus::Ok },

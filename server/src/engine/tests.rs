@@ -69,7 +69,7 @@ async fn engine() -> Engine {
             cap_ms: 300_000,
         },
     };
-    let tools = crate::tools::Toolbox::new(Arc::new(crate::tools::NoServers), vec![]);
+    let tools = crate::tools::Toolbox::new(crate::mcp_client::McpServers::empty(), vec![]);
     Engine::new(store, hub, Arc::new(Panicking::default()), tools, cfg)
 }
 

@@ -1,13 +1,12 @@
 //! Tool sources of agent turns (CONTRACT §6): the built-in `mulligan` source and the
 //! configured MCP servers, the tool names a model sees (`<server>__<tool>`), and the bounds
 //! every tool result is held to. Executing a built-in tool needs the engine, so it is done
-//! by the run engine (`engine::step`); the MCP servers are reached through [`External`].
+//! by the run engine (`engine::step`); the configured MCP servers are reached through
+//! [`McpServers`] (`crate::mcp_client`).
+use crate::mcp_client::McpServers;
 use app::wire::{ToolInfo, ToolServer, ToolServerStatus, ToolTransport, MAX_TOOL_RESULT_BYTES};
-use futures::future::BoxFuture;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// The built-in source's name.
 pub const BUILTIN: &str = "mulligan";
@@ -16,61 +15,12 @@ const SEPARATOR: &str = "__";
 /// The longest tool name providers accept.
 const MAX_NAME: usize = 64;
 
-/// How a call to a tool server ended.
-#[derive(Clone, Debug, PartialEq)]
-pub enum CallEnd {
-    /// The server answered; `is_error` is MCP's `isError`.
-    Done { text: String, is_error: bool },
-    /// Not sent: the server is not ready, or has no such tool. `text` says why.
-    NotSent { text: String },
-    /// Sent, with no answer: timed out, or the connection died mid-call.
-    Lost { text: String },
-    /// Cancelled while running (MCP `notifications/cancelled` sent).
-    Cancelled,
-}
-
-/// The configured MCP servers, as the run engine uses them.
-pub trait External: Send + Sync + 'static {
-    /// Each server's status and tools, in configuration order.
-    fn servers(&self) -> Vec<ToolServer>;
-    /// Calls one tool; never fails otherwise than with a [`CallEnd`].
-    fn call<'a>(
-        &'a self,
-        server: &'a str,
-        tool: &'a str,
-        arguments: Map<String, Value>,
-        timeout: Duration,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, CallEnd>;
-}
-
-/// No configured servers.
-pub struct NoServers;
-
-impl External for NoServers {
-    fn servers(&self) -> Vec<ToolServer> {
-        Vec::new()
-    }
-    fn call<'a>(
-        &'a self,
-        server: &'a str,
-        _tool: &'a str,
-        _arguments: Map<String, Value>,
-        _timeout: Duration,
-        _cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, CallEnd> {
-        Box::pin(async move {
-            CallEnd::NotSent {
-                text: format!("no tool server named {server:?} is configured"),
-            }
-        })
-    }
-}
+pub use crate::mcp_client::CallEnd;
 
 /// Every tool source of this instance.
 #[derive(Clone)]
 pub struct Toolbox {
-    external: Arc<dyn External>,
+    external: McpServers,
     builtin: Arc<Vec<ToolInfo>>,
 }
 
@@ -85,15 +35,16 @@ pub struct Offered {
 }
 
 impl Toolbox {
-    pub fn new(external: Arc<dyn External>, builtin: Vec<ToolInfo>) -> Toolbox {
+    pub fn new(external: McpServers, builtin: Vec<ToolInfo>) -> Toolbox {
         Toolbox {
             external,
             builtin: Arc::new(builtin),
         }
     }
 
-    pub fn external(&self) -> &dyn External {
-        &*self.external
+    /// The configured MCP servers.
+    pub fn external(&self) -> &McpServers {
+        &self.external
     }
 
     /// `GET /tools`: the built-in source first, then each configured server.
@@ -213,7 +164,7 @@ mod tests {
 
     #[test]
     fn a_choice_names_known_sources_only() {
-        let tb = Toolbox::new(Arc::new(NoServers), vec![]);
+        let tb = Toolbox::new(McpServers::empty(), vec![]);
         assert_eq!(
             tb.check_choice(&["mulligan".into()]).unwrap(),
             vec!["mulligan"]
