@@ -328,3 +328,22 @@ async fn tool_sources_are_listed_and_chosen_per_session() {
     server.wait_run_end(&sent.run_id).await;
     assert!(parent_requests(&fake)[0].get("tools").is_none());
 }
+
+#[tokio::test]
+async fn every_step_counts_toward_the_spend_limit() {
+    let fake = FakeProvider::start().await;
+    let mut c = config(&temp_dir("agent-spend"), &fake.url);
+    // The tool step reports 11 tokens and the answer 7: only both together pass 15.
+    c.spend_limit_tokens = Some(15);
+    let server = TestServer::start(c).await;
+    let sid = server.create_session().await;
+    fake.push(Script::call("", "c1", "mulligan__list_sessions", json!({})));
+    fake.push(Script::reply(&["ok"]));
+    let first = server.send(&sid, "one").await;
+    let run = server.wait_run_end(&first.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
+    let next = server.send(&sid, "two").await;
+    let run = server.wait_run_end(&next.run_id).await;
+    assert_eq!(run.status, RunStatus::Failed, "{run:#?}");
+    assert_eq!(run.retry.unwrap().retry_class, "spend_limit_exceeded");
+}
