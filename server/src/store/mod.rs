@@ -1121,7 +1121,5 @@ fn logged_event(row: &impl Get, session_id: String) -> Option<LoggedEvent> {
 }
 
 fn static_event_name(name: &str) -> Option<&'static str> {
-    ["message", "delta", "run", "attempt", "session"]
-        .into_iter()
-        .find(|n| *n == name)
+    app::wire::EVENT_NAMES.iter().copied().find(|n| *n == name)
 }

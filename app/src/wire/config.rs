@@ -1,0 +1,36 @@
+//! What the browser is told of the server (`/config`) and the provider cooldowns (`/providers`).
+use super::Millis;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientConfig {
+    pub tier2_base_ms: u64,
+    pub tier2_cap_ms: u64,
+    /// Tier 1's attempts per run, for "attempt 2 of 3".
+    #[serde(default)]
+    pub tier1_max_attempts: u32,
+}
+
+/// A provider-wide cooldown: every run for `key` fails without a request until `until`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cooldown {
+    /// Provider, endpoint, model and a short hash of the API key, never the key:
+    /// `openai https://api.openai.com/v1 model=gpt-4o-mini key=sha256:ab12cd34ef56`.
+    pub key: String,
+    pub until: Millis,
+    /// The class of the answer that advised the wait: `rate_limited`, `overloaded` or
+    /// `quota_exhausted`.
+    pub reason: String,
+}
+
+/// `GET /providers` (and `DELETE /providers/cooldowns`) answers this.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProvidersResponse {
+    pub cooldowns: Vec<Cooldown>,
+}
+
+/// `DELETE /providers/cooldowns`: which cooldown to end, by its shown key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClearCooldown {
+    pub key: String,
+}

@@ -1,0 +1,75 @@
+//! Server-Sent Events: each event's `event:` name and its `data:` JSON.
+use super::{Message, Run, Session, ToolCallEvent};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Delta {
+    pub run_id: String,
+    pub message_id: String,
+    pub seq: u64,
+    pub text: String,
+    /// The model step (from 1) this text belongs to.
+    #[serde(default)]
+    pub step: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptEvent {
+    pub run_id: String,
+    pub n: u32,
+    pub retry_in_ms: i64,
+    pub reason: String,
+}
+
+/// Every event name, as [`Event::name`] gives them (the event log reads stored names back
+/// through this list).
+pub const EVENT_NAMES: &[&str] = &["message", "delta", "run", "attempt", "session", "tool_call"];
+
+/// One SSE event: its `event:` name is [`Event::name`], its `data:` the inner JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Message(Message),
+    Delta(Delta),
+    Run(Run),
+    Attempt(AttemptEvent),
+    Session(Session),
+    ToolCall(ToolCallEvent),
+}
+
+impl Event {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Message(_) => "message",
+            Event::Delta(_) => "delta",
+            Event::Run(_) => "run",
+            Event::Attempt(_) => "attempt",
+            Event::Session(_) => "session",
+            Event::ToolCall(_) => "tool_call",
+        }
+    }
+
+    pub fn data_json(&self) -> String {
+        let r = match self {
+            Event::Message(m) => serde_json::to_string(m),
+            Event::Delta(d) => serde_json::to_string(d),
+            Event::Run(r) => serde_json::to_string(r),
+            Event::Attempt(a) => serde_json::to_string(a),
+            Event::Session(s) => serde_json::to_string(s),
+            Event::ToolCall(t) => serde_json::to_string(t),
+        };
+        r.expect("wire types always serialize")
+    }
+
+    /// Parses an event from its SSE name and data; `None` for names this build doesn't know.
+    pub fn parse(name: &str, data: &str) -> Option<Result<Event, serde_json::Error>> {
+        Some(match name {
+            "message" => serde_json::from_str(data).map(Event::Message),
+            "delta" => serde_json::from_str(data).map(Event::Delta),
+            "run" => serde_json::from_str(data).map(Event::Run),
+            "attempt" => serde_json::from_str(data).map(Event::Attempt),
+            "session" => serde_json::from_str(data).map(Event::Session),
+            "tool_call" => serde_json::from_str(data).map(Event::ToolCall),
+            _ => return None,
+        })
+    }
+}

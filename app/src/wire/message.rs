@@ -1,0 +1,81 @@
+//! Messages: operator prompts and agent replies, and the bodies that post or regenerate them.
+use super::{Millis, Part, Provenance, RetryClassification};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Operator,
+    Agent,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    Streaming,
+    Complete,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: String,
+    pub session_id: String,
+    pub role: Role,
+    pub content: String,
+    pub created_at: Millis,
+    pub superseded: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<MessageStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryClassification>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+    /// On a reply still streaming: how many deltas `content` already holds, so a client
+    /// that loaded this snapshot skips replayed deltas with `seq <= delta_seq`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_seq: Option<u64>,
+    /// An agent reply's text and tool calls, in order, when it made tool calls; `content`
+    /// stays the concatenated text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<Vec<Part>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PostMessage {
+    pub content: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub message_id: String,
+    pub run_id: String,
+    pub queued: bool,
+    pub superseded: Vec<String>,
+    /// Regenerate: the tool calls the superseded replies had executed (they may run again).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tools_superseded: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Regenerate {
+    #[serde(default)]
+    pub if_last_run: Option<String>,
+    /// An operator's click on a reply (not Tier 2): `if_last_run` may then name any ended
+    /// run (a completed or stopped reply the operator saw), still only while it is the
+    /// anchor's latest; and the call is not counted as a Tier 2 retry.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manual: bool,
+}
+
+/// Message `content` limit, in chars after trim (CONTRACT §2).
+pub const MAX_CONTENT_CHARS: usize = 100_000;

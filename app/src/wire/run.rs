@@ -1,0 +1,143 @@
+//! Runs: one execution of a turn, its Tier 1 attempts, its classification and provenance.
+use super::Millis;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn is_active(self) -> bool {
+        matches!(self, RunStatus::Queued | RunStatus::Running)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    Prompt,
+    Regenerate,
+    Resend,
+    Continuation,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub id: String,
+    pub session_id: String,
+    pub anchor_message_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_message_id: Option<String>,
+    pub status: RunStatus,
+    pub kind: RunKind,
+    pub attempt: u32,
+    pub tier1_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryClassification>,
+    /// When the operator cancelled Tier 2 for this failed run: no page arms it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_dismissed_at: Option<Millis>,
+    pub created_at: Millis,
+    /// Why this run exists when it is not the operator's own prompt (regenerate, retry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Millis>,
+    /// Model steps begun in this run.
+    #[serde(default)]
+    pub steps: u32,
+    /// Tool calls of this run that reached a tool server.
+    #[serde(default)]
+    pub tools_executed: u32,
+}
+
+impl Run {
+    pub fn summary(&self) -> RunSummary {
+        RunSummary {
+            id: self.id.clone(),
+            status: self.status,
+            kind: self.kind,
+            retry: self.retry.clone(),
+            error_message: self.error_message.clone(),
+            finished_at: self.finished_at,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub id: String,
+    pub status: RunStatus,
+    pub kind: RunKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryClassification>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Millis>,
+}
+
+/// How a failed run may be retried; persisted on the run and on its reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryClassification {
+    pub retryable: bool,
+    pub retry_class: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_until: Option<Millis>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manual: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub n: u32,
+    pub started_at: Millis,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunDetail {
+    pub run: Run,
+    pub attempts: Vec<Attempt>,
+}
+
+/// `POST /sessions/:sid/retry` answers this.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryReceipt {
+    /// `<prompt id>~resume-<n>`: which attempt of which prompt this is.
+    pub prompt_id: String,
+    pub run_id: String,
+    pub kind: RunKind,
+}
+
+/// `POST /sessions/:sid/release` answers this: the held runs that may now go on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    pub released: Vec<String>,
+}

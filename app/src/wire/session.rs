@@ -1,0 +1,114 @@
+//! Sessions: what `GET`/`POST`/`PATCH /sessions…` carry, with their retry settings.
+use super::{Message, Millis, Run, RunSummary};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    #[default]
+    Idle,
+    Running,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoRetry {
+    #[default]
+    Browser,
+    Background,
+    Off,
+}
+
+impl AutoRetry {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AutoRetry::Browser => "browser",
+            AutoRetry::Background => "background",
+            AutoRetry::Off => "off",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "browser" => Some(AutoRetry::Browser),
+            "background" => Some(AutoRetry::Background),
+            "off" => Some(AutoRetry::Off),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WaitingRetry {
+    pub attempt: u32,
+    pub fires_at: Millis,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    pub id: String,
+    pub title: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    pub status: SessionStatus,
+    pub created_at: Millis,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<RunSummary>,
+    #[serde(default)]
+    pub auto_retry: AutoRetry,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_retry: Option<WaitingRetry>,
+    /// The tool sources this session's turns may use (CONTRACT §6).
+    #[serde(default)]
+    pub tools: Vec<String>,
+}
+
+/// `POST /sessions` answers the session plus its agent token, shown this once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CreatedSession {
+    #[serde(flatten)]
+    pub session: Session,
+    pub agent_token: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionList {
+    pub sessions: Vec<Session>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionDetail {
+    pub session: Session,
+    pub messages: Vec<Message>,
+    pub runs: Vec<Run>,
+    /// The event id this snapshot is current to: resume the session's SSE after it.
+    #[serde(default)]
+    pub last_event_id: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateSession {
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub parent_id: Option<String>,
+    /// `browser` (default), `background` or `off`.
+    #[serde(default)]
+    pub auto_retry: Option<AutoRetry>,
+    /// Tool sources by name; default every configured source plus `mulligan`.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PatchSession {
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub auto_retry: Option<AutoRetry>,
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+}
