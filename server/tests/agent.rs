@@ -347,3 +347,45 @@ async fn every_step_counts_toward_the_spend_limit() {
     assert_eq!(run.status, RunStatus::Failed, "{run:#?}");
     assert_eq!(run.retry.unwrap().retry_class, "spend_limit_exceeded");
 }
+
+#[tokio::test]
+async fn the_demo_agent_shows_a_continued_tool_turn_offline() {
+    let fake = FakeProvider::start().await;
+    let mut c = config(&temp_dir("agent-demo"), &fake.url);
+    c.provider = server::config::ProviderKind::Demo;
+    c.base_url = None;
+    c.api_key = None;
+    c.model = None;
+    c.demo_delta_ms = 1;
+    let server = TestServer::start(c).await;
+    let (status, s) = server
+        .post("/sessions", json!({"model": "demo-agent-flaky"}))
+        .await;
+    assert_eq!(status, 201, "{s}");
+    let sid = s["id"].as_str().unwrap().to_string();
+    let sent = server.send(&sid, "what do I have?").await;
+    let failed = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(failed.status, RunStatus::Failed, "{failed:#?}");
+    assert_eq!(failed.tools_executed, 1);
+    assert!(failed.retry.as_ref().unwrap().retryable);
+
+    let (status, retry) = server
+        .post(&format!("/sessions/{sid}/retry"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{retry}");
+    assert_eq!(retry["kind"], "continuation");
+    let next = server.wait_run_end(retry["run_id"].as_str().unwrap()).await;
+    assert_eq!(next.status, RunStatus::Completed, "{next:#?}");
+    assert_eq!(
+        next.tools_executed, 0,
+        "the tool ran once, in the first run"
+    );
+    let detail = server.detail(&sid).await;
+    let answer = detail.messages.last().unwrap();
+    // The continuation answers from the kept result of the call that ran.
+    assert!(
+        answer.content.contains("no sub-sessions"),
+        "{}",
+        answer.content
+    );
+}

@@ -525,7 +525,8 @@ async fn turn_for(engine: &Engine, run: &Run) -> crate::error::Result<Turn> {
         store.model_and_spend(&run.session_id),
         store.history(&run.anchor_message_id)
     )?;
-    let mut calls = if history.iter().any(|m| m.role == Role::Agent) {
+    // One more read only for a conversation whose replies made tool calls.
+    let mut calls = if history.iter().any(|m| m.has_calls) {
         store.tool_calls_of_session(&run.session_id).await?
     } else {
         Default::default()

@@ -76,6 +76,8 @@ pub(crate) use with_writer;
 #[derive(Clone, Debug, PartialEq)]
 pub struct HistoryEntry {
     pub id: String,
+    /// The message made tool calls (read them with `tool_calls_of_session`).
+    pub has_calls: bool,
     pub role: app::wire::Role,
     pub content: String,
 }
@@ -929,8 +931,10 @@ impl Store {
     /// streaming replies are left out. One statement.
     pub async fn history(&self, anchor_message_id: &str) -> Result<Vec<HistoryEntry>> {
         with_pool!(self, pool => {
-        let rows: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT m.id, m.role, m.content FROM messages m, messages a
+        let rows: Vec<(String, String, String, bool)> = sqlx::query_as(
+            "SELECT m.id, m.role, m.content,
+                    EXISTS (SELECT 1 FROM tool_calls t WHERE t.message_id = m.id) AS has_calls
+             FROM messages m, messages a
              WHERE a.id = $1 AND m.session_id = a.session_id AND m.seq <= a.seq
                AND NOT EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id)
                AND CASE WHEN m.role = 'operator' THEN
@@ -952,8 +956,9 @@ impl Store {
         }
         Ok(rows
             .into_iter()
-            .map(|(id, role, content)| HistoryEntry {
+            .map(|(id, role, content, has_calls)| HistoryEntry {
                 id,
+                has_calls,
                 role: if role == "operator" { app::wire::Role::Operator } else { app::wire::Role::Agent },
                 content,
             })
