@@ -553,3 +553,67 @@ async fn a_run_ended_elsewhere_stops_streaming_on_its_instance() {
     }
     assert!(last < 300, "stopped at delta {last} of 400");
 }
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn a_tool_turn_continued_from_either_instance_never_runs_its_tool_again() {
+    let (fake, _db, a, b) = two_instances("tool-continue").await;
+    let parent = a.create_session().await;
+    fake.push_for("child-model", vec![]);
+    let (status, child) = a
+        .post(
+            "/sessions",
+            json!({"parent_id": parent, "model": "child-model"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{child}");
+    let child = child["id"].as_str().unwrap().to_string();
+    fake.push(Script::call(
+        "",
+        "send",
+        "mulligan__send_message",
+        json!({"session": child, "content": "exactly once"}),
+    ));
+    for _ in 0..3 {
+        fake.push(Script::Status {
+            code: 503,
+            headers: vec![],
+            body: json!({"error": {"type": "server_error", "message": "busy"}}),
+        });
+    }
+    let sent = a.send(&parent, "go").await;
+    let failed = a.wait_run_end(&sent.run_id).await;
+    assert_eq!(failed.status, RunStatus::Failed, "{failed:#?}");
+    fake.set_default(Script::reply(&["continued"]));
+
+    // Retry now on A and Tier 2's Regenerate on B, twice each, at once: one continuation.
+    let retry_path = format!("/sessions/{parent}/retry");
+    let regen_path = format!("/sessions/{parent}/messages/{}/regenerate", sent.message_id);
+    let regen_body = json!({"if_last_run": failed.id});
+    let answers = tokio::join!(
+        a.post(&retry_path, json!({})),
+        b.post(&regen_path, regen_body.clone()),
+        a.post(&retry_path, json!({})),
+        b.post(&regen_path, regen_body.clone()),
+    );
+    let answers = [answers.0, answers.1, answers.2, answers.3];
+    let started: Vec<&Value> = answers
+        .iter()
+        .filter(|(status, _)| (200..300).contains(status))
+        .map(|(_, body)| body)
+        .collect();
+    assert_eq!(started.len(), 1, "{answers:?}");
+    let rid = started[0]["run_id"].as_str().unwrap();
+    let run = b.wait_run_end(rid).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
+    assert_eq!(run.kind, app::wire::RunKind::Continuation);
+    let prompts: Vec<String> = a
+        .detail(&child)
+        .await
+        .messages
+        .into_iter()
+        .filter(|m| m.role == app::wire::Role::Operator)
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(prompts, ["exactly once"]);
+}
