@@ -154,7 +154,7 @@ impl Store {
         .await?;
         Ok(rows
             .iter()
-            .filter_map(|r| super::logged_event(r, r.get("session_id")))
+            .filter_map(|r| super::events::logged_event(r, r.get("session_id")))
             .collect())
     }
 

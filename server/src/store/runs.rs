@@ -1,0 +1,501 @@
+//! Runs and their attempts: dispatch (queue, supersede), claims, start, end, holds, and the
+//! runs left running by a stop or by another instance.
+use super::*;
+
+/// A run to queue: on a new operator message (a prompt, a continuation) or on an existing one.
+pub struct NewRun<'a> {
+    pub session_id: &'a str,
+    /// The content of a new operator message to anchor on.
+    pub new_message: Option<&'a str>,
+    pub message_provenance: Option<Provenance>,
+    /// The existing anchor, when there is no new message.
+    pub anchor_id: Option<&'a str>,
+    pub kind: RunKind,
+    pub attempt: u32,
+    pub provenance: Option<Provenance>,
+    /// Supersede every visible message after the anchor (queued and held prompts excepted).
+    pub supersede_after_anchor: bool,
+}
+
+/// How a run ended.
+pub struct Outcome {
+    pub status: RunStatus,
+    pub content: String,
+    pub error_message: Option<String>,
+    pub retry: Option<RetryClassification>,
+    pub tokens_used: i64,
+}
+
+fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>, Option<i64>) {
+    match r {
+        Some(r) => (
+            Some(r.retryable),
+            Some(r.retry_class.as_str()),
+            r.retry_after_until,
+        ),
+        None => (None, None, None),
+    }
+}
+
+impl Store {
+    pub async fn runs(&self, session_id: &str) -> Result<Vec<Run>> {
+        with_pool!(self, pool => {
+        let rows = sqlx::query("SELECT * FROM runs WHERE session_id = $1 ORDER BY seq")
+            .bind(session_id)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows.iter().map(rows::run).collect())
+            })
+    }
+
+    pub async fn run(&self, id: &str) -> Result<Run> {
+        with_pool!(self, pool => {
+        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .ok_or_else(|| Error::not_found("run", id))?;
+        Ok(rows::run(&row))
+            })
+    }
+
+    pub async fn attempts(&self, run_id: &str) -> Result<Vec<Attempt>> {
+        with_pool!(self, pool => {
+        let rows = sqlx::query("SELECT * FROM run_attempts WHERE run_id = $1 ORDER BY n")
+            .bind(run_id)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Attempt {
+                n: r.get::<i64, _>("n") as u32,
+                started_at: r.get("started_at"),
+                error: r.get("error"),
+                retry_in_ms: r.get("retry_in_ms"),
+            })
+            .collect())
+            })
+    }
+
+    /// Records that a run's conversation was compacted after a context overflow.
+    pub async fn mark_compacted(&self, run_id: &str) -> Result<()> {
+        with_writer!(self, pool => {
+        sqlx::query("UPDATE runs SET compacted = TRUE WHERE id = $1")
+            .bind(run_id)
+            .execute(pool)
+            .await?;
+        Ok(())
+            })
+    }
+
+    /// Tier 1 attempt `n` of a run starts.
+    pub async fn attempt_started(&self, run_id: &str, n: u32) -> Result<()> {
+        with_writer!(self, pool => {
+        let mut tx = pool.begin().await?;
+        sqlx::query("INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, $2, $3)
+             ON CONFLICT (run_id, n) DO UPDATE
+             SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL")
+            .bind(run_id)
+            .bind(n as i64)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE runs SET tier1_attempts = $1 WHERE id = $2")
+            .bind(n as i64)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+            })
+    }
+
+    /// Tier 1 attempt `n` of a run failed; `retry_in_ms` when another follows after that wait.
+    pub async fn attempt_failed(
+        &self,
+        run_id: &str,
+        n: u32,
+        error: &str,
+        retry_in_ms: Option<i64>,
+    ) -> Result<()> {
+        with_writer!(self, pool => {
+        sqlx::query(
+            "UPDATE run_attempts SET error = $1, retry_in_ms = $2 WHERE run_id = $3 AND n = $4",
+        )
+        .bind(error)
+        .bind(retry_in_ms)
+        .bind(run_id)
+        .bind(n as i64)
+        .execute(pool)
+        .await?;
+        Ok(())
+            })
+    }
+
+    /// In one transaction: an optional new operator message, the supersession of what follows
+    /// the anchor (queued and held prompts excepted) and a queued run. Answers the new
+    /// message, the run and the superseded message ids.
+    pub async fn dispatch(&self, d: NewRun<'_>) -> Result<(Option<Message>, Run, Vec<String>)> {
+        with_writer!(self, pool => {
+        let mut tx = pool.begin().await?;
+        let now = now_ms();
+        let message = match &d.new_message {
+            Some(content) => {
+                let row = sqlx::query(&format!(
+                    "INSERT INTO messages (id, session_id, seq, role, content, created_at, provenance)
+                     VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
+                             'operator', $3, $4, $5)
+                     RETURNING {NEW_MESSAGE}"
+                ))
+                .bind(new_id("m"))
+                .bind(d.session_id)
+                .bind(content)
+                .bind(now)
+                .bind(rows::provenance_json(&d.message_provenance))
+                .fetch_one(&mut *tx)
+                .await?;
+                Some(rows::message(&row))
+            }
+            None => None,
+        };
+        let anchor_id = match (&message, d.anchor_id) {
+            (Some(m), _) => m.id.clone(),
+            (None, Some(id)) => id.to_string(),
+            (None, None) => return Err(Error::internal("a dispatch needs an anchor")),
+        };
+        let run_id = new_id("r");
+        let row = sqlx::query(
+            "INSERT INTO runs (id, session_id, seq, anchor_message_id, status, kind, attempt, provenance, created_at,
+                               prompt_id, provenance_kind)
+             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE session_id = $2), $3, 'queued', $4, $5, $6, $7,
+                     $8, $9)
+             RETURNING *",
+        )
+        .bind(&run_id)
+        .bind(d.session_id)
+        .bind(&anchor_id)
+        .bind(run_kind_str(d.kind))
+        .bind(d.attempt as i64)
+        .bind(rows::provenance_json(&d.provenance))
+        .bind(now)
+        .bind(d.provenance.as_ref().and_then(|p| p.prompt_id.as_deref()))
+        .bind(d.provenance.as_ref().map(|p| p.kind.as_str()))
+        .fetch_one(&mut *tx)
+        .await?;
+        let run = rows::run(&row);
+        let superseded: Vec<String> = if d.supersede_after_anchor {
+            sqlx::query_scalar(
+                "INSERT INTO supersessions (message_id, by_run_id, at)
+                 SELECT m.id, $1, $2 FROM messages m
+                 WHERE m.session_id = $3 AND m.seq > (SELECT seq FROM messages WHERE id = $4)
+                   AND NOT EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id)
+                   AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.anchor_message_id = m.id AND r.status = 'queued')
+                 RETURNING message_id",
+            )
+            .bind(&run_id)
+            .bind(now)
+            .bind(d.session_id)
+            .bind(&anchor_id)
+            .fetch_all(&mut *tx)
+            .await?
+        } else {
+            Vec::new()
+        };
+        tx.commit().await?;
+        Ok((message, run, superseded))
+            })
+    }
+
+    /// The latest run anchored on a message.
+    pub async fn latest_run_for(&self, anchor_message_id: &str) -> Result<Option<Run>> {
+        with_pool!(self, pool => {
+        let row =
+            sqlx::query("SELECT * FROM runs WHERE anchor_message_id = $1 ORDER BY seq DESC LIMIT 1")
+                .bind(anchor_message_id)
+                .fetch_optional(pool)
+                .await?;
+        Ok(row.as_ref().map(rows::run))
+            })
+    }
+
+    /// How many runs a prompt has had: on itself, and as the origin of automatic resumes.
+    pub async fn tries_of(&self, prompt_id: &str) -> Result<u32> {
+        with_pool!(self, pool => {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM runs WHERE anchor_message_id = $1 OR prompt_id = $2",
+        )
+        .bind(prompt_id)
+        .bind(prompt_id)
+        .fetch_one(pool)
+        .await?;
+        Ok(n as u32)
+            })
+    }
+
+    /// How many automatic resumes (manual retries included) a prompt has had.
+    pub async fn resumes_of(&self, prompt_id: &str) -> Result<u32> {
+        with_pool!(self, pool => {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM runs WHERE prompt_id = $1 AND provenance_kind = 'auto_resume'",
+        )
+        .bind(prompt_id)
+        .fetch_one(pool)
+        .await?;
+        Ok(n as u32)
+            })
+    }
+
+    /// The session's last turn: its latest run not held behind a failure.
+    pub async fn last_turn(&self, session_id: &str) -> Result<Option<Run>> {
+        with_pool!(self, pool => {
+        let row = sqlx::query(
+            "SELECT * FROM runs WHERE session_id = $1 AND held_by IS NULL ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(session_id)
+        .fetch_optional(pool)
+        .await?;
+        Ok(row.as_ref().map(rows::run))
+            })
+    }
+
+    /// Whether the session has a run running or queued (held prompts excepted).
+    pub async fn has_active_run(&self, session_id: &str) -> Result<bool> {
+        with_pool!(self, pool => {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1
+                AND (status = 'running' OR (status = 'queued' AND held_by IS NULL)))",
+        )
+        .bind(session_id)
+        .fetch_one(pool)
+        .await?)
+            })
+    }
+
+    /// The run to start next in the session: its oldest queued run that is not held, unless
+    /// one is running.
+    pub async fn next_to_start(&self, session_id: &str) -> Result<Option<Run>> {
+        with_pool!(self, pool => {
+        let row = sqlx::query(
+            "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NULL
+               AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $1 AND status = 'running')
+             ORDER BY seq LIMIT 1",
+        )
+        .bind(session_id)
+        .fetch_optional(pool)
+        .await?;
+        Ok(row.as_ref().map(rows::run))
+            })
+    }
+
+    /// In one transaction: the run becomes `running`, gets an empty streaming reply, and its
+    /// first Tier 1 attempt starts (the provider is called next; the runner records the later
+    /// ones). `owner` is the instance that executes it (its heartbeat is the run's lease).
+    pub async fn start_run(&self, run: &Run, owner: &str) -> Result<(Run, Message)> {
+        with_writer!(self, pool => {
+        let mut tx = pool.begin().await?;
+        let now = now_ms();
+        let reply = sqlx::query(&format!(
+            "INSERT INTO messages (id, session_id, seq, role, content, created_at, run_id, status, provenance)
+             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
+                     'agent', '', $3, $4, 'streaming', $5)
+             RETURNING {NEW_MESSAGE}"
+        ))
+        .bind(new_id("m"))
+        .bind(&run.session_id)
+        .bind(now)
+        .bind(&run.id)
+        .bind(rows::provenance_json(&run.provenance))
+        .fetch_one(&mut *tx)
+        .await?;
+        let reply = rows::message(&reply);
+        sqlx::query(
+            "INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, 1, $2)
+             ON CONFLICT (run_id, n) DO UPDATE
+             SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL",
+        )
+        .bind(&run.id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let run = sqlx::query(
+            "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
+                 tier1_attempts = 1
+             WHERE id = $4 RETURNING *",
+        )
+        .bind(now)
+        .bind(&reply.id)
+        .bind(owner)
+        .bind(&run.id)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok((rows::run(&run), reply))
+            })
+    }
+
+    /// In one transaction: the run's end, its reply's final text and status, the session's
+    /// spend, and after a failure the hold on the prompts queued behind it. A run that
+    /// already ended is left alone (returns `None`).
+    pub async fn finish_run(
+        &self,
+        run_id: &str,
+        o: &Outcome,
+    ) -> Result<Option<(Run, Option<Message>)>> {
+        with_writer!(self, pool => {
+        let mut tx = pool.begin().await?;
+        let now = now_ms();
+        let (retryable, class, until) = retry_columns(&o.retry);
+        let done = sqlx::query(
+            "UPDATE runs SET status = $1, error_message = $2, retryable = $3, retry_class = $4,
+                 retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7
+             WHERE id = $8 AND status IN ('queued', 'running')
+             RETURNING *",
+        )
+        .bind(run_status_str(o.status))
+        .bind(&o.error_message)
+        .bind(retryable)
+        .bind(class)
+        .bind(until)
+        .bind(now)
+        .bind(o.tokens_used)
+        .bind(run_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(run) = done.as_ref().map(rows::run) else {
+            return Ok(None);
+        };
+        let msg_status = match o.status {
+            RunStatus::Completed => MessageStatus::Complete,
+            RunStatus::Cancelled => MessageStatus::Cancelled,
+            _ => MessageStatus::Failed,
+        };
+        let reply = sqlx::query(
+            "UPDATE messages SET content = $1, status = $2, error_message = $3, retryable = $4,
+                 retry_class = $5, retry_after_until = $6
+             WHERE id = $7
+             RETURNING *, EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = messages.id) AS superseded",
+        )
+        .bind(&o.content)
+        .bind(rows::message_status_str(msg_status))
+        .bind(&o.error_message)
+        .bind(retryable)
+        .bind(class)
+        .bind(until)
+        .bind(&run.reply_message_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .as_ref()
+        .map(rows::message);
+        // A call still running when its run ends never got its result: cancelled with the
+        // run, else its outcome is unknown.
+        sqlx::query(
+            "UPDATE tool_calls SET status = $1, finished_at = $2
+             WHERE run_id = $3 AND status = 'running'",
+        )
+        .bind(if o.status == RunStatus::Cancelled { "cancelled" } else { "interrupted" })
+        .bind(now)
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE sessions SET tokens_used = tokens_used + $1 WHERE id = $2")
+        .bind(o.tokens_used)
+        .bind(&run.session_id)
+        .execute(&mut *tx)
+        .await?;
+        if o.status == RunStatus::Failed {
+            // Prompts queued behind a failed turn are held in the same step, so no reader
+            // sees the failure with them still free to start.
+            sqlx::query(
+                "UPDATE runs SET held_by = $1
+                 WHERE session_id = (SELECT session_id FROM runs WHERE id = $1)
+                   AND status = 'queued' AND held_by IS NULL",
+            )
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Some((run, reply)))
+            })
+    }
+
+    /// Records the operator's cancel of Tier 2 on a failed run (the first time wins; a repeat
+    /// answers the run as it is). `None` when the run is not `failed`.
+    pub async fn dismiss_retry(&self, run_id: &str) -> Result<Option<Run>> {
+        with_writer!(self, pool => {
+        let row = sqlx::query(
+            "UPDATE runs SET retry_dismissed_at = COALESCE(retry_dismissed_at, $1)
+             WHERE id = $2 AND status = 'failed'
+             RETURNING *",
+        )
+        .bind(now_ms())
+        .bind(run_id)
+        .fetch_optional(pool)
+        .await?;
+        Ok(row.as_ref().map(rows::run))
+            })
+    }
+
+    /// Lets every held prompt of the session go on; answers the released runs, in order.
+    pub async fn release_held(&self, session_id: &str) -> Result<Vec<Run>> {
+        with_writer!(self, pool => {
+        let rows = sqlx::query(
+            "UPDATE runs SET held_by = NULL
+             WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL
+             RETURNING *",
+        )
+        .bind(session_id)
+        .fetch_all(pool)
+        .await?;
+        let mut released: Vec<(i64, Run)> = rows.iter().map(|r| (r.int("seq"), rows::run(r))).collect();
+        released.sort_by_key(|(seq, _)| *seq);
+        Ok(released.into_iter().map(|(_, r)| r).collect())
+            })
+    }
+
+    /// The session's prompts held behind a failed turn (`finish_run` holds them), in order.
+    pub async fn held_runs(&self, session_id: &str) -> Result<Vec<Run>> {
+        with_pool!(self, pool => {
+        let rows = sqlx::query(
+            "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL ORDER BY seq",
+        )
+        .bind(session_id)
+        .fetch_all(pool)
+        .await?;
+        Ok(rows.iter().map(rows::run).collect())
+            })
+    }
+
+    /// Runs that were `running` when the server stopped: their ids and session ids.
+    pub async fn runs_left_running(&self) -> Result<Vec<Run>> {
+        with_pool!(self, pool => {
+        let rows = sqlx::query("SELECT * FROM runs WHERE status = 'running' ORDER BY seq")
+            .fetch_all(pool)
+            .await?;
+        Ok(rows.iter().map(rows::run).collect())
+            })
+    }
+
+    /// Runs recorded `running` with `owner` as the instance executing them.
+    pub async fn running_runs_of(&self, owner: &str) -> Result<Vec<Run>> {
+        with_pool!(self, pool => {
+        let rows = sqlx::query("SELECT * FROM runs WHERE status = 'running' AND owner = $1 ORDER BY seq")
+            .bind(owner)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows.iter().map(rows::run).collect())
+            })
+    }
+
+    /// Sessions with a queued run that is free to start.
+    pub async fn sessions_with_queued_runs(&self) -> Result<Vec<String>> {
+        with_pool!(self, pool => {
+        let rows = sqlx::query(
+            "SELECT DISTINCT session_id FROM runs WHERE status = 'queued' AND held_by IS NULL",
+        )
+        .fetch_all(pool)
+        .await?;
+        Ok(rows.iter().map(|r| r.get("session_id")).collect())
+            })
+    }
+}

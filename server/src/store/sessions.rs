@@ -1,0 +1,283 @@
+//! Sessions: create, read, list (paged, with each one's last run), rename, tool sources,
+//! and the waiting background retry.
+use super::*;
+
+/// A session row as the server sees it (the wire `Session` plus what never leaves it).
+pub struct SessionRecord {
+    pub session: Session,
+    pub agent_token_hash: String,
+    pub tokens_used: i64,
+    /// The last background retry's number (kept after it fires).
+    pub retry_attempt: u32,
+}
+
+/// A session row with its summary: busy or not, and its last run (joined: one query for
+/// any number of sessions). Append `WHERE …`/`ORDER BY …`.
+fn session_select() -> String {
+    format!(
+        "SELECT s.*,
+            EXISTS (SELECT 1 FROM runs a WHERE a.session_id = s.id
+                    AND a.status IN ('queued','running') AND a.held_by IS NULL) AS busy,
+            {}
+         FROM sessions s
+         LEFT JOIN runs lr ON lr.id =
+            (SELECT r.id FROM runs r WHERE r.session_id = s.id ORDER BY r.seq DESC LIMIT 1)",
+        rows::LAST_RUN_COLUMNS
+    )
+}
+
+/// The largest page `GET /sessions?limit=` and MCP `list_sessions` give.
+pub const MAX_SESSION_PAGE: u32 = 1000;
+
+/// Which sessions to list, newest first: those older than `before` (a session id), at most
+/// `limit` of them (`None`: all).
+#[derive(Clone, Debug, Default)]
+pub struct SessionPage {
+    pub limit: Option<u32>,
+    pub before: Option<String>,
+}
+
+impl SessionPage {
+    /// A page as a client asked for it: `limit` from 1 to [`MAX_SESSION_PAGE`], `before` a
+    /// session id (an empty one counts as none); `invalid` otherwise.
+    pub fn new(limit: Option<u64>, before: Option<String>) -> Result<SessionPage> {
+        let limit = match limit {
+            None => None,
+            Some(n) if (1..=u64::from(MAX_SESSION_PAGE)).contains(&n) => u32::try_from(n).ok(),
+            Some(n) => {
+                return Err(Error::invalid(format!(
+                    "`limit` is {n}; use 1 to {MAX_SESSION_PAGE}"
+                )))
+            }
+        };
+        Ok(SessionPage {
+            limit,
+            before: before.filter(|b| !b.is_empty()),
+        })
+    }
+}
+
+/// A row of [`session_select`] as the server sees it.
+fn session_from_row<R: Get>(row: &R) -> SessionRecord {
+    let last_run = row
+        .opt_text("lr_id")
+        .map(|_| rows::run(&rows::Prefixed(row, "lr_")).summary());
+    SessionRecord {
+        session: Session {
+            id: row.text("id"),
+            title: row.text("title"),
+            model: row.text("model"),
+            parent_id: row.opt_text("parent_id"),
+            status: if row.flag("busy") {
+                SessionStatus::Running
+            } else {
+                SessionStatus::Idle
+            },
+            created_at: row.int("created_at"),
+            last_run,
+            auto_retry: AutoRetry::parse(&row.text("auto_retry")).unwrap_or_default(),
+            waiting_retry: row.opt_int("retry_fires_at").map(|fires_at| WaitingRetry {
+                attempt: row.int("retry_attempt") as u32,
+                fires_at,
+                reason: row.opt_text("retry_reason").unwrap_or_default(),
+            }),
+            tools: rows::tools(row),
+        },
+        agent_token_hash: row.text("agent_token_hash"),
+        tokens_used: row.int("tokens_used"),
+        retry_attempt: row.int("retry_attempt") as u32,
+    }
+}
+
+impl Store {
+    pub async fn create_session(
+        &self,
+        title: &str,
+        model: &str,
+        parent_id: Option<&str>,
+        agent_token_hash: &str,
+        auto_retry: AutoRetry,
+        tools: &[String],
+    ) -> Result<Session> {
+        let tools = serde_json::to_string(tools).unwrap_or_else(|_| "[]".into());
+        with_writer!(self, pool => {
+        let id = new_id("s");
+        sqlx::query(
+            "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry, tools)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&id)
+        .bind(title)
+        .bind(model)
+        .bind(parent_id)
+        .bind(agent_token_hash)
+        .bind(now_ms())
+        .bind(auto_retry.as_str())
+        .bind(tools)
+        .execute(pool)
+        .await?;
+        Ok(self.session(&id).await?.session)
+            })
+    }
+
+    pub async fn session(&self, id: &str) -> Result<SessionRecord> {
+        with_pool!(self, pool => {
+        let row = sqlx::query(&format!("{} WHERE s.id = $1", session_select()))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .ok_or_else(|| Error::not_found("session", id))?;
+        Ok(session_from_row(&row))
+            })
+    }
+
+    /// `not_found` unless the session exists (one indexed lookup, no summary).
+    pub async fn session_exists(&self, id: &str) -> Result<()> {
+        with_pool!(self, pool => {
+        sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .map(|_| ())
+            .ok_or_else(|| Error::not_found("session", id))
+            })
+    }
+
+    /// What a run's provider request needs of its session: the model, the tokens spent and
+    /// the tool sources.
+    pub async fn model_and_spend(&self, id: &str) -> Result<(String, i64, Vec<String>)> {
+        with_pool!(self, pool => {
+        let row = sqlx::query("SELECT model, tokens_used, tools FROM sessions WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .ok_or_else(|| Error::not_found("session", id))?;
+        Ok((row.text("model"), row.int("tokens_used"), rows::tools(&row)))
+            })
+    }
+
+    /// Sessions, newest first, one page of them, in one query. `invalid` when `before`
+    /// names no session.
+    pub async fn sessions(&self, page: &SessionPage) -> Result<Vec<Session>> {
+        with_pool!(self, pool => {
+        let mut sql = session_select();
+        let cursor: Option<i64> = match &page.before {
+            Some(id) => Some(
+                sqlx::query_scalar("SELECT created_at FROM sessions WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await?
+                    .ok_or_else(|| Error::invalid(format!("`before`: there is no session {id:?}")))?,
+            ),
+            None => None,
+        };
+        if cursor.is_some() {
+            sql.push_str(" WHERE s.created_at < $1 OR (s.created_at = $1 AND s.id < $2)");
+        }
+        sql.push_str(" ORDER BY s.created_at DESC, s.id DESC");
+        if let Some(limit) = page.limit {
+            sql.push_str(&format!(" LIMIT {}", limit.min(MAX_SESSION_PAGE)));
+        }
+        let mut q = sqlx::query(&sql);
+        if let (Some(at), Some(id)) = (cursor, &page.before) {
+            q = q.bind(at).bind(id);
+        }
+        let rows = q.fetch_all(pool).await?;
+        Ok(rows.iter().map(|r| session_from_row(r).session).collect())
+            })
+    }
+
+    /// The session whose agent token has this hash (an indexed lookup).
+    pub async fn session_by_token_hash(&self, hash: &str) -> Result<Option<(String, String)>> {
+        with_pool!(self, pool => {
+        Ok(sqlx::query_as("SELECT id, agent_token_hash FROM sessions WHERE agent_token_hash = $1")
+            .bind(hash)
+            .fetch_optional(pool)
+            .await?)
+            })
+    }
+
+    /// Every session's `(id, parent_id, agent_token_hash)`, in one light query: what MCP's
+    /// caller authority needs (which sessions descend from a token's session).
+    pub async fn session_tree(&self) -> Result<Vec<(String, Option<String>, String)>> {
+        with_pool!(self, pool => {
+        Ok(
+            sqlx::query_as("SELECT id, parent_id, agent_token_hash FROM sessions")
+                .fetch_all(pool)
+                .await?,
+        )
+            })
+    }
+
+    pub async fn update_session(
+        &self,
+        id: &str,
+        title: Option<&str>,
+        auto_retry: Option<AutoRetry>,
+        tools: Option<&[String]>,
+    ) -> Result<Session> {
+        let tools = tools.map(|t| serde_json::to_string(t).unwrap_or_else(|_| "[]".into()));
+        with_writer!(self, pool => {
+        sqlx::query(
+            "UPDATE sessions SET title = COALESCE($1, title), auto_retry = COALESCE($2, auto_retry),
+                 tools = COALESCE($3, tools)
+             WHERE id = $4",
+        )
+        .bind(title)
+        .bind(auto_retry.map(|a| a.as_str()))
+        .bind(tools)
+        .bind(id)
+        .execute(pool)
+        .await?;
+        Ok(self.session(id).await?.session)
+            })
+    }
+
+    /// Sets the session's waiting background retry.
+    pub async fn set_waiting_retry(&self, session_id: &str, w: &WaitingRetry) -> Result<()> {
+        with_writer!(self, pool => {
+            let done = sqlx::query(
+                "UPDATE sessions SET retry_attempt = $1, retry_fires_at = $2, retry_reason = $3
+                 WHERE id = $4",
+            )
+            .bind(w.attempt as i64)
+            .bind(w.fires_at)
+            .bind(&w.reason)
+            .bind(session_id)
+            .execute(pool)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(Error::not_found("session", session_id));
+            }
+            Ok(())
+        })
+    }
+
+    /// Ends the session's waiting background retry, if one waits (answers whether one did);
+    /// its attempt number stays. One statement: no read-then-write race.
+    pub async fn clear_waiting_retry(&self, session_id: &str) -> Result<bool> {
+        with_writer!(self, pool => {
+            let done = sqlx::query(
+                "UPDATE sessions SET retry_fires_at = NULL, retry_reason = NULL
+                 WHERE id = $1 AND retry_fires_at IS NOT NULL",
+            )
+            .bind(session_id)
+            .execute(pool)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    /// Sessions whose waiting background retry is due at `now`, soonest first.
+    pub async fn due_waiting_retries(&self, now: i64) -> Result<Vec<String>> {
+        with_pool!(self, pool => {
+            Ok(sqlx::query_scalar(
+                "SELECT id FROM sessions WHERE retry_fires_at IS NOT NULL AND retry_fires_at <= $1
+                 ORDER BY retry_fires_at",
+            )
+            .bind(now)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+}
