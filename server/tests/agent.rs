@@ -293,6 +293,14 @@ async fn a_turn_that_keeps_asking_for_tools_fails_max_steps() {
     );
     assert_eq!((run.steps, run.tools_executed), (3, 3));
     assert_eq!(parent_requests(&fake).len(), 3);
+    // Each step's provider call succeeded: no attempt is recorded as failed.
+    let (_, detail) = server.get(&format!("/runs/{}", run.id)).await;
+    let attempts = detail["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "{detail}");
+    assert!(
+        attempts.iter().all(|a| a.get("error").is_none()),
+        "{detail}"
+    );
 }
 
 #[tokio::test]

@@ -94,6 +94,8 @@ impl Active {
 pub struct Live {
     pub text: String,
     pub seq: u64,
+    /// Model steps whose provider call opened.
+    pub steps: u32,
 }
 
 impl Engine {

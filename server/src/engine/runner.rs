@@ -115,7 +115,10 @@ async fn outcome_of(engine: &Engine, run: &Run, reply: &Message, active: &Active
     } else {
         end
     };
-    let content = std::mem::take(&mut active.live().text);
+    let (content, opened) = {
+        let mut live = active.live();
+        (std::mem::take(&mut live.text), live.steps > 0)
+    };
     // What the provider reported, but never less than the reply's own size suggests (a
     // provider cannot stream past the spend limit by reporting few tokens).
     let estimate = u64::try_from(content.len() / 4).unwrap_or(u64::MAX);
@@ -134,7 +137,7 @@ async fn outcome_of(engine: &Engine, run: &Run, reply: &Message, active: &Active
         End::Refused { class, message } => {
             tracing::info!(run = %run.id, class, "run refused: {message}");
             // The first attempt was recorded as the run started; it ends here, unsent.
-            if !started {
+            if !opened {
                 if let Err(e) = engine
                     .store()
                     .attempt_failed(&run.id, 1, &message, None)
@@ -298,6 +301,7 @@ async fn relay_step(
         Ok(o) => o,
         Err(e) => return Step::Ended(End::Failed(e)),
     };
+    active.live().steps = step;
     let idle = engine.inner.cfg.stream_idle;
     let mut stream = opened.stream;
     let mut head = opened.head.into_iter();
