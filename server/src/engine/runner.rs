@@ -229,8 +229,11 @@ async fn stream_reply(
                 };
             }
         }
-        if let Err(e) = engine.store().step_started(&run.id, step).await {
-            tracing::warn!(run = %run.id, step, error = %e, "could not record a step");
+        // The first step was recorded as the run started (`Store::start_run`).
+        if step > 1 {
+            if let Err(e) = engine.store().step_started(&run.id, step).await {
+                tracing::warn!(run = %run.id, step, error = %e, "could not record a step");
+            }
         }
         let request = ChatRequest {
             model: turn.model.clone(),

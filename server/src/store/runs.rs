@@ -319,7 +319,7 @@ impl Store {
         .await?;
         let run = sqlx::query(
             "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
-                 tier1_attempts = 1
+                 tier1_attempts = 1, steps = 1
              WHERE id = $4 RETURNING *",
         )
         .bind(now)
