@@ -236,7 +236,8 @@ async fn unknown_tools_and_malformed_arguments_are_results_the_model_sees() {
     fake.push(Script::ToolCalls {
         text: String::new(),
         calls: vec![
-            ("c1".into(), "nope__x".into(), "{}".into()),
+            // An id that cannot go back to a provider as is: replaced by Mulligan's own.
+            ("c 1\n".into(), "nope__x".into(), "{}".into()),
             ("c2".into(), "mulligan__list_sessions".into(), "{bad".into()),
         ],
     });
@@ -253,6 +254,12 @@ async fn unknown_tools_and_malformed_arguments_are_results_the_model_sees() {
         .map(|m| m["content"].as_str().unwrap())
         .collect();
     assert_eq!(results.len(), 2);
+    let ids: Vec<&str> = msgs
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["call_1_1", "c2"]);
     assert!(
         results[0].contains("no tool named \"nope__x\""),
         "{results:?}"

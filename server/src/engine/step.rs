@@ -11,6 +11,9 @@ use crate::tools::{bounded_result, model_name, CallEnd, Offered, BUILTIN};
 use app::wire::{Event, Run, ToolCall, ToolCallEvent, ToolCallStatus};
 use serde_json::{Map, Value};
 
+/// The longest call id a model may give (a longer or odd one is replaced).
+const MAX_CALL_ID: usize = 128;
+
 /// What the model is told of a call whose outcome is unknown.
 pub const OUTCOME_UNKNOWN: &str = "The outcome of this tool call is unknown: it was started but \
 Mulligan stopped before its result came back. Check whether it took effect before doing it again.";
@@ -110,8 +113,15 @@ impl Engine {
         let Asked { step, text, calls } = asked;
         let mut assistant = ChatMessage::text("assistant", text);
         let mut results = Vec::with_capacity(calls.len());
-        for a in calls {
+        for mut a in calls {
             *ord = ord.saturating_add(1);
+            // The model's id for the call goes back with its result: a sane one, or ours.
+            if a.id.is_empty()
+                || a.id.len() > MAX_CALL_ID
+                || !a.id.chars().all(|c| c.is_ascii_graphic())
+            {
+                a.id = format!("call_{step}_{ord}");
+            }
             assistant
                 .tool_calls
                 .push(ChatToolCall::new(&a.id, &a.name, &a.arguments));
