@@ -572,42 +572,69 @@ async fn b6(opts: &Opts, fake: &Arc<Fake>, t: &mut Table) -> R<()> {
     let server = Arc::new(Server::start(&fake.url, &[]).await?);
     let turns = opts.b6_turns.max(1);
     let sessions = opts.b6_sessions.max(1);
-    // Provider requests and connections the fake saw during a measured part.
-    let seen = |before: (u64, u64)| {
-        let model = fake::tool_model(1);
-        (
-            fake.requests(&model) - before.0,
-            fake.connections() - before.1,
-        )
-    };
-    let now = || (fake.requests(&fake::tool_model(1)), fake.connections());
     let result = async {
         benches::b6(&server, fake, 1, 2, "warm-up").await?; // connections, caches
-        let before = now();
-        let sequential = benches::b6(&server, fake, 1, turns, "seq").await?;
-        let seq_seen = seen(before);
-        let before = now();
-        let concurrent = benches::b6(&server, fake, sessions, turns, "conc").await?;
-        Ok::<_, String>((sequential, seq_seen, concurrent, seen(before)))
+        let sequential = b6_measured(&server, fake, 1, turns, "seq").await?;
+        let concurrent = b6_measured(&server, fake, sessions, turns, "conc").await?;
+        Ok::<_, String>((sequential, concurrent))
     }
     .await;
     if let Ok(server) = Arc::try_unwrap(server) {
         server.stop().await;
     }
-    let (sequential, seq_seen, concurrent, conc_seen) = result?;
-    b6_rows(t, "B6 tool step", "sequential", &sequential, seq_seen);
+    let (sequential, concurrent) = result?;
+    b6_rows(t, "B6 tool step", "sequential", &sequential);
     b6_rows(
         t,
         &format!("B6 tool step ×{sessions}"),
         &format!("{sessions} sessions at once"),
         &concurrent,
-        conc_seen,
     );
     Ok(())
 }
 
-/// B6's rows for one variant; `seen`: provider requests and new connections meanwhile.
-fn b6_rows(t: &mut Table, bench: &str, how: &str, turns: &[benches::B6Turn], seen: (u64, u64)) {
+/// One B6 variant's turns, and what it cost around them.
+struct B6Measured {
+    turns: Vec<benches::B6Turn>,
+    wall: Duration,
+    /// Provider requests and new provider connections the fake saw.
+    requests: u64,
+    connections: u64,
+    /// The server's CPU time, and how busy the whole machine was (0..1, all cores).
+    server_cpu: Duration,
+    machine_busy: f64,
+}
+
+async fn b6_measured(
+    server: &Arc<Server>,
+    fake: &Arc<Fake>,
+    sessions: usize,
+    turns: usize,
+    tag: &str,
+) -> R<B6Measured> {
+    let model = fake::tool_model(1);
+    let (requests, connections) = (fake.requests(&model), fake.connections());
+    let cpu = server.usage().cpu;
+    let machine = client::machine_jiffies();
+    let start = std::time::Instant::now();
+    let turns = benches::b6(server, fake, sessions, turns, tag).await?;
+    let wall = start.elapsed();
+    let machine_after = client::machine_jiffies();
+    let busy = machine_after.0.saturating_sub(machine.0) as f64;
+    let total = machine_after.1.saturating_sub(machine.1).max(1) as f64;
+    Ok(B6Measured {
+        turns,
+        wall,
+        requests: fake.requests(&model).saturating_sub(requests),
+        connections: fake.connections().saturating_sub(connections),
+        server_cpu: server.usage().cpu.saturating_sub(cpu),
+        machine_busy: busy / total,
+    })
+}
+
+/// B6's rows for one variant.
+fn b6_rows(t: &mut Table, bench: &str, how: &str, m: &B6Measured) {
+    let turns = &m.turns;
     let n = turns.len();
     let pct = |f: &dyn Fn(&benches::B6Turn) -> i64, p: f64| {
         let mut v: Vec<i64> = turns.iter().map(f).collect();
@@ -652,13 +679,16 @@ fn b6_rows(t: &mut Table, bench: &str, how: &str, turns: &[benches::B6Turn], see
     );
     t.row(
         bench,
-        "provider requests · new provider connections",
+        "turns per s · server CPU per turn · provider requests (new connections)",
         "".into(),
-        format!("{} · {}", seen.0, seen.1),
         format!(
-            "{:.2} connections per request",
-            seen.1 as f64 / seen.0.max(1) as f64
+            "{:.0}/s · {:.2} ms · {} ({})",
+            n as f64 / m.wall.as_secs_f64().max(1e-9),
+            ms(m.server_cpu) / n.max(1) as f64,
+            m.requests,
+            m.connections
         ),
+        format!("machine {:.0}% busy", m.machine_busy * 100.0),
         "(breakdown)",
         None,
     );
