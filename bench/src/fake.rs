@@ -7,8 +7,14 @@
 //!   `"k@T "`, T being when it was sent in microseconds on [`clock_us`], so a client in this
 //!   process can check order and loss and measure each delta's transit time.
 //! - `status-CODE-SECS`: answers CODE with `Retry-After: SECS` and an OpenAI error body.
+//! - `tool-K`: an agent turn of two model steps. A conversation that does not end with a
+//!   `tool` message gets one short delta, then K calls of `mulligan__list_sessions` with `{}`
+//!   (`finish_reason: tool_calls`); one that ends with a `tool` message gets a short reply.
+//!   Per conversation (keyed by its last `user` message) the fake records when it produced the
+//!   tool-call answer's `[DONE]` and when the follow-up request arrived ([`Fake::tool_step`]).
 //!
-//! Anything after a third `-` is a tag that only makes the model (a cooldown's key) new.
+//! Anything after the model's numbers is a tag that only makes the model (a cooldown's key)
+//! new.
 //!
 //! Every request is counted per model ([`Fake::requests`]).
 use axum::body::{Body, Bytes};
@@ -40,6 +46,30 @@ pub fn status_model(code: u16, secs: u64) -> String {
     format!("status-{code}-{secs}")
 }
 
+/// The model that makes the fake ask for `calls` tool calls, then answer.
+pub fn tool_model(calls: usize) -> String {
+    format!("tool-{calls}")
+}
+
+/// The tool every `tool-K` call asks for (Mulligan's built-in source, always offered).
+pub const TOOL_NAME: &str = "mulligan__list_sessions";
+
+/// The text of a `tool-K` step's delta: before the calls (step 1) and the reply (step 2).
+pub const TOOL_ASK_TEXT: &str = "Let me look. ";
+pub const TOOL_REPLY_TEXT: &str = "Done.";
+
+/// One `tool-K` conversation as the fake saw it (µs on [`clock_us`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ToolStep {
+    /// Requests that asked for tool calls, and follow-ups (a conversation ending in `tool`).
+    pub asks: u32,
+    pub follow_ups: u32,
+    /// When the tool-call answer's `[DONE]` was handed to the connection.
+    pub asked_done_us: Option<u64>,
+    /// When the (first) follow-up request arrived at the handler.
+    pub follow_up_us: Option<u64>,
+}
+
 /// The index and send time (µs) a delta's text carries.
 pub fn parse_delta(text: &str) -> Option<(usize, u64)> {
     let (k, t) = text.trim_end().split_once('@')?;
@@ -49,12 +79,16 @@ pub fn parse_delta(text: &str) -> Option<(usize, u64)> {
 enum Answer {
     Stream { n: usize, every: Duration },
     Status { code: StatusCode, secs: u64 },
+    Tool { calls: usize },
 }
 
 fn answer_for(model: &str) -> Option<Answer> {
     let mut parts = model.split('-');
     let kind = parts.next()?;
     let a: u64 = parts.next()?.parse().ok()?;
+    if kind == "tool" {
+        return Some(Answer::Tool { calls: a as usize });
+    }
     let b: u64 = parts.next()?.parse().ok()?;
     match kind {
         "stream" => Some(Answer::Stream {
@@ -69,36 +103,63 @@ fn answer_for(model: &str) -> Option<Answer> {
     }
 }
 
-type Counts = Arc<Mutex<HashMap<String, u64>>>;
+/// What the fake remembers: requests per model, `tool-K` conversations by key.
+#[derive(Default)]
+struct Seen {
+    counts: Mutex<HashMap<String, u64>>,
+    tool_steps: Mutex<HashMap<String, ToolStep>>,
+    /// TCP connections accepted.
+    connections: std::sync::atomic::AtomicU64,
+}
+
+type Shared = Arc<Seen>;
 
 pub struct Fake {
     /// Base URL, e.g. `http://127.0.0.1:PORT/v1`.
     pub url: String,
-    counts: Counts,
+    seen: Shared,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Fake {
     pub async fn start() -> std::io::Result<Fake> {
         LazyLock::force(&EPOCH);
-        let counts: Counts = Arc::default();
+        let seen: Shared = Arc::default();
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
-            .with_state(counts.clone());
+            .with_state(seen.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/v1", listener.local_addr()?);
-        let listener = listener.tap_io(|tcp| {
+        let counted = seen.clone();
+        let listener = listener.tap_io(move |tcp| {
             let _ = tcp.set_nodelay(true);
+            counted
+                .connections
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Fake { url, counts, task })
+        Ok(Fake { url, seen, task })
     }
 
     /// How many requests asked for `model` so far.
     pub fn requests(&self, model: &str) -> u64 {
-        self.counts.lock().unwrap().get(model).copied().unwrap_or(0)
+        let counts = self.seen.counts.lock().unwrap();
+        counts.get(model).copied().unwrap_or(0)
+    }
+
+    /// How many TCP connections it accepted so far (a client that reuses its connections
+    /// opens few).
+    pub fn connections(&self) -> u64 {
+        self.seen
+            .connections
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The `tool-K` conversation whose last `user` message is `key`, as the fake saw it.
+    pub fn tool_step(&self, key: &str) -> Option<ToolStep> {
+        self.seen.tool_steps.lock().unwrap().get(key).copied()
     }
 }
 
@@ -108,19 +169,109 @@ impl Drop for Fake {
     }
 }
 
-async fn chat(State(counts): State<Counts>, body: Bytes) -> Response {
-    let model = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v.get("model")?.as_str().map(str::to_string))
-        .unwrap_or_default();
-    *counts.lock().unwrap().entry(model.clone()).or_default() += 1;
+async fn chat(State(seen): State<Shared>, body: Bytes) -> Response {
+    // Before parsing: the follow-up's arrival is what B6 measures.
+    let arrived_us = clock_us();
+    let request = serde_json::from_slice::<serde_json::Value>(&body).unwrap_or_default();
+    let model = request
+        .get("model")
+        .and_then(|m| m.as_str())
+        .unwrap_or_default()
+        .to_string();
+    *seen
+        .counts
+        .lock()
+        .unwrap()
+        .entry(model.clone())
+        .or_default() += 1;
     match answer_for(&model) {
         None => error(StatusCode::NOT_FOUND, "model_not_found", &model, None),
         Some(Answer::Status { code, secs }) => {
             error(code, "bench_status", "scripted failure", Some(secs))
         }
         Some(Answer::Stream { n, every }) => stream(n, every),
+        Some(Answer::Tool { calls }) => tool_step(seen, &request, calls, arrived_us),
     }
+}
+
+/// A `tool-K` step: the calls when the conversation does not end with a `tool` message (the
+/// time its `[DONE]` is produced is recorded), else the reply (its arrival is recorded).
+fn tool_step(seen: Shared, request: &serde_json::Value, calls: usize, arrived_us: u64) -> Response {
+    let messages = request
+        .get("messages")
+        .and_then(|m| m.as_array())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    fn role(m: &serde_json::Value) -> &str {
+        m.get("role").and_then(|r| r.as_str()).unwrap_or("")
+    }
+    let key = messages
+        .iter()
+        .rev()
+        .find(|m| role(m) == "user")
+        .and_then(|m| m.get("content")?.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let follow_up = messages.last().is_some_and(|m| role(m) == "tool");
+    {
+        let mut steps = seen.tool_steps.lock().unwrap();
+        let step = steps.entry(key.clone()).or_default();
+        if follow_up {
+            step.follow_ups += 1;
+            step.follow_up_us.get_or_insert(arrived_us);
+        } else {
+            step.asks += 1;
+        }
+    }
+    let text = |t: &str| {
+        Bytes::from(format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}}}}]}}\n\n",
+            serde_json::Value::from(t)
+        ))
+    };
+    let finish = |why: &str| {
+        Bytes::from(format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{why}\"}}]}}\n\n"
+        ))
+    };
+    let chunks: Vec<Bytes> = if follow_up {
+        vec![text(TOOL_REPLY_TEXT), finish("stop")]
+    } else {
+        let mut chunks = vec![text(TOOL_ASK_TEXT)];
+        chunks.extend((0..calls).map(|i| {
+            Bytes::from(format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":{i},\"id\":\"call_{i}\",\"type\":\"function\",\"function\":{{\"name\":\"{TOOL_NAME}\",\"arguments\":\"{{}}\"}}}}]}}}}]}}\n\n"
+            ))
+        }));
+        chunks.push(finish("tool_calls"));
+        chunks
+    };
+    // The end is stamped when hyper asks for it, i.e. once everything before it is written.
+    let end = futures::stream::once(async move {
+        if !follow_up {
+            let done = clock_us();
+            let mut steps = seen.tool_steps.lock().unwrap();
+            steps
+                .entry(key)
+                .or_default()
+                .asked_done_us
+                .get_or_insert(done);
+        }
+        Bytes::from_static(END)
+    });
+    let body = futures::stream::iter(chunks)
+        .chain(end)
+        .map(Ok::<_, std::io::Error>);
+    event_stream(Body::from_stream(body))
+}
+
+fn event_stream(body: Body) -> Response {
+    let mut resp = body.into_response();
+    resp.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    resp
 }
 
 fn error(code: StatusCode, kind: &str, message: &str, retry_after: Option<u64>) -> Response {
@@ -166,12 +317,7 @@ fn stream(n: usize, every: Duration) -> Response {
         .map(Ok::<_, std::io::Error>)
         .boxed()
     };
-    let mut resp = Body::from_stream(body).into_response();
-    resp.headers_mut().insert(
-        "content-type",
-        HeaderValue::from_static("text/event-stream"),
-    );
-    resp
+    event_stream(Body::from_stream(body))
 }
 
 #[cfg(test)]
@@ -191,6 +337,10 @@ mod tests {
         assert!(matches!(
             answer_for("status-503-10-7"),
             Some(Answer::Status { secs: 10, .. })
+        ));
+        assert!(matches!(
+            answer_for(&tool_model(1)),
+            Some(Answer::Tool { calls: 1 })
         ));
         assert!(answer_for("gpt-4o").is_none());
         assert_eq!(parse_delta("12@3456 "), Some((12, 3456)));

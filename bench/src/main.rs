@@ -2,7 +2,7 @@
 //! the same client reading the provider directly, in the same run.
 //!
 //! B1 relay overhead, B2 concurrency, B3 cancel latency, B4 "no quota for 50 minutes",
-//! B5 WASM bundle size. The provider is a fast fake on loopback ([`fake`]); the server is a
+//! B5 WASM bundle size, B6 added latency per tool-call step of an agent turn. The provider is a fast fake on loopback ([`fake`]); the server is a
 //! real Mulligan (SQLite, persistence on) run as a child process of this binary ([`client`]),
 //! so its RSS and CPU are its own. `--smoke` runs each benchmark once at small size and
 //! checks correctness only; any correctness failure exits 1.
@@ -24,7 +24,7 @@ pub type R<T> = Result<T, String>;
 #[derive(Parser, Debug)]
 #[command(
     name = "mulligan-bench",
-    about = "Mulligan's benchmarks (B1–B5), against the direct stream"
+    about = "Mulligan's benchmarks (B1–B6), against the direct stream"
 )]
 struct Opts {
     /// Each benchmark once at small size; correctness checks only, no timing verdicts.
@@ -57,6 +57,12 @@ struct Opts {
     /// B5: where the release build's `.wasm` is (default: <workspace>/target/site/pkg).
     #[arg(long)]
     site_pkg: Option<PathBuf>,
+    /// B6 turns in a row on one session (each: a tool-call step, a built-in call, a reply).
+    #[arg(long, default_value_t = 50)]
+    b6_turns: usize,
+    /// B6 concurrent variant: this many sessions at once, each running `--b6-turns` turns.
+    #[arg(long, default_value_t = 20)]
+    b6_sessions: usize,
     /// Run only these benchmarks, e.g. `--only b1,b3`.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -72,6 +78,8 @@ impl Opts {
         self.b2_interval_ms = 5;
         self.cancels = 3;
         self.b4_wait_secs = 2;
+        self.b6_turns = 2;
+        self.b6_sessions = 2;
         self
     }
 
@@ -177,7 +185,7 @@ async fn run(opts: Opts) -> ExitCode {
         smoke: opts.smoke,
     };
     let fake = match Fake::start().await {
-        Ok(f) => f,
+        Ok(f) => Arc::new(f),
         Err(e) => {
             eprintln!("the fake provider cannot start: {e}");
             return ExitCode::FAILURE;
@@ -218,6 +226,11 @@ async fn run(opts: Opts) -> ExitCode {
     if opts.wants("b5") {
         if let Err(e) = b5(&opts, &mut t) {
             t.fail("B5", e);
+        }
+    }
+    if opts.wants("b6") {
+        if let Err(e) = b6(&opts, &fake, &mut t).await {
+            t.fail("B6", e);
         }
     }
     println!();
@@ -553,4 +566,139 @@ fn b5(opts: &Opts, t: &mut Table) -> R<()> {
         }
     }
     Ok(())
+}
+
+async fn b6(opts: &Opts, fake: &Arc<Fake>, t: &mut Table) -> R<()> {
+    let server = Arc::new(Server::start(&fake.url, &[]).await?);
+    let turns = opts.b6_turns.max(1);
+    let sessions = opts.b6_sessions.max(1);
+    let result = async {
+        benches::b6(&server, fake, 1, 2, "warm-up").await?; // connections, caches
+        let sequential = b6_measured(&server, fake, 1, turns, "seq").await?;
+        let concurrent = b6_measured(&server, fake, sessions, turns, "conc").await?;
+        Ok::<_, String>((sequential, concurrent))
+    }
+    .await;
+    if let Ok(server) = Arc::try_unwrap(server) {
+        server.stop().await;
+    }
+    let (sequential, concurrent) = result?;
+    b6_rows(t, "B6 tool step", "sequential", &sequential);
+    b6_rows(
+        t,
+        &format!("B6 tool step ×{sessions}"),
+        &format!("{sessions} sessions at once"),
+        &concurrent,
+    );
+    Ok(())
+}
+
+/// One B6 variant's turns, and what it cost around them.
+struct B6Measured {
+    turns: Vec<benches::B6Turn>,
+    wall: Duration,
+    /// Provider requests and new provider connections the fake saw.
+    requests: u64,
+    connections: u64,
+    /// The server's CPU time, and how busy the whole machine was (0..1, all cores).
+    server_cpu: Duration,
+    machine_busy: f64,
+}
+
+async fn b6_measured(
+    server: &Arc<Server>,
+    fake: &Arc<Fake>,
+    sessions: usize,
+    turns: usize,
+    tag: &str,
+) -> R<B6Measured> {
+    let model = fake::tool_model(1);
+    let (requests, connections) = (fake.requests(&model), fake.connections());
+    let cpu = server.usage().cpu;
+    let machine = client::machine_jiffies();
+    let start = std::time::Instant::now();
+    let turns = benches::b6(server, fake, sessions, turns, tag).await?;
+    let wall = start.elapsed();
+    let machine_after = client::machine_jiffies();
+    let busy = machine_after.0.saturating_sub(machine.0) as f64;
+    let total = machine_after.1.saturating_sub(machine.1).max(1) as f64;
+    Ok(B6Measured {
+        turns,
+        wall,
+        requests: fake.requests(&model).saturating_sub(requests),
+        connections: fake.connections().saturating_sub(connections),
+        server_cpu: server.usage().cpu.saturating_sub(cpu),
+        machine_busy: busy / total,
+    })
+}
+
+/// B6's rows for one variant.
+fn b6_rows(t: &mut Table, bench: &str, how: &str, m: &B6Measured) {
+    let turns = &m.turns;
+    let n = turns.len();
+    let pct = |f: &dyn Fn(&benches::B6Turn) -> i64, p: f64| {
+        let mut v: Vec<i64> = turns.iter().map(f).collect();
+        percentile(&mut v, p).unwrap_or_default()
+    };
+    let ms_of = |us: i64| us as f64 / 1000.0;
+    let added = |p| ms_of(pct(&|x| x.added_us as i64, p));
+    let (p50, p99, max) = (added(50.0), added(99.0), added(100.0));
+    t.row(
+        bench,
+        &format!("added per step, p50 · p99 of {n} turns ({how})"),
+        "".into(),
+        format!("{p50:.2} ms · {p99:.2} ms"),
+        format!("max {max:.2} ms"),
+        "≤ 5 ms p99 on SQLite",
+        Some(p99 <= 5.0),
+    );
+    let seg = |f: &dyn Fn(&benches::B6Turn) -> i64| {
+        format!(
+            "{:.2} ms (p99 {:.2})",
+            ms_of(pct(f, 50.0)),
+            ms_of(pct(f, 99.0))
+        )
+    };
+    t.row(
+        bench,
+        "p50: [DONE] → call start event at the client · → call end event · → next request",
+        "".into(),
+        format!(
+            "{} · {} · {}",
+            seg(&|x| x.to_start_seen_us as i64),
+            seg(&|x| x.start_to_end_seen_us as i64),
+            seg(&|x| x.end_seen_to_next_us),
+        ),
+        format!(
+            "tool's own time p50 · p99: {} ms · {} ms (ms resolution)",
+            pct(&|x| x.tool_ms, 50.0),
+            pct(&|x| x.tool_ms, 99.0)
+        ),
+        "(breakdown)",
+        None,
+    );
+    t.row(
+        bench,
+        "turns per s · server CPU per turn · provider requests (new connections)",
+        "".into(),
+        format!(
+            "{:.0}/s · {:.2} ms · {} ({})",
+            n as f64 / m.wall.as_secs_f64().max(1e-9),
+            ms(m.server_cpu) / n.max(1) as f64,
+            m.requests,
+            m.connections
+        ),
+        format!("machine {:.0}% busy", m.machine_busy * 100.0),
+        "(breakdown)",
+        None,
+    );
+    t.row(
+        bench,
+        "turns completed with 2 steps, 1 tool executed (checked)",
+        "".into(),
+        format!("{n} of {n}"),
+        "".into(),
+        "all",
+        Some(true),
+    );
 }
