@@ -155,6 +155,13 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
             tools_stop.cancel();
             engine.hub().close_streams();
         };
+        // Each event is written as soon as it is ready: no Nagle delay waiting for the
+        // client's ACK of the previous one (seen as ~40 ms on a stream's first turn).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
             .await

@@ -215,11 +215,15 @@ async fn stream_reply(
         })
         .collect();
     let mut messages = turn.messages;
+    let mut tally = Tally {
+        tokens,
+        attempts: 0,
+    };
     let max_steps = engine.inner.cfg.max_steps.max(1);
     let mut ord = 0u32;
     for step in 1..=max_steps {
         if let Some(limit) = engine.inner.cfg.spend_limit_tokens {
-            let spent = turn.spent.saturating_add(*tokens);
+            let spent = turn.spent.saturating_add(*tally.tokens);
             if spent >= limit {
                 return End::Refused {
                     class: classify::class::SPEND_LIMIT_EXCEEDED,
@@ -229,19 +233,13 @@ async fn stream_reply(
                 };
             }
         }
-        // The first step was recorded as the run started (`Store::start_run`).
-        if step > 1 {
-            if let Err(e) = engine.store().step_started(&run.id, step).await {
-                tracing::warn!(run = %run.id, step, error = %e, "could not record a step");
-            }
-        }
         let request = ChatRequest {
             model: turn.model.clone(),
             messages: messages.clone(),
             tools: specs.clone(),
         };
         let text_from = active.live().text.len();
-        let asked = match relay_step(engine, run, reply, active, tokens, request, step).await {
+        let asked = match relay_step(engine, run, reply, active, &mut tally, request, step).await {
             Step::Ended(end) => return end,
             Step::Asked(calls) if calls.is_empty() => return End::Completed,
             Step::Asked(calls) => calls,
@@ -282,6 +280,12 @@ async fn stream_reply(
     }
 }
 
+/// What a run's steps add up: the tokens the provider reported, the Tier 1 attempts made.
+struct Tally<'a> {
+    tokens: &'a mut u64,
+    attempts: u32,
+}
+
 /// How one model step ended.
 enum Step {
     /// The step is complete; these are the tool calls it asked for (none: the turn is done).
@@ -296,11 +300,11 @@ async fn relay_step(
     run: &Run,
     reply: &Message,
     active: &Active,
-    tokens: &mut u64,
+    tally: &mut Tally<'_>,
     request: ChatRequest,
     step: u32,
 ) -> Step {
-    let opened = match open(engine, run, request, step).await {
+    let opened = match open(engine, run, request, step, &mut tally.attempts).await {
         Ok(o) => o,
         Err(e) => return Step::Ended(End::Failed(e)),
     };
@@ -364,7 +368,7 @@ async fn relay_step(
                 unsaved = true;
             }
             Some(Ok(StreamItem::Usage { total_tokens })) => {
-                *tokens = tokens.saturating_add(limits::tokens(total_tokens));
+                *tally.tokens = tally.tokens.saturating_add(limits::tokens(total_tokens));
             }
             Some(Ok(StreamItem::ToolCalls(calls))) => asked = calls,
             Some(Ok(StreamItem::Done)) | None => {
@@ -405,19 +409,17 @@ async fn open(
     run: &Run,
     mut request: ChatRequest,
     step: u32,
+    made: &mut u32,
 ) -> Result<tier1::Opened, ProviderError> {
     let cfg = &engine.inner.cfg;
     let provider = &*engine.inner.provider;
-    // The first step's first attempt was recorded as the run started; later steps count on.
-    let offset = if step > 1 {
-        run_attempts_so_far(engine, run).await
-    } else {
-        0
-    };
+    // The run's attempts count on across its steps (kept here, not read back per step).
     let mut attempts = RunAttempts {
         engine,
         run,
-        offset,
+        offset: *made,
+        made,
+        step,
     };
     let mut compacted = false;
     loop {
@@ -449,35 +451,35 @@ async fn open(
         }
         request.messages = messages;
         compacted = true;
-        attempts.offset = run_attempts_so_far(engine, run).await;
+        attempts.offset = *attempts.made;
     }
-}
-
-async fn run_attempts_so_far(engine: &Engine, run: &Run) -> u32 {
-    engine
-        .store()
-        .attempts(&run.id)
-        .await
-        .map(|a| a.len() as u32)
-        .unwrap_or(0)
 }
 
 /// Records each Tier 1 attempt of a run and announces each wait on SSE.
 struct RunAttempts<'a> {
     engine: &'a Engine,
     run: &'a Run,
-    /// Attempts made before this Tier 1 round (a compaction starts a new round).
+    /// Attempts made before this Tier 1 round (an earlier step, or before a compaction).
     offset: u32,
+    /// Attempts made in the run so far.
+    made: &'a mut u32,
+    /// The model step this round opens.
+    step: u32,
 }
 
 impl tier1::Observer for RunAttempts<'_> {
     fn started(&mut self, n: u32) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let n = self.offset + n;
-            if n == 1 && self.offset == 0 {
+            *self.made = (*self.made).max(n);
+            if n == 1 {
                 return; // recorded in the transaction that started the run (`Store::start_run`)
             }
-            if let Err(e) = self.engine.store().attempt_started(&self.run.id, n).await {
+            let started = self
+                .engine
+                .store()
+                .attempt_started(&self.run.id, n, self.step);
+            if let Err(e) = started.await {
                 tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
             }
         })

@@ -88,8 +88,9 @@ impl Store {
             })
     }
 
-    /// Tier 1 attempt `n` of a run starts.
-    pub async fn attempt_started(&self, run_id: &str, n: u32) -> Result<()> {
+    /// Tier 1 attempt `n` of a run started, opening model step `step` (also recorded: the
+    /// run's steps count on with its attempts, in the same write).
+    pub async fn attempt_started(&self, run_id: &str, n: u32, step: u32) -> Result<()> {
         with_writer!(self, pool => {
         let mut tx = pool.begin().await?;
         sqlx::query("INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, $2, $3)
@@ -100,9 +101,14 @@ impl Store {
             .bind(now_ms())
             .execute(&mut *tx)
             .await?;
-        sqlx::query("UPDATE runs SET tier1_attempts = $1 WHERE id = $2")
+        sqlx::query(
+            "UPDATE runs SET tier1_attempts = $1,
+                 steps = CASE WHEN steps < $3 THEN $3 ELSE steps END
+             WHERE id = $2",
+        )
             .bind(n as i64)
             .bind(run_id)
+            .bind(i64::from(step))
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

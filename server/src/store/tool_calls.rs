@@ -52,18 +52,6 @@ fn recorded(row: &impl Get) -> RecordedCall {
 }
 
 impl Store {
-    /// Records that the run began model step `step`.
-    pub async fn step_started(&self, run_id: &str, step: u32) -> Result<()> {
-        with_writer!(self, pool => {
-            sqlx::query("UPDATE runs SET steps = $1 WHERE id = $2")
-                .bind(i64::from(step))
-                .bind(run_id)
-                .execute(pool)
-                .await?;
-            Ok(())
-        })
-    }
-
     /// Records a call as it starts (`running`: it is about to be sent, and counts as
     /// executed on its run from now on, so a crash mid-call never lets a retry send it
     /// again), or already ended when it is answered without a tool server (an unknown tool,
