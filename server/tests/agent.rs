@@ -404,3 +404,65 @@ async fn the_demo_agent_shows_a_continued_tool_turn_offline() {
         answer.content
     );
 }
+
+#[tokio::test]
+async fn an_agents_list_sessions_pages_through_its_descendants_only() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("agent-family"), &fake.url)).await;
+    let parent = server.create_session().await;
+    let _stranger = server.create_session().await;
+    let child = |p: String| {
+        let server = &server;
+        async move {
+            let (status, s) = server
+                .post("/sessions", json!({"parent_id": p, "model": "child-model"}))
+                .await;
+            assert_eq!(status, 201, "{s}");
+            s["id"].as_str().unwrap().to_string()
+        }
+    };
+    let c1 = child(parent.clone()).await;
+    let c2 = child(parent.clone()).await;
+    let c3 = child(parent.clone()).await;
+    let grandchild = child(c1.clone()).await;
+    fake.push(Script::ToolCalls {
+        text: String::new(),
+        calls: vec![
+            (
+                "p1".into(),
+                "mulligan__list_sessions".into(),
+                json!({"limit": 2}).to_string(),
+            ),
+            (
+                "p2".into(),
+                "mulligan__list_sessions".into(),
+                json!({"limit": 2, "before": c3}).to_string(),
+            ),
+        ],
+    });
+    fake.push(Script::reply(&["ok"]));
+    let sent = server.send(&parent, "who are my descendants?").await;
+    let run = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
+    let reply = server.detail(&parent).await.messages.pop().unwrap();
+    let pages: Vec<Vec<String>> = reply
+        .parts
+        .unwrap()
+        .into_iter()
+        .filter_map(|p| match p {
+            Part::ToolCall { call } => Some(call),
+            Part::Text { .. } => None,
+        })
+        .map(|call| {
+            let v: Value = serde_json::from_str(call.result.as_deref().unwrap()).unwrap();
+            v["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect();
+    // Newest first: the grandchild, then the children; never the parent or a stranger.
+    assert_eq!(pages, [vec![grandchild, c3], vec![c2, c1]]);
+}

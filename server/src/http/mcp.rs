@@ -99,23 +99,6 @@ async fn agent_of(engine: &Engine, token: &str) -> Result<Option<String>> {
         .map(|(id, _)| id))
 }
 
-/// One page of sessions listed newest first: those after `before`, at most `limit`. A
-/// `before` not among them gives an empty page.
-fn page_of(
-    sessions: Vec<app::wire::Session>,
-    page: &crate::store::SessionPage,
-) -> Vec<app::wire::Session> {
-    let start = match &page.before {
-        Some(b) => sessions
-            .iter()
-            .position(|s| &s.id == b)
-            .map_or(sessions.len(), |i| i + 1),
-        None => 0,
-    };
-    let limit = page.limit.map_or(usize::MAX, |l| l as usize);
-    sessions.into_iter().skip(start).take(limit).collect()
-}
-
 /// The ids of a session's descendants (children, grandchildren, …), not the session itself.
 async fn descendants(engine: &Engine, root: &str) -> Result<HashSet<String>> {
     let tree = engine.store().session_tree().await?;
@@ -213,16 +196,8 @@ impl Mulligan {
                 let page = crate::store::SessionPage::new(limit, before)?;
                 let sessions = match caller {
                     Caller::Operator => engine.store().sessions(&page).await?,
-                    Caller::Agent(me) => {
-                        // The family is filtered first, then paged, so pages are never short.
-                        let family = descendants(engine, me).await?;
-                        let mut all = engine
-                            .store()
-                            .sessions(&crate::store::SessionPage::default())
-                            .await?;
-                        all.retain(|s| family.contains(&s.id));
-                        page_of(all, &page)
-                    }
+                    // The family is filtered first, then paged, so pages are never short.
+                    Caller::Agent(me) => engine.store().descendant_sessions(&page, me).await?,
                 };
                 serde_json::to_value(SessionList { sessions })
             }
@@ -396,40 +371,6 @@ impl ServerHandler for Mulligan {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_page_starts_after_before_and_holds_at_most_limit() {
-        let session = |id: &str| app::wire::Session {
-            id: id.into(),
-            title: String::new(),
-            model: String::new(),
-            parent_id: None,
-            status: app::wire::SessionStatus::Idle,
-            created_at: 0,
-            last_run: None,
-            auto_retry: Default::default(),
-            waiting_retry: None,
-            tools: vec![],
-        };
-        let all = || ["e", "d", "c", "b", "a"].map(session).to_vec();
-        let page = |limit, before: Option<&str>| {
-            let p = crate::store::SessionPage::new(limit, before.map(str::to_string)).unwrap();
-            page_of(all(), &p)
-                .into_iter()
-                .map(|s| s.id)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(page(None, None), ["e", "d", "c", "b", "a"]);
-        assert_eq!(page(Some(2), None), ["e", "d"]);
-        assert_eq!(page(Some(2), Some("d")), ["c", "b"]);
-        assert_eq!(page(None, Some("b")), ["a"]);
-        assert!(
-            page(None, Some("zz")).is_empty(),
-            "an unknown cursor is an empty page"
-        );
-        assert!(crate::store::SessionPage::new(Some(0), None).is_err());
-        assert!(crate::store::SessionPage::new(Some(1001), None).is_err());
-    }
 
     #[test]
     fn family_is_every_descendant_but_not_the_root() {

@@ -159,8 +159,35 @@ impl Store {
     /// Sessions, newest first, one page of them, in one query. `invalid` when `before`
     /// names no session.
     pub async fn sessions(&self, page: &SessionPage) -> Result<Vec<Session>> {
+        self.sessions_within(page, None).await
+    }
+
+    /// [`Store::sessions`] of `root`'s descendants only (children, their children, …), found
+    /// by the database: the cost follows the family, not every session on the server.
+    pub async fn descendant_sessions(
+        &self,
+        page: &SessionPage,
+        root: &str,
+    ) -> Result<Vec<Session>> {
+        self.sessions_within(page, Some(root)).await
+    }
+
+    async fn sessions_within(
+        &self,
+        page: &SessionPage,
+        root: Option<&str>,
+    ) -> Result<Vec<Session>> {
         with_pool!(self, pool => {
-        let mut sql = session_select();
+        let mut sql = match root {
+            Some(_) => format!(
+                "WITH RECURSIVE family(id) AS (
+                     SELECT id FROM sessions WHERE parent_id = $3
+                     UNION SELECT c.id FROM sessions c JOIN family f ON c.parent_id = f.id)
+                 {} WHERE s.id IN (SELECT id FROM family) AND ($1 IS NULL OR s.created_at < $1 OR (s.created_at = $1 AND s.id < $2))",
+                session_select()
+            ),
+            None => session_select(),
+        };
         let cursor: Option<i64> = match &page.before {
             Some(id) => Some(
                 sqlx::query_scalar("SELECT created_at FROM sessions WHERE id = $1")
@@ -171,7 +198,7 @@ impl Store {
             ),
             None => None,
         };
-        if cursor.is_some() {
+        if cursor.is_some() && root.is_none() {
             sql.push_str(" WHERE s.created_at < $1 OR (s.created_at = $1 AND s.id < $2)");
         }
         sql.push_str(" ORDER BY s.created_at DESC, s.id DESC");
@@ -179,7 +206,9 @@ impl Store {
             sql.push_str(&format!(" LIMIT {}", limit.min(MAX_SESSION_PAGE)));
         }
         let mut q = sqlx::query(&sql);
-        if let (Some(at), Some(id)) = (cursor, &page.before) {
+        if let Some(root) = root {
+            q = q.bind(cursor).bind(page.before.as_deref()).bind(root);
+        } else if let (Some(at), Some(id)) = (cursor, &page.before) {
             q = q.bind(at).bind(id);
         }
         let rows = q.fetch_all(pool).await?;
