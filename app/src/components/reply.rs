@@ -45,8 +45,12 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
                 // At the top of the reply: it does not move while the text grows below it.
                 {(role == Role::Agent).then(|| view! { <StopButton message/> })}
             </div>
-            // Text streams into this node alone; nothing around it is rebuilt per delta.
-            <div class="content">{move || message.with(|m| m.content.clone())}</div>
+            // Tool calls show where they happened; the text since the last one streams into
+            // its own node, so nothing around it is rebuilt per delta.
+            <div class="content">
+                {(role == Role::Agent).then(|| super::tool_call::parts_view(message))}
+                {move || message.with(|m| m.text_after_parts().to_string())}
+            </div>
             {(role == Role::Agent).then(|| view! { <ReplyState message/> })}
         </li>
         </Show>
