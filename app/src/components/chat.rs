@@ -382,11 +382,12 @@ fn follow_the_bottom(
     scroller: NodeRef<leptos::html::Div>,
 ) -> impl Fn(leptos::ev::Event) + Copy + 'static {
     let pinned = StoredValue::new(true);
-    // Every message's length: tracked, so a delta re-runs this (and only this) effect.
+    // Every message's length and parts: tracked, so a delta or a tool call re-runs this (and
+    // only this) effect.
     let size = Memo::new(move |_| {
         chat.messages.with(|ms| {
             ms.iter()
-                .map(|(_, m)| m.with(|m| m.content.len() + 1))
+                .map(|(_, m)| m.with(|m| m.content.len() + m.parts.as_ref().map_or(1, Vec::len)))
                 .sum::<usize>()
         })
     });

@@ -5,6 +5,7 @@ pub mod cooldown_note;
 pub mod reply;
 pub mod retry_banner;
 pub mod session_list;
+pub mod tool_call;
 
 use crate::wire::Session;
 use leptos::prelude::*;

@@ -2,7 +2,9 @@
 //! (streaming, complete, failed with its classification, or stopped).
 use super::chat::Chat;
 use crate::client::{api, fetch_json};
-use crate::wire::{Message, MessageStatus, Receipt, Regenerate, Role, Run, RunKind, RunStatus};
+use crate::wire::{
+    Message, MessageStatus, Part, Receipt, Regenerate, Role, Run, RunKind, RunStatus,
+};
 use leptos::prelude::*;
 
 #[component]
@@ -45,8 +47,12 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
                 // At the top of the reply: it does not move while the text grows below it.
                 {(role == Role::Agent).then(|| view! { <StopButton message/> })}
             </div>
-            // Text streams into this node alone; nothing around it is rebuilt per delta.
-            <div class="content">{move || message.with(|m| m.content.clone())}</div>
+            // Tool calls show where they happened; the text since the last one streams into
+            // its own node, so nothing around it is rebuilt per delta.
+            <div class="content">
+                {(role == Role::Agent).then(|| super::tool_call::parts_view(message))}
+                {move || message.with(|m| m.text_after_parts().to_string())}
+            </div>
             {(role == Role::Agent).then(|| view! { <ReplyState message/> })}
         </li>
         </Show>
@@ -149,6 +155,11 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
                 .map(|r| r.anchor_message_id.clone())
         });
         let Some(anchor) = anchor else { return };
+        // Tools may have changed things: running them again is the operator's call.
+        let ran = tool_calls_ran(&chat, message, &run_id);
+        if ran > 0 && !confirm(&regenerate_question(ran)) {
+            return;
+        }
         chat.notice.set(None);
         stop_error.set(None);
         leptos::task::spawn_local(async move {
@@ -220,6 +231,45 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
             {regenerate_button}
             <span class="error">{move || stop_error.get()}</span>
         </div>
+    }
+}
+
+/// How many tool calls the reply's turn ran: the calls it shows, or its run's count if more.
+fn tool_calls_ran(chat: &Chat, message: RwSignal<Message>, run_id: &str) -> u32 {
+    let shown = message.with_untracked(|m| {
+        m.parts.iter().flatten().fold(0u32, |n, p| match p {
+            Part::ToolCall { .. } => n.saturating_add(1),
+            Part::Text { .. } => n,
+        })
+    });
+    let executed = chat.runs.with_untracked(|rs| {
+        rs.iter()
+            .find(|r| r.id == run_id)
+            .map_or(0, |r| r.tools_executed)
+    });
+    shown.max(executed)
+}
+
+fn regenerate_question(n: u32) -> String {
+    if n == 1 {
+        "This turn ran 1 tool call; regenerating may run it again. Regenerate?".into()
+    } else {
+        format!("This turn ran {n} tool calls; regenerating may run them again. Regenerate?")
+    }
+}
+
+/// Asks the operator in the browser's own dialog; true (go on) where there is no window.
+fn confirm(question: &str) -> bool {
+    #[cfg(feature = "hydrate")]
+    {
+        web_sys::window()
+            .and_then(|w| w.confirm_with_message(question).ok())
+            .unwrap_or(false)
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        let _ = question;
+        true
     }
 }
 

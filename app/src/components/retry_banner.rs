@@ -331,10 +331,14 @@ pub fn RetryBanner() -> impl IntoView {
     };
     move || {
         // The failed turn, or (while a retry is on its way) the failure being retried.
-        let retry = match failed_turn() {
-            Some(run) => run.retry,
+        let (retry, run) = match failed_turn() {
+            Some(run) => (run.retry.clone(), Some(run)),
             None if matches!(retrier.state.get(), State::Dispatching { .. }) => {
-                retrier.failure.get()?.retry
+                let f = retrier.failure.get()?;
+                let run = chat
+                    .runs
+                    .with(|rs| rs.iter().find(|r| r.id == f.run_id).cloned());
+                (f.retry, run)
             }
             None => return None,
         };
@@ -343,6 +347,7 @@ pub fn RetryBanner() -> impl IntoView {
             .map(|r| r.retry_class.clone())
             .unwrap_or_default();
         let retryable = retry.as_ref().is_some_and(|r| r.retryable);
+        let does = run.filter(|_| retryable).map(|r| retry_does(&chat, &r));
         let cooling = cooldown_until().map(|c| c.0);
         // One view for every state (a smaller bundle than one per state): the sentence, the
         // main action, Clear cooldown when one is behind the failure, and Cancel.
@@ -451,7 +456,10 @@ pub fn RetryBanner() -> impl IntoView {
         };
         Some(view! {
             <div class="retry-banner" role="status" aria-live="polite" data-class=class.clone()>
-                <strong class="why" title=format!("class: {class}")>{describe(&class)}</strong>
+                <strong class="why" title=format!("class: {class}")>
+                    {describe(&class)}
+                    {does.map(|d| view! { " " <span class="retry-does">{d}</span> })}
+                </strong>
                 <span class=look>{text}</span>
                 <span class="actions">
                     {act.label().map(|l| view! { <button on:click=main>{l}</button> })}
@@ -461,6 +469,30 @@ pub fn RetryBanner() -> impl IntoView {
                 <span class="error">{move || retrier.error.get().or_else(|| cooldown_error.get())}</span>
             </div>
         })
+    }
+}
+
+/// What retrying `run` will do, as the server decides it (CONTRACT §6): continue after the
+/// tool calls it ran, resend the prompt when nothing came back, else continue the reply.
+fn retry_does(chat: &Chat, run: &Run) -> String {
+    let n = run.tools_executed;
+    if n > 0 {
+        let s = if n == 1 { "" } else { "s" };
+        return format!("A retry continues after {n} completed tool call{s}.");
+    }
+    // Untracked: the failed reply no longer changes, and the banner must not re-render on
+    // another reply's deltas.
+    let empty = run.reply_message_id.as_ref().is_none_or(|id| {
+        chat.messages.with_untracked(|ms| {
+            ms.iter()
+                .find(|(m, _)| m == id)
+                .is_none_or(|(_, m)| m.with_untracked(|m| m.content.is_empty()))
+        })
+    });
+    if empty {
+        "A retry resends the prompt.".into()
+    } else {
+        "A retry continues the partial reply.".into()
     }
 }
 
