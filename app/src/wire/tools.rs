@@ -161,13 +161,7 @@ impl super::Message {
                 }
             }
         }
-        let shown: usize = parts
-            .iter()
-            .map(|p| match p {
-                Part::Text { text } => text.len(),
-                Part::ToolCall { .. } => 0,
-            })
-            .sum();
+        let shown = text_len(parts);
         if let Some(text) = self.content.get(shown..).filter(|t| !t.is_empty()) {
             parts.push(Part::Text {
                 text: text.to_string(),
@@ -179,17 +173,20 @@ impl super::Message {
     /// The text after the last part (streamed since the last tool call); all of `content`
     /// when there are no parts.
     pub fn text_after_parts(&self) -> &str {
-        let shown: usize = self
-            .parts
-            .iter()
-            .flatten()
-            .map(|p| match p {
-                Part::Text { text } => text.len(),
-                Part::ToolCall { .. } => 0,
-            })
-            .sum();
+        let shown = self.parts.as_deref().map_or(0, text_len);
         self.content.get(shown..).unwrap_or_default()
     }
+}
+
+/// The bytes of text the parts hold.
+fn text_len(parts: &[Part]) -> usize {
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Text { text } => text.len(),
+            Part::ToolCall { .. } => 0,
+        })
+        .sum()
 }
 
 #[cfg(test)]
