@@ -8,14 +8,6 @@ use common::fake::{FakeProvider, Script};
 use common::{config, temp_dir, TestServer};
 use serde_json::{json, Value};
 
-fn overloaded() -> Script {
-    Script::Status {
-        code: 503,
-        headers: vec![],
-        body: json!({"error": {"type": "server_error", "message": "busy"}}),
-    }
-}
-
 /// A session with a sub-session whose model has its own (default) scripts.
 async fn family(server: &TestServer, fake: &FakeProvider) -> (String, String) {
     let parent = server.create_session().await;
@@ -28,6 +20,20 @@ async fn family(server: &TestServer, fake: &FakeProvider) -> (String, String) {
         .await;
     assert_eq!(status, 201, "{child}");
     (parent, child["id"].as_str().unwrap().to_string())
+}
+
+/// Scripts a turn whose first step sends `content` to `child` (call `call_send`) and whose
+/// second step fails on every Tier 1 attempt.
+fn fails_after_sending(fake: &FakeProvider, text: &str, child: &str, content: &str) {
+    fake.push(Script::call(
+        text,
+        "call_send",
+        "mulligan__send_message",
+        json!({"session": child, "content": content}),
+    ));
+    for _ in 0..3 {
+        fake.push(Script::unavailable());
+    }
 }
 
 /// The messages a provider request carried.
@@ -140,15 +146,7 @@ async fn a_failure_after_a_tool_ran_is_continued_and_the_tool_never_runs_again()
     let fake = FakeProvider::start().await;
     let server = TestServer::start(config(&temp_dir("agent-continue"), &fake.url)).await;
     let (sid, child) = family(&server, &fake).await;
-    fake.push(Script::call(
-        "Sending. ",
-        "call_send",
-        "mulligan__send_message",
-        json!({"session": child, "content": "do it once"}),
-    ));
-    for _ in 0..3 {
-        fake.push(overloaded()); // every Tier 1 attempt of step 2
-    }
+    fails_after_sending(&fake, "Sending. ", &child, "do it once");
 
     let sent = server.send(&sid, "tell the child").await;
     let failed = server.wait_run_end(&sent.run_id).await;
@@ -193,15 +191,7 @@ async fn tier2_over_a_turn_whose_tool_ran_continues_it_instead_of_regenerating()
     let fake = FakeProvider::start().await;
     let server = TestServer::start(config(&temp_dir("agent-tier2"), &fake.url)).await;
     let (sid, child) = family(&server, &fake).await;
-    fake.push(Script::call(
-        "",
-        "call_send",
-        "mulligan__send_message",
-        json!({"session": child, "content": "only once"}),
-    ));
-    for _ in 0..3 {
-        fake.push(overloaded());
-    }
+    fails_after_sending(&fake, "", &child, "only once");
     let sent = server.send(&sid, "go").await;
     let failed = server.wait_run_end(&sent.run_id).await;
     assert_eq!(failed.status, RunStatus::Failed, "{failed:#?}");

@@ -49,14 +49,6 @@ async fn tools_ready(server: &TestServer) {
     }
 }
 
-fn overloaded() -> Script {
-    Script::Status {
-        code: 503,
-        headers: vec![],
-        body: json!({"error": {"type": "server_error", "message": "busy"}}),
-    }
-}
-
 async fn calls_of(server: &TestServer, sid: &str, run_id: &str) -> Vec<ToolCall> {
     let detail = server.detail(sid).await;
     let reply = detail
@@ -129,7 +121,7 @@ async fn a_three_step_turn_writes_a_file_and_a_retry_never_writes_it_again() {
         json!({"path": path, "content": "once"}),
     ));
     for _ in 0..3 {
-        fake.push(overloaded());
+        fake.push(Script::unavailable());
     }
     let sent = server.send(&sid, "write another").await;
     let failed = server.wait_run_end(&sent.run_id).await;

@@ -379,11 +379,7 @@ async fn send_follow_streams_the_turn_and_exits_by_how_it_ended() {
 
     // A failed turn exits 3 and says what a retry would do.
     for _ in 0..3 {
-        fake.push(Script::Status {
-            code: 503,
-            headers: vec![],
-            body: serde_json::json!({"error": {"type": "server_error", "message": "busy"}}),
-        });
+        fake.push(Script::unavailable());
     }
     let out = mulligan(&server, &["send", "--follow", &sid, "again"]).await;
     assert_eq!(out.code, 3, "{}{}", out.stdout, out.stderr);

@@ -575,11 +575,7 @@ async fn a_tool_turn_continued_from_either_instance_never_runs_its_tool_again() 
         json!({"session": child, "content": "exactly once"}),
     ));
     for _ in 0..3 {
-        fake.push(Script::Status {
-            code: 503,
-            headers: vec![],
-            body: json!({"error": {"type": "server_error", "message": "busy"}}),
-        });
+        fake.push(Script::unavailable());
     }
     let sent = a.send(&parent, "go").await;
     let failed = a.wait_run_end(&sent.run_id).await;

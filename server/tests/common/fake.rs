@@ -57,6 +57,14 @@ impl Script {
             finish: true,
         }
     }
+    /// 503 with an OpenAI-style `server_error`: retryable, and Tier 1 retries it.
+    pub fn unavailable() -> Script {
+        Script::Status {
+            code: 503,
+            headers: vec![],
+            body: serde_json::json!({"error": {"type": "server_error", "message": "busy"}}),
+        }
+    }
     /// A step that asks for one tool call (`name` as the model sees it: `<server>__<tool>`).
     pub fn call(text: &str, id: &str, name: &str, arguments: Value) -> Script {
         Script::ToolCalls {
