@@ -144,8 +144,25 @@ struct FunctionFragment<'a> {
 
 #[derive(serde::Deserialize)]
 struct Usage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count_or_none")]
     total_tokens: Option<u64>,
+}
+
+/// A token count as sent, or `None` for anything that is not one (negative, a float, text):
+/// a provider's odd `usage` is ignored, never a reason to fail the reply.
+fn count_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Count {
+        Whole(u64),
+        Other(serde::de::IgnoredAny),
+    }
+    Ok(
+        match <Option<Count> as serde::Deserialize>::deserialize(d)? {
+            Some(Count::Whole(n)) => Some(n),
+            _ => None,
+        },
+    )
 }
 
 /// Parses one `data:` payload of a Chat Completions stream; tool call fragments go to `calls`.
@@ -236,6 +253,14 @@ mod tests {
             panic!("expected items")
         };
         assert_eq!(items, vec![StreamItem::Usage { total_tokens: 12 }]);
+        for odd in ["-5", "1.5", "\"many\"", "null", "{}"] {
+            let chunk = format!(r#"{{"choices":[],"usage":{{"total_tokens":{odd}}}}}"#);
+            let ChunkItems::Items(items) = chunk_items_(&chunk).expect("odd usage is ignored")
+            else {
+                panic!("items");
+            };
+            assert!(items.is_empty(), "{odd}: {items:?}");
+        }
         assert!(matches!(chunk_items_(" [DONE] "), Ok(ChunkItems::Done)));
         // Escapes are decoded; fields Mulligan does not read are skipped.
         let ChunkItems::Items(items) = chunk_items_(
