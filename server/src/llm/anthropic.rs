@@ -496,4 +496,19 @@ mod tests {
         assert_eq!(reset_after(&h, now), at(1_723_657_521_000)); // none exhausted: earliest
         assert_eq!(reset_after(&headers(&[]), now), None);
     }
+
+    #[test]
+    fn a_far_future_reset_is_clamped_to_the_longest_advised_wait() {
+        let now = 1_723_657_500_000;
+        let far: HeaderMap = [(
+            "anthropic-ratelimit-requests-reset".parse().unwrap(),
+            "9999-12-31T23:59:59.999999999Z".parse().unwrap(),
+        )]
+        .into_iter()
+        .collect();
+        let at = reset_after(&far, now).expect("a reset time");
+        let limits = super::super::limits::Limits::default();
+        let until = limits.clamp_until(at, now);
+        assert_eq!(until - now, 24 * 3_600_000, "a day at most");
+    }
 }

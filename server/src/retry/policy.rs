@@ -83,7 +83,9 @@ fn advised_wait(err: &ProviderError, now_ms: i64) -> Option<Duration> {
         ProviderError::CoolingDown { until, .. } => *until,
         _ => return None,
     };
-    Some(Duration::from_millis((until - now_ms).max(0) as u64))
+    Some(Duration::from_millis(
+        u64::try_from(until.saturating_sub(now_ms)).unwrap_or(0),
+    ))
 }
 
 #[cfg(test)]
