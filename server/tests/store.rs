@@ -118,3 +118,40 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
     assert_eq!(store.resumes_of(&prompt).await.unwrap(), 1);
     assert_eq!(store.tries_of("m_other").await.unwrap(), 0);
 }
+
+/// An agent token acts on its session's descendants only: the store answers that by walking
+/// up from the target, for a grandchild as for a child, and never for the session itself, its
+/// parent or an unrelated session.
+#[tokio::test]
+async fn descent_is_found_by_walking_up_the_family() {
+    let store = open("store-descent").await;
+    let new = |parent: Option<String>, hash: &'static str| {
+        let store = &store;
+        async move {
+            let s = store
+                .create_session("t", "demo", parent.as_deref(), hash, AutoRetry::Off, &[])
+                .await
+                .unwrap();
+            s.id
+        }
+    };
+    let root = new(None, "h-root").await;
+    let child = new(Some(root.clone()), "h-child").await;
+    let grandchild = new(Some(child.clone()), "h-grandchild").await;
+    let other = new(None, "h-other").await;
+    let is = |a: &str, b: &str| {
+        let (a, b) = (a.to_string(), b.to_string());
+        let store = &store;
+        async move { store.is_descendant(&a, &b).await.unwrap() }
+    };
+    assert!(is(&root, &child).await);
+    assert!(is(&root, &grandchild).await);
+    assert!(is(&child, &grandchild).await);
+    assert!(
+        !is(&root, &root).await,
+        "a session is not its own descendant"
+    );
+    assert!(!is(&child, &root).await, "nor is its parent");
+    assert!(!is(&root, &other).await);
+    assert!(!is(&root, "s_missing").await);
+}

@@ -39,7 +39,6 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
@@ -99,41 +98,12 @@ async fn agent_of(engine: &Engine, token: &str) -> Result<Option<String>> {
         .map(|(id, _)| id))
 }
 
-/// The ids of a session's descendants (children, grandchildren, …), not the session itself.
-async fn descendants(engine: &Engine, root: &str) -> Result<HashSet<String>> {
-    let tree = engine.store().session_tree().await?;
-    Ok(family(
-        tree.into_iter().map(|(id, parent, _)| (id, parent)),
-        root,
-    ))
-}
-
-/// The descendants of `root` in `(id, parent_id)` links.
-fn family(links: impl Iterator<Item = (String, Option<String>)>, root: &str) -> HashSet<String> {
-    let mut children: HashMap<String, Vec<String>> = HashMap::new();
-    for (id, parent) in links {
-        if let Some(p) = parent {
-            children.entry(p).or_default().push(id);
-        }
-    }
-    let mut found = HashSet::new();
-    let mut todo = vec![root.to_string()];
-    while let Some(id) = todo.pop() {
-        for child in children.remove(&id).unwrap_or_default() {
-            if found.insert(child.clone()) {
-                todo.push(child);
-            }
-        }
-    }
-    found
-}
-
 /// Whether `caller` may act on `session`: `Ok(from)`, the provenance to record (the calling
 /// session for an agent), or `subsessions.not_family`.
 async fn authorize(engine: &Engine, caller: &Caller, session: &str) -> Result<Option<String>> {
     match caller {
         Caller::Operator => Ok(None),
-        Caller::Agent(me) if descendants(engine, me).await?.contains(session) => {
+        Caller::Agent(me) if engine.store().is_descendant(me, session).await? => {
             Ok(Some(me.clone()))
         }
         Caller::Agent(me) => Err(Error::refused(
@@ -371,29 +341,6 @@ impl ServerHandler for Mulligan {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn family_is_every_descendant_but_not_the_root() {
-        let link = |id: &str, parent: Option<&str>| (id.to_string(), parent.map(str::to_string));
-        let links = [
-            link("p", None),
-            link("c1", Some("p")),
-            link("c2", Some("p")),
-            link("g", Some("c1")),
-            link("other", None),
-        ];
-        let of = |root| {
-            let mut ids: Vec<_> = family(links.clone().into_iter(), root)
-                .into_iter()
-                .collect();
-            ids.sort();
-            ids
-        };
-        assert_eq!(of("p"), ["c1", "c2", "g"]);
-        assert_eq!(of("c1"), ["g"]);
-        assert!(of("c2").is_empty());
-        assert!(of("missing").is_empty());
-    }
 
     #[test]
     fn four_tools_each_with_object_schemas() {

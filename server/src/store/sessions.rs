@@ -228,13 +228,22 @@ impl Store {
 
     /// Every session's `(id, parent_id, agent_token_hash)`, in one light query: what MCP's
     /// caller authority needs (which sessions descend from a token's session).
-    pub async fn session_tree(&self) -> Result<Vec<(String, Option<String>, String)>> {
+    /// Whether `id` descends from `ancestor` (a child, grandchild, …; never itself): walks up
+    /// from `id` by the primary key, so the cost follows the depth, not the server's sessions.
+    /// `UNION` ends the walk even on a cycle of parent links.
+    pub async fn is_descendant(&self, ancestor: &str, id: &str) -> Result<bool> {
         with_pool!(self, pool => {
-        Ok(
-            sqlx::query_as("SELECT id, parent_id, agent_token_hash FROM sessions")
-                .fetch_all(pool)
-                .await?,
+        let found: Option<i64> = sqlx::query_scalar(
+            "WITH RECURSIVE up(id, parent_id) AS (
+                 SELECT id, parent_id FROM sessions WHERE id = $1
+                 UNION SELECT s.id, s.parent_id FROM sessions s JOIN up ON s.id = up.parent_id)
+             SELECT CAST(1 AS BIGINT) FROM up WHERE parent_id = $2 AND id <> $2 LIMIT 1",
         )
+        .bind(id)
+        .bind(ancestor)
+        .fetch_optional(pool)
+        .await?;
+        Ok(found.is_some())
             })
     }
 
