@@ -211,7 +211,9 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
                     "not retryable"
                 }
             );
-            let error = crate::clock::localize_http_dates(&error, crate::clock::at);
+            let now = crate::clock::now_ms();
+            let error =
+                crate::clock::localize_http_dates(&error, |ms| crate::clock::at_with_hint(ms, now));
             view! {
                 <strong>"Failed"</strong>
                 <span class="class" title=tip>{super::retry_banner::label(&class)}</span>

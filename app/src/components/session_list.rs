@@ -1,7 +1,7 @@
 //! The session list: every session with its state, and the form that creates one.
 use super::use_sessions;
 use crate::client::{api, fetch_json, ClientError};
-use crate::clock::{at, now_ms};
+use crate::clock::{at, at_with_hint, now_ms};
 use crate::wire::{CreateSession, RunStatus, Session, SessionList as List, SessionStatus};
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_navigate};
@@ -78,12 +78,18 @@ pub fn state_label(s: &Session) -> (&'static str, String) {
         return ("running", "running".into());
     }
     if let Some(w) = &s.waiting_retry {
-        return ("scheduled", format!("retry scheduled {}", at(w.fires_at)));
+        return (
+            "scheduled",
+            format!("retry scheduled {}", at_with_hint(w.fires_at, now_ms())),
+        );
     }
     match &s.last_run {
         Some(r) if r.status == RunStatus::Failed => match &r.retry {
             Some(c) if c.retryable => match c.retry_after_until {
-                Some(t) if t > now_ms() => ("scheduled", format!("failed · retry after {}", at(t))),
+                Some(t) if t > now_ms() => (
+                    "scheduled",
+                    format!("failed · retry after {}", at_with_hint(t, now_ms())),
+                ),
                 _ => ("retryable", "failed · retryable".into()),
             },
             _ => ("failed", "failed (not retryable)".into()),
@@ -93,11 +99,12 @@ pub fn state_label(s: &Session) -> (&'static str, String) {
     }
 }
 
-/// When the session last did something: its last run's end, else its creation.
+/// When the session last did something: its last run's end, or when that run was asked for
+/// while it is queued or running, else the session's creation.
 pub fn last_activity(s: &Session) -> i64 {
     s.last_run
         .as_ref()
-        .and_then(|r| r.finished_at)
+        .and_then(|r| r.finished_at.or(r.created_at))
         .unwrap_or(s.created_at)
         .max(s.created_at)
 }
@@ -168,5 +175,38 @@ fn NewSession() -> impl IntoView {
                 <p class="error" role="alert">{move || error.get()}</p>
             </Show>
         </form>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(last_run: serde_json::Value) -> Session {
+        let mut s = serde_json::json!({
+            "id": "s_1", "title": "t", "model": "demo", "status": "running", "created_at": 1_000,
+        });
+        if !last_run.is_null() {
+            s["last_run"] = last_run;
+        }
+        serde_json::from_value(s).expect("a session")
+    }
+
+    #[test]
+    fn last_activity_is_the_last_runs_end_or_its_request() {
+        assert_eq!(last_activity(&session(serde_json::Value::Null)), 1_000);
+        let running = serde_json::json!({
+            "id": "r_1", "status": "running", "kind": "prompt", "created_at": 5_000,
+        });
+        assert_eq!(
+            last_activity(&session(running)),
+            5_000,
+            "a running run counts"
+        );
+        let ended = serde_json::json!({
+            "id": "r_1", "status": "completed", "kind": "prompt",
+            "created_at": 5_000, "finished_at": 9_000,
+        });
+        assert_eq!(last_activity(&session(ended)), 9_000);
     }
 }

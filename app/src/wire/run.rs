@@ -71,6 +71,7 @@ impl Run {
             kind: self.kind,
             retry: self.retry.clone(),
             error_message: self.error_message.clone(),
+            created_at: Some(self.created_at),
             finished_at: self.finished_at,
         }
     }
@@ -85,6 +86,9 @@ pub struct RunSummary {
     pub retry: Option<RetryClassification>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
+    /// When the run was asked for (its prompt, regenerate or retry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<Millis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Millis>,
 }
