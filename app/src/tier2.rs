@@ -314,10 +314,16 @@ impl Tier2 {
     }
 
     /// Another tab (or this one, echoed) dismissed the failure being retried: stop, as a
-    /// cancel here would, without recording it again.
+    /// cancel here would, without recording it again. A tab that was not counting down (an
+    /// older failure) shows the cancel too, as a reload would.
     fn dismissed_elsewhere(&mut self) -> Vec<Effect> {
-        if let Some(f) = self.failure.as_mut() {
+        let retryable = self.failure.as_mut().is_some_and(|f| {
             f.dismissed = true;
+            f.retry.as_ref().is_some_and(|r| r.retryable)
+        });
+        if self.state == State::Idle && retryable {
+            self.state = State::Cancelled;
+            return Vec::new();
         }
         self.stop()
     }
@@ -679,6 +685,24 @@ mod tests {
             &t.step(Input::OperatorRetryNow { now: 3000 })[..],
             [Effect::Dispatch { if_last_run, .. }] if if_last_run == "r1"
         ));
+    }
+
+    #[test]
+    fn a_dismissal_reaching_an_idle_tab_shows_it_cancelled() {
+        let mut t = Tier2::new(P);
+        let mut f = failure("r1", true, None);
+        f.finished_at = 0;
+        // Restored long after the cap: not armed.
+        let old = |f: &Failure| Input::RunFailed {
+            failure: f.clone(),
+            live: false,
+            now: 10_000_000,
+        };
+        assert_eq!(t.step(old(&f)), vec![]);
+        assert_eq!(t.state(), &State::Idle);
+        f.dismissed = true;
+        assert_eq!(t.step(old(&f)), vec![]);
+        assert_eq!(t.state(), &State::Cancelled);
     }
 
     #[test]
