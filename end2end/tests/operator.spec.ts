@@ -79,6 +79,7 @@ test('a reload mid-countdown resumes it from the time left, not from the start',
   expect(shown).toBeLessThanOrEqual(Math.max(left, 0) + 1);
   expect(shown).toBeLessThan(5);
   await expect(countdown(page)).toContainText('(attempt 2)');
+  await shot(page, 'operator-countdown-after-reload');
   await banner(page).getByRole('button', { name: 'Cancel' }).click();
 });
 
@@ -158,6 +159,7 @@ test('two tabs Regenerate a completed reply within the same second: one new run'
   await b.waitForTimeout(100);
   await replies(b).last().getByRole('button', { name: 'Regenerate' }).click();
   await expect(b.locator('.notice')).toContainText('Already retried in another tab');
+  await shot(b, 'operator-regenerate-completed-stale');
   await release();
   await expect.poll(async () => (await runs(a, sid)).map((r: any) => r.status)).toEqual(['completed', 'completed']);
   expect((await runs(a, sid)).map((r: any) => r.kind)).toEqual(['prompt', 'regenerate']);
@@ -195,10 +197,13 @@ for (const height of [720, 600]) {
         page: document.documentElement.scrollHeight - window.innerHeight,
         list: list.scrollHeight - list.clientHeight,
         chat: chat.scrollHeight - chat.clientHeight,
+        scrolls: [list, chat].map((el) => getComputedStyle(el).overflowY),
       };
     });
     expect(sizes.page).toBeLessThanOrEqual(0);
     expect(sizes.list).toBeGreaterThan(0);
+    // Each pane scrolls on its own when its content outgrows it.
+    for (const overflow of sizes.scrolls) expect(['auto', 'scroll']).toContain(overflow);
     // Scrolled up to read, the banner is still there.
     await page.locator('.scroller').evaluate((el) => { el.scrollTop = 0; });
     expect(await inView()).toBe(true);
