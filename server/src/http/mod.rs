@@ -97,7 +97,7 @@ pub fn router(state: AppState) -> Router {
 
     let routes = generate_route_list(app::App);
     let leptos = state.leptos.clone();
-    let mut router = Router::new().nest(api::PREFIX, api).merge(mcp);
+    let mut router = Router::new().nest(app::api::PREFIX, api).merge(mcp);
     // The built-in demo endpoint exists only while the demo provider is in use.
     if state.config.provider == crate::config::ProviderKind::Demo {
         router = router.nest(
