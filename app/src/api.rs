@@ -124,6 +124,11 @@ pub const CLEAR_COOLDOWN: Endpoint<ClearCooldown, ProvidersResponse> =
 pub const CONFIG: Endpoint<(), ClientConfig> = Endpoint::new(Method::Get, "/config");
 /// The tool sources (CONTRACT §6): each configured MCP server and the built-in `mulligan`.
 pub const TOOLS: Endpoint<(), ToolsResponse> = Endpoint::new(Method::Get, "/tools");
+/// This API's OpenAPI 3.1 document (kept in `docs/openapi.json`), built from this table.
+pub const OPENAPI: Route = Route {
+    method: Method::Get,
+    path: "/openapi.json",
+};
 
 #[cfg(test)]
 mod tests {

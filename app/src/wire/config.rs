@@ -3,6 +3,7 @@ use super::Millis;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClientConfig {
     pub tier2_base_ms: u64,
     pub tier2_cap_ms: u64,
@@ -13,10 +14,12 @@ pub struct ClientConfig {
 
 /// A provider-wide cooldown: every run for `key` fails without a request until `until`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Cooldown {
     /// Provider, endpoint, model and a short hash of the API key, never the key:
     /// `openai https://api.openai.com/v1 model=gpt-4o-mini key=sha256:ab12cd34ef56`.
     pub key: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub until: Millis,
     /// The class of the answer that advised the wait: `rate_limited`, `overloaded` or
     /// `quota_exhausted`.
@@ -25,12 +28,14 @@ pub struct Cooldown {
 
 /// `GET /providers` (and `DELETE /providers/cooldowns`) answers this.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProvidersResponse {
     pub cooldowns: Vec<Cooldown>,
 }
 
 /// `DELETE /providers/cooldowns`: which cooldown to end, by its shown key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClearCooldown {
     pub key: String,
 }

@@ -3,6 +3,7 @@ use super::{Message, Run, Session, ToolCallEvent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Delta {
     pub run_id: String,
     pub message_id: String,
@@ -14,6 +15,7 @@ pub struct Delta {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptEvent {
     pub run_id: String,
     pub n: u32,

@@ -3,6 +3,7 @@ use super::{Millis, Part, Provenance, RetryClassification};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Operator,
@@ -10,6 +11,7 @@ pub enum Role {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum MessageStatus {
     Streaming,
@@ -19,11 +21,13 @@ pub enum MessageStatus {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Message {
     pub id: String,
     pub session_id: String,
     pub role: Role,
     pub content: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub created_at: Millis,
     pub superseded: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -47,11 +51,13 @@ pub struct Message {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PostMessage {
     pub content: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Receipt {
     pub message_id: String,
     pub run_id: String,
@@ -67,6 +73,7 @@ fn is_zero(n: &u32) -> bool {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Regenerate {
     #[serde(default)]
     pub if_last_run: Option<String>,

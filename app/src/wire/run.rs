@@ -3,6 +3,7 @@ use super::Millis;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Queued,
@@ -19,6 +20,7 @@ impl RunStatus {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunKind {
     Prompt,
@@ -28,6 +30,7 @@ pub enum RunKind {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Run {
     pub id: String,
     pub session_id: String,
@@ -46,14 +49,18 @@ pub struct Run {
     pub retry: Option<RetryClassification>,
     /// When the operator cancelled Tier 2 for this failed run: no page arms it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub retry_dismissed_at: Option<Millis>,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub created_at: Millis,
     /// Why this run exists when it is not the operator's own prompt (regenerate, retry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<Provenance>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub started_at: Option<Millis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub finished_at: Option<Millis>,
     /// Model steps begun in this run.
     #[serde(default)]
@@ -78,6 +85,7 @@ impl Run {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunSummary {
     pub id: String,
     pub status: RunStatus,
@@ -90,19 +98,23 @@ pub struct RunSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<Millis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub finished_at: Option<Millis>,
 }
 
 /// How a failed run may be retried; persisted on the run and on its reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RetryClassification {
     pub retryable: bool,
     pub retry_class: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub retry_after_until: Option<Millis>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Provenance {
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,8 +128,10 @@ pub struct Provenance {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attempt {
     pub n: u32,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub started_at: Millis,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -126,6 +140,7 @@ pub struct Attempt {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunDetail {
     pub run: Run,
     pub attempts: Vec<Attempt>,
@@ -133,6 +148,7 @@ pub struct RunDetail {
 
 /// `POST /sessions/:sid/retry` answers this.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RetryReceipt {
     /// `<prompt id>~resume-<n>`: which attempt of which prompt this is.
     pub prompt_id: String,
@@ -142,6 +158,7 @@ pub struct RetryReceipt {
 
 /// `POST /sessions/:sid/release` answers this: the held runs that may now go on.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Released {
     pub released: Vec<String>,
 }

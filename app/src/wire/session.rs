@@ -3,6 +3,7 @@ use super::{Message, Millis, Run, RunSummary};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
     #[default]
@@ -11,6 +12,7 @@ pub enum SessionStatus {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum AutoRetry {
     #[default]
@@ -38,13 +40,16 @@ impl AutoRetry {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaitingRetry {
     pub attempt: u32,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub fires_at: Millis,
     pub reason: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Session {
     pub id: String,
     pub title: String,
@@ -52,6 +57,7 @@ pub struct Session {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
     pub status: SessionStatus,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub created_at: Millis,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<RunSummary>,
@@ -66,6 +72,7 @@ pub struct Session {
 
 /// `POST /sessions` answers the session plus its agent token, shown this once.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreatedSession {
     #[serde(flatten)]
     pub session: Session,
@@ -73,11 +80,13 @@ pub struct CreatedSession {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionList {
     pub sessions: Vec<Session>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionDetail {
     pub session: Session,
     pub messages: Vec<Message>,
@@ -88,6 +97,7 @@ pub struct SessionDetail {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreateSession {
     #[serde(default)]
     pub title: Option<String>,
@@ -104,6 +114,7 @@ pub struct CreateSession {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PatchSession {
     #[serde(default)]
     pub title: Option<String>,

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// One part of an agent message, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Part {
     Text { text: String },
@@ -12,6 +13,7 @@ pub enum Part {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolCallStatus {
     Running,
@@ -47,6 +49,7 @@ impl ToolCallStatus {
 
 /// A tool call the model asked for, and what became of it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCall {
     pub id: String,
     /// The model step (from 1) that asked for it.
@@ -58,8 +61,10 @@ pub struct ToolCall {
     /// The tool's text output (at most [`MAX_TOOL_RESULT_BYTES`], truncated with a note).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub started_at: Millis,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub finished_at: Option<Millis>,
 }
 
@@ -68,6 +73,7 @@ pub const MAX_TOOL_RESULT_BYTES: usize = 16 * 1024;
 
 /// SSE `tool_call`: a call started or ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCallEvent {
     pub run_id: String,
     pub message_id: String,
@@ -75,6 +81,7 @@ pub struct ToolCallEvent {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolTransport {
     Stdio,
@@ -83,6 +90,7 @@ pub enum ToolTransport {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolServerStatus {
     Ready,
@@ -92,6 +100,7 @@ pub enum ToolServerStatus {
 
 /// One tool a server offers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolInfo {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +114,7 @@ pub struct ToolInfo {
 
 /// One tool source: a configured MCP server or the built-in `mulligan`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolServer {
     pub name: String,
     pub transport: ToolTransport,
@@ -116,6 +126,7 @@ pub struct ToolServer {
 
 /// `GET /tools` answers this.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolsResponse {
     pub servers: Vec<ToolServer>,
 }

@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod error;
 pub mod mcp;
+pub mod openapi;
 mod providers;
 mod runs;
 mod sessions;
@@ -13,11 +14,12 @@ pub use sessions::hex_sha256;
 
 use crate::config::Config;
 use crate::engine::Engine;
+use app::api::{self, Method, Route};
 use app::wire::{ClientConfig, MAX_BODY_BYTES};
 use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::handler::Handler;
 use axum::http::StatusCode;
-use axum::routing::{get, on, MethodFilter};
+use axum::routing::{get, on, MethodFilter, MethodRouter};
 use axum::{middleware, Json, Router};
 use leptos::prelude::LeptosOptions;
 use leptos_axum::{generate_route_list, LeptosRoutes};
@@ -39,29 +41,44 @@ impl FromRef<AppState> for LeptosOptions {
     }
 }
 
-pub fn router(state: AppState) -> Router {
-    use app::api;
-    let api = Router::new()
-        .mount(api::CREATE_SESSION.route, sessions::create)
-        .mount(api::LIST_SESSIONS.route, sessions::list)
-        .mount(api::SESSION.route, sessions::detail)
-        .mount(api::PATCH_SESSION.route, sessions::patch)
-        .mount(api::POST_MESSAGE.route, sessions::post_message)
-        .mount(api::RELEASE.route, sessions::release)
-        .mount(api::RETRY.route, sessions::retry)
-        .mount(
+/// Every `/api/v1` route with its handler: the endpoint table in `app::api`, mounted.
+fn api_routes() -> Vec<(Route, MethodRouter<AppState>)> {
+    vec![
+        at(api::CREATE_SESSION.route, sessions::create),
+        at(api::LIST_SESSIONS.route, sessions::list),
+        at(api::SESSION.route, sessions::detail),
+        at(api::PATCH_SESSION.route, sessions::patch),
+        at(api::POST_MESSAGE.route, sessions::post_message),
+        at(api::RELEASE.route, sessions::release),
+        at(api::RETRY.route, sessions::retry),
+        at(
             api::CANCEL_WAITING_RETRY.route,
             sessions::cancel_waiting_retry,
-        )
-        .mount(api::REGENERATE.route, sessions::regenerate)
-        .mount(api::CANCEL_RUN.route, runs::cancel)
-        .mount(api::DISMISS_RETRY.route, runs::dismiss_retry)
-        .mount(api::EVENTS, sse::events)
-        .mount(api::RUN.route, runs::detail)
-        .mount(api::PROVIDERS.route, providers::list)
-        .mount(api::CLEAR_COOLDOWN.route, providers::clear)
-        .mount(api::CONFIG.route, client_config)
-        .mount(api::TOOLS.route, tools)
+        ),
+        at(api::REGENERATE.route, sessions::regenerate),
+        at(api::CANCEL_RUN.route, runs::cancel),
+        at(api::DISMISS_RETRY.route, runs::dismiss_retry),
+        at(api::EVENTS, sse::events),
+        at(api::RUN.route, runs::detail),
+        at(api::PROVIDERS.route, providers::list),
+        at(api::CLEAR_COOLDOWN.route, providers::clear),
+        at(api::CONFIG.route, client_config),
+        at(api::TOOLS.route, tools),
+        at(api::OPENAPI, openapi_document),
+    ]
+}
+
+/// The routes mounted under [`api::PREFIX`], as the OpenAPI document must list them.
+pub fn api_route_table() -> Vec<Route> {
+    api_routes().into_iter().map(|(route, _)| route).collect()
+}
+
+pub fn router(state: AppState) -> Router {
+    let api = api_routes()
+        .into_iter()
+        .fold(Router::new(), |api, (route, handler)| {
+            api.route(route.path, handler)
+        })
         .fallback(|| async {
             error::respond(StatusCode::NOT_FOUND, "not_found", "no such API route")
         })
@@ -102,27 +119,27 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Mounts a handler at an endpoint of the table in `app::api`, with the endpoint's method.
-trait Mount {
-    fn mount<H: Handler<T, AppState>, T: 'static>(self, route: app::api::Route, handler: H)
-        -> Self;
+/// A handler at a route of the table in `app::api`, with the route's method.
+fn at<H: Handler<T, AppState>, T: 'static>(
+    route: Route,
+    handler: H,
+) -> (Route, MethodRouter<AppState>) {
+    let filter = match route.method {
+        Method::Get => MethodFilter::GET,
+        Method::Post => MethodFilter::POST,
+        Method::Patch => MethodFilter::PATCH,
+        Method::Delete => MethodFilter::DELETE,
+    };
+    (route, on(filter, handler))
 }
 
-impl Mount for Router<AppState> {
-    fn mount<H: Handler<T, AppState>, T: 'static>(
-        self,
-        route: app::api::Route,
-        handler: H,
-    ) -> Self {
-        use app::api::Method;
-        let filter = match route.method {
-            Method::Get => MethodFilter::GET,
-            Method::Post => MethodFilter::POST,
-            Method::Patch => MethodFilter::PATCH,
-            Method::Delete => MethodFilter::DELETE,
-        };
-        self.route(route.path, on(filter, handler))
-    }
+/// `GET /openapi.json`: behind the operator token like the rest of `/api/v1`.
+async fn openapi_document() -> impl axum::response::IntoResponse {
+    static DOCUMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(openapi::json);
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        DOCUMENT.as_str(),
+    )
 }
 
 async fn client_config(State(state): State<AppState>) -> Json<ClientConfig> {
