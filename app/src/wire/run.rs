@@ -96,6 +96,7 @@ pub struct RunSummary {
     pub error_message: Option<String>,
     /// When the run was asked for (its prompt, regenerate or retry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub created_at: Option<Millis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
