@@ -1,0 +1,38 @@
+//! B5 WASM bundle size: raw and gzip sizes of the release build's `.wasm` files.
+use crate::R;
+
+pub struct Wasm {
+    pub name: String,
+    pub raw: u64,
+    pub gzip: u64,
+}
+
+/// Raw and `gzip -c` (level 6) sizes of the `.wasm` files in `dir`; `None` when not built.
+pub fn b5(dir: &std::path::Path) -> R<Option<Vec<Wasm>>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(None);
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("wasm") {
+            continue;
+        }
+        let raw = entry.metadata().map_err(|e| e.to_string())?.len();
+        let gz = std::process::Command::new("gzip")
+            .arg("-c")
+            .arg(&path)
+            .output()
+            .map_err(|e| format!("gzip: {e}"))?;
+        if !gz.status.success() {
+            return Err(format!("gzip {}: {}", path.display(), gz.status));
+        }
+        out.push(Wasm {
+            name: entry.file_name().to_string_lossy().into_owned(),
+            raw,
+            gzip: gz.stdout.len() as u64,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok((!out.is_empty()).then_some(out))
+}
