@@ -2,9 +2,40 @@
 use super::EVENT_WAIT;
 use crate::client::Server;
 use crate::fake::{status_model, stream_model};
-use crate::R;
+use crate::report::{ms, percentile, Table};
+use crate::{Opts, R};
 use app::wire::{Event, RunStatus};
 use std::time::{Duration, Instant};
+
+/// Runs `--cancels` cancels of one kind on `server` and puts their percentiles in the table.
+pub async fn run(opts: &Opts, server: &Server, what: CancelWhile, t: &mut Table) -> R<()> {
+    let mut response = Vec::new();
+    let mut event = Vec::new();
+    for i in 0..opts.cancels.max(1) {
+        let c = cancel(server, what, i).await?;
+        response.push(c.response);
+        event.push(c.event);
+    }
+    let n = response.len();
+    let p99r = percentile(&mut response, 99.0).unwrap_or_default();
+    let p99e = percentile(&mut event, 99.0).unwrap_or_default();
+    let p50r = percentile(&mut response, 50.0).unwrap_or_default();
+    let worst = p99r.max(p99e);
+    let what = match what {
+        CancelWhile::Streaming => "running stream",
+        CancelWhile::Tier1Sleep => "Tier 1 sleep (503, Retry-After: 10)",
+    };
+    t.row(
+        "B3 cancel",
+        &format!("{what}: p99 of {n} (response · run event)"),
+        "".into(),
+        format!("{:.1} ms · {:.1} ms", ms(p99r), ms(p99e)),
+        format!("p50 {:.1} ms", ms(p50r)),
+        "< 100 ms p99",
+        Some(worst < Duration::from_millis(100)),
+    );
+    Ok(())
+}
 
 #[derive(Clone, Copy, Debug)]
 pub enum CancelWhile {
@@ -24,7 +55,7 @@ pub struct CancelTiming {
 /// Starts a run on a fresh session, waits until it is in the state, cancels it. `tag` makes
 /// the model new each time, so each 503 is the provider's own answer, not a provider-wide
 /// cooldown that an earlier one started.
-pub async fn b3(server: &Server, what: CancelWhile, tag: usize) -> R<CancelTiming> {
+pub async fn cancel(server: &Server, what: CancelWhile, tag: usize) -> R<CancelTiming> {
     let model = match what {
         CancelWhile::Streaming => stream_model(1_000_000, 5),
         CancelWhile::Tier1Sleep => format!("{}-{tag}", status_model(503, 10)),

@@ -2,9 +2,40 @@
 use super::EVENT_WAIT;
 use crate::client::Server;
 use crate::fake::{status_model, Fake};
-use crate::R;
+use crate::report::Table;
+use crate::{Opts, R};
 use app::wire::{Event, RunStatus};
 use std::time::{Duration, Instant};
+
+/// Runs B4 on `server` and puts its row in the table; a second provider request is a
+/// correctness failure.
+pub async fn run(opts: &Opts, server: &Server, fake: &Fake, t: &mut Table) -> R<()> {
+    let wait = Duration::from_secs(opts.b4_wait_secs);
+    let r = measure(server, fake, wait).await?;
+    t.row(
+        "B4 quota",
+        &format!(
+            "429 Retry-After: 3000 → provider requests in {} s",
+            opts.b4_wait_secs
+        ),
+        "".into(),
+        format!(
+            "requests={} (failed {}, retry after {:.0} min)",
+            r.requests,
+            r.retry_class,
+            r.until_in_s as f64 / 60.0
+        ),
+        "".into(),
+        "= 1",
+        Some(r.requests == 1),
+    );
+    if r.requests != 1 {
+        // A second request inside the advised window breaks the contract, not just a target.
+        t.failures
+            .push(format!("B4: {} provider requests, expected 1", r.requests));
+    }
+    Ok(())
+}
 
 pub struct B4 {
     /// Provider requests from the post to the end of the wait.
@@ -17,7 +48,7 @@ pub struct B4 {
 /// The provider answers 429 with `Retry-After: 3000` (50 minutes); counts its requests
 /// during `wait` after the post. The session's auto retry is set to `background`, so a
 /// server-side retry, if there is one, is in play too.
-pub async fn b4(server: &Server, fake: &Fake, wait: Duration) -> R<B4> {
+pub async fn measure(server: &Server, fake: &Fake, wait: Duration) -> R<B4> {
     let model = status_model(429, 3000);
     let sid = server.create_session(&model).await?;
     let _ = server

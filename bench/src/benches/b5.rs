@@ -1,5 +1,47 @@
 //! B5 WASM bundle size: raw and gzip sizes of the release build's `.wasm` files.
-use crate::R;
+use crate::report::Table;
+use crate::{Opts, R};
+use std::path::PathBuf;
+
+/// Puts the sizes of the built `.wasm` files in the table (or a row saying they are not built).
+pub fn run(opts: &Opts, t: &mut Table) -> R<()> {
+    let (dir, label) = match &opts.site_pkg {
+        Some(d) => (d.clone(), d.display().to_string()),
+        None => (
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/site/pkg"),
+            "target/site/pkg".to_string(),
+        ),
+    };
+    match measure(&dir)? {
+        None => t.row(
+            "B5 wasm",
+            &format!("{label}/*.wasm (`cargo leptos build --release`)"),
+            "".into(),
+            "not built".into(),
+            "".into(),
+            "≤ 250 KB gzip",
+            None,
+        ),
+        Some(files) => {
+            for w in files {
+                t.row(
+                    "B5 wasm",
+                    &format!("{} raw · gzip -6", w.name),
+                    "".into(),
+                    format!(
+                        "{:.0} KB · {:.0} KB",
+                        w.raw as f64 / 1000.0,
+                        w.gzip as f64 / 1000.0
+                    ),
+                    "".into(),
+                    "≤ 250 KB gzip",
+                    Some(w.gzip <= 250_000),
+                );
+            }
+        }
+    }
+    Ok(())
+}
 
 pub struct Wasm {
     pub name: String,
@@ -8,7 +50,7 @@ pub struct Wasm {
 }
 
 /// Raw and `gzip -c` (level 6) sizes of the `.wasm` files in `dir`; `None` when not built.
-pub fn b5(dir: &std::path::Path) -> R<Option<Vec<Wasm>>> {
+pub fn measure(dir: &std::path::Path) -> R<Option<Vec<Wasm>>> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(None);
     };
