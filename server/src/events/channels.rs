@@ -1,0 +1,190 @@
+//! The in-memory side of the hub: each session's broadcast channel and window of recent
+//! events, and the sweep that drops idle channels.
+use super::bytes_frame;
+use super::published::Published;
+use super::writer::Write;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+/// How many recent events per session a resume can be served from memory.
+pub(super) const RECENT: usize = 4096;
+/// A session's channel with no subscriber and no event for this long is dropped from memory
+/// (a later resume reads the store instead).
+pub(super) const IDLE: Duration = Duration::from_secs(60);
+
+pub(super) struct Channel {
+    pub(super) session_id: Arc<str>,
+    pub(super) tx: broadcast::Sender<Arc<Published>>,
+    pub(super) recent: VecDeque<Arc<Published>>,
+    /// Events of this session with ids below this are not in `recent`: read them from the store.
+    pub(super) floor: i64,
+    /// When the last event was delivered (or the channel made).
+    pub(super) active_at: std::time::Instant,
+    /// The id of this session's latest run end: deltas before it are never written.
+    pub(super) ended_at: i64,
+}
+
+pub(super) struct Inner {
+    /// Local: the next id to give. Shared: one past the last id the follower applied.
+    pub(super) next_id: i64,
+    pub(super) channels: HashMap<String, Channel>,
+    /// Shared: the text streamed so far of each streaming reply seen in the log, by run id.
+    pub(super) mirror: HashMap<String, (String, u64)>,
+}
+
+/// Puts an event in its session's recent ring and sends it to the live subscribers. With
+/// `spill` (one instance), a delta of a running run that leaves the ring goes to the log.
+pub(super) fn deliver(
+    inner: &mut Inner,
+    (id, session_id, name): (i64, &str, &'static str),
+    (frame, data): (bytes_frame::Frame, std::ops::Range<usize>),
+    ends_run: bool,
+    spill: Option<&mpsc::UnboundedSender<Write>>,
+) -> Arc<Published> {
+    let chan = channel(inner, session_id, id);
+    let published = Arc::new(Published {
+        id,
+        name,
+        session_id: chan.session_id.clone(),
+        frame,
+        data,
+        stored: Default::default(),
+    });
+    if chan.recent.len() == RECENT {
+        if let Some(old) = chan.recent.pop_front() {
+            chan.floor = old.id + 1;
+            if let Some(writer) = spill {
+                if old.name == "delta" && old.id > chan.ended_at {
+                    let _ = writer.send(Write::Spill(old));
+                }
+            }
+        }
+    }
+    if ends_run {
+        chan.ended_at = id;
+    }
+    chan.recent.push_back(published.clone());
+    chan.active_at = std::time::Instant::now();
+    let _ = chan.tx.send(published.clone());
+    published
+}
+
+/// Drops the channels nobody listens to that have been idle for `idle`; answers how many.
+pub(super) fn evict_idle(inner: &mut Inner, idle: Duration) -> usize {
+    let before = inner.channels.len();
+    inner
+        .channels
+        .retain(|_, c| c.tx.receiver_count() > 0 || c.active_at.elapsed() < idle);
+    before - inner.channels.len()
+}
+
+pub(super) fn channel<'a>(inner: &'a mut Inner, session_id: &str, floor: i64) -> &'a mut Channel {
+    // Looked up first: no key allocated for a session that has its channel (every delta).
+    if !inner.channels.contains_key(session_id) {
+        inner.channels.insert(
+            session_id.to_string(),
+            Channel {
+                session_id: Arc::from(session_id),
+                tx: broadcast::channel(1024).0,
+                recent: VecDeque::new(),
+                floor,
+                active_at: std::time::Instant::now(),
+                ended_at: 0,
+            },
+        );
+    }
+    inner
+        .channels
+        .get_mut(session_id)
+        .expect("the channel was just made")
+}
+
+/// Every `IDLE`, drops idle channels nobody subscribes to, until the hub is gone.
+pub(super) async fn sweep(inner: std::sync::Weak<Mutex<Inner>>) {
+    let mut timer = tokio::time::interval(IDLE);
+    timer.tick().await;
+    loop {
+        timer.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let dropped = evict_idle(&mut inner.lock().expect("event hub lock"), IDLE);
+        if dropped > 0 {
+            tracing::debug!(dropped, "idle session channels dropped from memory");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Delivers a `delta` event `id` of `session`.
+    fn put(
+        inner: &mut Inner,
+        id: i64,
+        session: &str,
+        ends_run: bool,
+        spill: Option<&mpsc::UnboundedSender<Write>>,
+    ) -> Arc<Published> {
+        let frame = bytes_frame::render_with(id, "delta", 2, |b| b.extend_from_slice(b"{}"));
+        deliver(inner, (id, session, "delta"), frame, ends_run, spill)
+    }
+
+    #[test]
+    fn a_delta_leaving_the_window_goes_to_the_log_unless_its_run_ended() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut inner = Inner {
+            next_id: 1,
+            channels: HashMap::new(),
+            mirror: HashMap::new(),
+        };
+        for id in 1..=RECENT as i64 {
+            put(&mut inner, id, "s", false, Some(&tx));
+        }
+        assert!(rx.try_recv().is_err(), "nothing left the window yet");
+        // One more: delta 1 leaves the window while its run goes on.
+        put(&mut inner, RECENT as i64 + 1, "s", true, Some(&tx));
+        match rx.try_recv() {
+            Ok(Write::Spill(p)) => assert_eq!(p.id, 1),
+            _ => panic!("the delta that left the window was not spilled"),
+        }
+        // The run ended (at the last event): its deltas leaving the window stay out.
+        put(&mut inner, RECENT as i64 + 2, "s", false, Some(&tx));
+        assert!(
+            rx.try_recv().is_err(),
+            "a delta of an ended run was spilled"
+        );
+        assert_eq!(inner.channels["s"].floor, 3);
+    }
+
+    #[test]
+    fn idle_channels_without_subscribers_leave_memory_and_resume_reads_the_store() {
+        let mut inner = Inner {
+            next_id: 1,
+            channels: HashMap::new(),
+            mirror: HashMap::new(),
+        };
+        put(&mut inner, 1, "quiet", false, None);
+        put(&mut inner, 2, "watched", false, None);
+        let _subscriber = channel(&mut inner, "watched", 3).tx.subscribe();
+        inner.next_id = 3;
+
+        // Nothing is idle yet for a minute: everything stays.
+        assert_eq!(evict_idle(&mut inner, IDLE), 0);
+        // Idle: only the channel nobody listens to goes.
+        assert_eq!(evict_idle(&mut inner, Duration::ZERO), 1);
+        assert!(inner.channels.contains_key("watched"));
+        assert!(!inner.channels.contains_key("quiet"));
+
+        // A resume of "quiet" from before its event finds it below the new channel's floor,
+        // so it is read from the store.
+        let next = inner.next_id;
+        let chan = channel(&mut inner, "quiet", next);
+        assert!(chan.recent.is_empty());
+        let resume_after = 0;
+        assert!(
+            resume_after + 1 < chan.floor,
+            "event 1 is below the floor: served from the store"
+        );
+    }
+}

@@ -1,0 +1,205 @@
+//! The event log: every event gets the next id, goes out to the session's SSE subscribers as
+//! one shared, pre-rendered frame, and is written to the store in batches.
+//!
+//! One instance (SQLite): ids come from this process and events go out at once. Several
+//! instances (PostgreSQL, [`Mode::Shared`]): the database's log is the one order; each
+//! instance writes its events in batches and every instance's follower feeds its
+//! subscribers from the log, woken by `LISTEN`, and mirrors streaming replies' text so a
+//! snapshot taken anywhere agrees with the stream.
+//!
+//! Retention: `delta` events are not kept in the log for ever. Once a run's end is written,
+//! the session's delta rows before it are pruned (at once on one instance; after
+//! [`SHARED_PRUNE_GRACE`] on a shared log, so every follower has read them). One instance
+//! writes a delta row only when the delta leaves the session's in-memory window
+//! ([`RECENT`](channels::RECENT) events) while its run is still going, or when it is the
+//! newest event of a batch (so the log's highest id stays the highest id ever sent, and a
+//! restart never gives an id twice): a resume within the window is served from memory, and
+//! a resume below it finds every delta of a running run in the log. The stored reply and
+//! the `message` event published with the run's end carry the whole text, so a resume from
+//! the log over a pruned range gets that snapshot instead of the deltas.
+pub mod bytes_frame;
+mod channels;
+mod follower;
+mod published;
+mod retention;
+mod writer;
+
+pub use published::Published;
+pub use retention::SHARED_PRUNE_GRACE;
+
+use crate::store::Store;
+use app::wire::Event;
+use channels::{channel, deliver, sweep, Inner};
+use follower::follow;
+use published::write_data;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, mpsc};
+use writer::{write_batches, write_shared, Write};
+
+/// Where ids and order come from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// This process numbers events and delivers them at once (one instance).
+    Local,
+    /// The database's log numbers them; subscribers are fed from it (several instances).
+    Shared,
+}
+
+#[derive(Clone)]
+pub struct EventHub {
+    inner: Arc<Mutex<Inner>>,
+    writer: mpsc::UnboundedSender<Write>,
+    store: Store,
+    mode: Mode,
+    closing: tokio_util::sync::CancellationToken,
+}
+
+/// What a subscriber gets: the store range to read first, the events in memory, then the live feed.
+pub struct Subscription {
+    /// Read `store.events_between(session, after, before)` first when set.
+    pub from_store: Option<(i64, i64)>,
+    pub backlog: Vec<Arc<Published>>,
+    pub live: broadcast::Receiver<Arc<Published>>,
+}
+
+impl EventHub {
+    /// Starts the hub and its batch writer (and, on a shared database, its follower); ids
+    /// continue after the store's last event.
+    pub async fn start(
+        store: Store,
+    ) -> crate::error::Result<(EventHub, tokio::task::JoinHandle<()>)> {
+        let next_id = store.max_event_id().await? + 1;
+        let mode = if store.is_shared() {
+            Mode::Shared
+        } else {
+            Mode::Local
+        };
+        let (writer, rx) = mpsc::unbounded_channel();
+        let hub = EventHub {
+            inner: Arc::new(Mutex::new(Inner {
+                next_id,
+                channels: HashMap::new(),
+                mirror: HashMap::new(),
+            })),
+            writer,
+            store: store.clone(),
+            mode,
+            closing: Default::default(),
+        };
+        tokio::spawn(sweep(Arc::downgrade(&hub.inner)));
+        let task = match mode {
+            Mode::Local => tokio::spawn(write_batches(store, rx)),
+            Mode::Shared => {
+                let follower = tokio::spawn(follow(hub.clone(), next_id - 1));
+                let writer = tokio::spawn(write_shared(store, rx));
+                tokio::spawn(async move {
+                    let _ = writer.await;
+                    follower.abort();
+                })
+            }
+        };
+        Ok((hub, task))
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Ends every subscriber's stream (the server is stopping).
+    pub fn close_streams(&self) {
+        self.closing.cancel();
+    }
+
+    /// Resolves when the server is stopping.
+    pub async fn closed(&self) {
+        self.closing.cancelled().await
+    }
+
+    /// Waits until every event published so far is in the store.
+    pub async fn flush(&self) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        if self.writer.send(Write::Flush(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+
+    /// The id of the last event delivered to this instance's subscribers so far.
+    pub fn last_id(&self) -> i64 {
+        self.inner.lock().expect("event hub lock").next_id - 1
+    }
+
+    /// A streaming reply's text and delta count as the shared log has delivered them here.
+    pub fn mirrored_text(&self, run_id: &str) -> Option<(String, u64)> {
+        self.inner
+            .lock()
+            .expect("event hub lock")
+            .mirror
+            .get(run_id)
+            .cloned()
+    }
+
+    /// Publishes one event of a session. Local: numbered, delivered and queued for the log
+    /// at once. Shared: queued for the log; the follower delivers it once it is there.
+    pub fn publish(&self, session_id: &str, event: &Event) {
+        let name = event.name();
+        let ends_run = matches!(event, Event::Run(r) if !r.status.is_active());
+        if self.mode == Mode::Shared {
+            let data = event.data_json();
+            let _ = self
+                .writer
+                .send(Write::Pending(session_id.to_string(), name, data, ends_run));
+            return;
+        }
+        let hint = match event {
+            Event::Delta(d) => d.text.len() + d.run_id.len() + d.message_id.len() + 64,
+            _ => 512,
+        };
+        let mut inner = self.inner.lock().expect("event hub lock");
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let frame = bytes_frame::render_with(id, name, hint, |buf| write_data(buf, event));
+        let published = deliver(
+            &mut inner,
+            (id, session_id, name),
+            frame,
+            ends_run,
+            Some(&self.writer),
+        );
+        // Sent under the lock, so the writer gets events in id order.
+        let _ = self.writer.send(Write::Event(published, ends_run));
+        drop(inner);
+    }
+
+    /// Subscribes to a session's events after `after` (`None`: only new ones).
+    pub fn subscribe(&self, session_id: &str, after: Option<i64>) -> Subscription {
+        let mut inner = self.inner.lock().expect("event hub lock");
+        let next = inner.next_id;
+        let chan = channel(&mut inner, session_id, next);
+        let live = chan.tx.subscribe();
+        let Some(after) = after else {
+            return Subscription {
+                from_store: None,
+                backlog: Vec::new(),
+                live,
+            };
+        };
+        let backlog = chan
+            .recent
+            .iter()
+            .filter(|e| e.id > after)
+            .cloned()
+            .collect();
+        // Saturating: `Last-Event-ID: 9223372036854775807` is a resume after everything.
+        let from_store = (after.saturating_add(1) < chan.floor).then_some((after, chan.floor));
+        Subscription {
+            from_store,
+            backlog,
+            live,
+        }
+    }
+}
