@@ -415,7 +415,7 @@ pub async fn b3(server: &Server, what: CancelWhile, tag: usize) -> R<CancelTimin
 pub struct B4 {
     /// Provider requests from the post to the end of the wait.
     pub requests: u64,
-    pub retry_class: String,
+    pub retry_class: app::wire::RetryClass,
     /// `retry_after_until` − now, in seconds, when the run failed.
     pub until_in_s: i64,
 }
