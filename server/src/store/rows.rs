@@ -203,3 +203,52 @@ pub fn run(row: &impl Get) -> Run {
         tools_executed: u32::try_from(row.int("tools_executed")).unwrap_or(0),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A row of text columns.
+    struct Words(HashMap<&'static str, &'static str>);
+
+    impl Get for Words {
+        fn text(&self, column: &str) -> String {
+            self.opt_text(column).unwrap_or_default()
+        }
+        fn opt_text(&self, column: &str) -> Option<String> {
+            self.0.get(column).map(|v| v.to_string())
+        }
+        fn int(&self, _: &str) -> i64 {
+            0
+        }
+        fn opt_int(&self, _: &str) -> Option<i64> {
+            None
+        }
+        fn flag(&self, _: &str) -> bool {
+            false
+        }
+        fn opt_flag(&self, _: &str) -> Option<bool> {
+            None
+        }
+    }
+
+    #[test]
+    fn an_unknown_stored_word_never_breaks_a_row() {
+        let row = Words(HashMap::from([
+            ("status", "paused"),
+            ("kind", "replay"),
+            ("retry_class", "solar_flare"),
+        ]));
+        let run = run(&row);
+        assert_eq!((run.status, run.kind), (RunStatus::Failed, RunKind::Prompt));
+        let retry = run.retry.expect("classified");
+        assert_eq!(retry.retry_class, RetryClass::Other("solar_flare".into()));
+        let known = Words(HashMap::from([("status", "running"), ("kind", "resend")]));
+        let run = super::run(&known);
+        assert_eq!(
+            (run.status, run.kind),
+            (RunStatus::Running, RunKind::Resend)
+        );
+    }
+}
