@@ -6,7 +6,7 @@
 //! so a dismissed failure never arms again, in any tab or after a reload; a restored failure
 //! counts down from its `finished_at` and its attempt number, not from the reload. No clock,
 //! no timers, no I/O: the adapter feeds it inputs and carries out the effects it returns.
-use crate::wire::{Millis, RetryClassification, Run, RunStatus};
+use crate::wire::{ErrorCode, Millis, RetryClassification, Run, RunStatus};
 
 /// The longest wait one browser timer takes (`setTimeout` holds an i32 of ms, ~24.8 days): a
 /// later deadline is reached by chaining timers, each re-armed on [`Input::TimerFired`].
@@ -92,7 +92,7 @@ pub enum Answer {
     /// The regenerate was accepted: this run now carries the turn.
     Receipt { run_id: String },
     /// The server refused with this code (`regenerate.stale`: someone else already retried).
-    Refused { code: String },
+    Refused { code: ErrorCode },
     /// The request did not get an answer.
     NetworkError,
 }
@@ -408,6 +408,7 @@ impl Tier2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::RetryClass;
 
     const P: Policy = Policy {
         base_ms: 2000,
@@ -420,7 +421,7 @@ mod tests {
             anchor_id: "m1".into(),
             retry: Some(RetryClassification {
                 retryable,
-                retry_class: "overloaded".into(),
+                retry_class: RetryClass::Overloaded,
                 retry_after_until: after,
             }),
             finished_at: 0,
@@ -498,9 +499,13 @@ mod tests {
     #[test]
     fn never_arms_for_permanent_failures_or_replays() {
         let mut t = Tier2::new(P);
-        for class in ["context_overflow", "auth_failed", "quota_exhausted"] {
-            let mut f = failure(class, false, None);
-            f.retry.as_mut().unwrap().retry_class = class.into();
+        for class in [
+            RetryClass::ContextOverflow,
+            RetryClass::AuthFailed,
+            RetryClass::QuotaExhausted,
+        ] {
+            let mut f = failure(class.as_str(), false, None);
+            f.retry.as_mut().unwrap().retry_class = class;
             assert_eq!(
                 t.step(Input::RunFailed {
                     failure: f,
@@ -905,7 +910,7 @@ mod tests {
                                 run_id: format!("x{gen}"),
                             },
                             1 => Answer::Refused {
-                                code: "regenerate.stale".into(),
+                                code: ErrorCode::RegenerateStale,
                             },
                             _ => Answer::NetworkError,
                         },

@@ -1,7 +1,8 @@
 //! The one error type of the engine and the store; `http::error` maps it to the contract's shape.
+use app::wire::ErrorCode;
 use std::fmt;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Kind {
     Unauthorized,
     Forbidden,
@@ -10,7 +11,7 @@ pub enum Kind {
     PayloadTooLarge,
     Conflict,
     /// A typed refusal with its own code (`retry.busy`, `regenerate.stale`, …): 409.
-    Refused(&'static str),
+    Refused(ErrorCode),
     Internal,
 }
 
@@ -38,7 +39,7 @@ impl Error {
     pub fn conflict(message: impl Into<String>) -> Self {
         Error::new(Kind::Conflict, message)
     }
-    pub fn refused(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn refused(code: ErrorCode, message: impl Into<String>) -> Self {
         Error::new(Kind::Refused(code), message)
     }
     pub fn internal(message: impl Into<String>) -> Self {
@@ -46,16 +47,16 @@ impl Error {
     }
 
     /// The contract's `error.code`.
-    pub fn code(&self) -> &'static str {
-        match self.kind {
-            Kind::Unauthorized => "unauthorized",
-            Kind::Forbidden => "forbidden",
-            Kind::NotFound => "not_found",
-            Kind::Invalid => "invalid_request",
-            Kind::PayloadTooLarge => "payload_too_large",
-            Kind::Conflict => "conflict",
-            Kind::Refused(code) => code,
-            Kind::Internal => "internal",
+    pub fn code(&self) -> ErrorCode {
+        match &self.kind {
+            Kind::Unauthorized => ErrorCode::Unauthorized,
+            Kind::Forbidden => ErrorCode::Forbidden,
+            Kind::NotFound => ErrorCode::NotFound,
+            Kind::Invalid => ErrorCode::InvalidRequest,
+            Kind::PayloadTooLarge => ErrorCode::PayloadTooLarge,
+            Kind::Conflict => ErrorCode::Conflict,
+            Kind::Refused(code) => code.clone(),
+            Kind::Internal => ErrorCode::Internal,
         }
     }
 }

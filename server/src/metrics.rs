@@ -1,29 +1,12 @@
 //! Process-wide counters (atomics), rendered as Prometheus text on `/metrics`.
-use crate::retry::classify::class;
-use app::wire::{RetryReceipt, Run, RunKind, RunStatus};
+use crate::error::Result;
+use app::wire::{ErrorCode, RetryClass, RetryReceipt, Run, RunKind, RunStatus};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Tier 1 attempt outcomes: `ok`, or the class of the failure.
-const ATTEMPT_CLASSES: [&str; 17] = [
-    "ok",
-    class::RATE_LIMITED,
-    class::OVERLOADED,
-    class::SERVER_ERROR,
-    class::NETWORK,
-    class::STREAM_INTERRUPTED,
-    class::INTERRUPTED,
-    class::TIMEOUT,
-    class::INTERNAL,
-    class::MAX_STEPS,
-    class::REPLY_TOO_LARGE,
-    class::CONTEXT_OVERFLOW,
-    class::AUTH_FAILED,
-    class::CREDENTIALS_UNRESOLVED,
-    class::SPEND_LIMIT_EXCEEDED,
-    class::QUOTA_EXHAUSTED,
-    class::INVALID_REQUEST,
-];
+/// Tier 1 attempt outcomes: `ok`, every class of [`RetryClass::ALL`], and `other` for a class
+/// this build does not know (counted, not dropped).
+const ATTEMPT_OUTCOMES: usize = RetryClass::ALL.len() + 2;
 /// Answers to retry-now (`POST /sessions/:sid/retry`, MCP `retry_session`).
 const RETRY_NOW_OUTCOMES: [&str; 4] = ["started", "busy", "nothing_failed", "stopped"];
 /// What became of background retries: scheduled, fired, cancelled, or superseded by retry-now.
@@ -33,7 +16,7 @@ const RUN_STATUSES: [&str; 4] = ["completed", "failed", "cancelled", "superseded
 
 pub struct Metrics {
     requests_avoided: AtomicU64,
-    tier1_attempts: [AtomicU64; ATTEMPT_CLASSES.len()],
+    tier1_attempts: [AtomicU64; ATTEMPT_OUTCOMES],
     tier2_retries: AtomicU64,
     retry_now: [AtomicU64; RETRY_NOW_OUTCOMES.len()],
     runs: [AtomicU64; RUN_STATUSES.len()],
@@ -57,7 +40,7 @@ impl Metrics {
     pub const fn new() -> Metrics {
         Metrics {
             requests_avoided: AtomicU64::new(0),
-            tier1_attempts: [const { AtomicU64::new(0) }; ATTEMPT_CLASSES.len()],
+            tier1_attempts: [const { AtomicU64::new(0) }; ATTEMPT_OUTCOMES],
             tier2_retries: AtomicU64::new(0),
             retry_now: [const { AtomicU64::new(0) }; RETRY_NOW_OUTCOMES.len()],
             runs: [const { AtomicU64::new(0) }; RUN_STATUSES.len()],
@@ -70,9 +53,16 @@ impl Metrics {
         self.requests_avoided.fetch_add(1, Relaxed);
     }
 
-    /// A Tier 1 attempt (one provider request) ended: `ok` or its failure's class.
-    pub fn tier1_attempt(&self, class: &str) {
-        bump(&self.tier1_attempts, &ATTEMPT_CLASSES, class, 1);
+    /// A Tier 1 attempt (one provider request) ended: `None` for ok, else its failure's class.
+    pub fn tier1_attempt(&self, failure: Option<&RetryClass>) {
+        let i = match failure {
+            None => 0,
+            Some(class) => RetryClass::ALL
+                .iter()
+                .position(|c| c == class)
+                .map_or(ATTEMPT_OUTCOMES - 1, |i| i + 1),
+        };
+        self.tier1_attempts[i].fetch_add(1, Relaxed);
     }
 
     /// A regenerate carrying `if_last_run` arrived: the browser's Tier 2 fired.
@@ -80,25 +70,24 @@ impl Metrics {
         self.tier2_retries.fetch_add(1, Relaxed);
     }
 
-    /// Retry-now answered: `started`, or the refusal code without its `retry.` prefix.
-    pub fn retry_now(&self, outcome: &str) {
-        bump(
-            &self.retry_now,
-            &RETRY_NOW_OUTCOMES,
-            outcome.trim_start_matches("retry."),
-            1,
-        );
+    /// Retry-now answered: `started` (`None`), or its refusal (`retry.busy` counts as `busy`);
+    /// an error that is not a retry-now refusal is not an outcome and is not counted.
+    pub fn retry_now(&self, refusal: Option<&ErrorCode>) {
+        let outcome = match refusal {
+            None => "started",
+            Some(ErrorCode::RetryBusy) => "busy",
+            Some(ErrorCode::RetryNothingFailed) => "nothing_failed",
+            Some(ErrorCode::RetryStopped) => "stopped",
+            Some(_) => return,
+        };
+        bump(&self.retry_now, &RETRY_NOW_OUTCOMES, outcome, 1);
     }
 
     /// A run ended with `status` (queued and running are not ends and are not counted).
     pub fn run_ended(&self, status: RunStatus) {
-        let label = match status {
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-            RunStatus::Queued | RunStatus::Running => return,
-        };
-        bump(&self.runs, &RUN_STATUSES, label, 1);
+        if !status.is_active() {
+            bump(&self.runs, &RUN_STATUSES, status.as_str(), 1);
+        }
     }
 
     /// A background retry was `scheduled`, `fired`, `cancelled` or `superseded` (retry-now).
@@ -119,15 +108,15 @@ impl Metrics {
     }
 
     /// Counts a retry-now answer: its outcome and, for a resend, the failed run it superseded.
-    pub fn retry_now_answered(&self, answer: &crate::error::Result<RetryReceipt>) {
+    pub fn retry_now_answered(&self, answer: &Result<RetryReceipt>) {
         match answer {
             Ok(receipt) => {
-                self.retry_now("started");
+                self.retry_now(None);
                 if receipt.kind == RunKind::Resend {
                     self.runs_superseded(1);
                 }
             }
-            Err(e) => self.retry_now(e.code()),
+            Err(e) => self.retry_now(Some(&e.code())),
         }
     }
 
@@ -152,10 +141,14 @@ impl Metrics {
             "Provider requests not sent because a provider-wide cooldown held their key.",
             vec![(String::new(), self.requests_avoided.load(Relaxed))],
         );
+        let attempt_labels: Vec<&str> = std::iter::once("ok")
+            .chain(RetryClass::ALL.iter().map(RetryClass::as_str))
+            .chain(std::iter::once("other"))
+            .collect();
         counter(
             "mulligan_tier1_attempts_total",
             "Tier 1 attempts (provider requests) by outcome: ok or the failure's retry class.",
-            labelled("class", &ATTEMPT_CLASSES, &self.tier1_attempts),
+            labelled("class", &attempt_labels, &self.tier1_attempts),
         );
         counter(
             "mulligan_tier2_retries_total",
@@ -196,14 +189,15 @@ mod tests {
         let m = Metrics::new();
         m.request_avoided();
         m.request_avoided();
-        m.tier1_attempt("ok");
-        m.tier1_attempt("rate_limited");
-        m.tier1_attempt("rate_limited");
-        m.tier1_attempt("no_such_class");
+        m.tier1_attempt(None);
+        m.tier1_attempt(Some(&RetryClass::RateLimited));
+        m.tier1_attempt(Some(&RetryClass::RateLimited));
+        m.tier1_attempt(Some(&RetryClass::Other("no_such_class".into())));
         m.tier2_retry();
-        m.retry_now("started");
-        m.retry_now("retry.busy");
-        m.retry_now("retry.nothing_failed");
+        m.retry_now(None);
+        m.retry_now(Some(&ErrorCode::RetryBusy));
+        m.retry_now(Some(&ErrorCode::RetryNothingFailed));
+        m.retry_now(Some(&ErrorCode::NotFound));
         m.run_ended(RunStatus::Cancelled);
         m.run_ended(RunStatus::Running);
         m.runs_superseded(3);
@@ -217,6 +211,7 @@ mod tests {
             "mulligan_tier1_attempts_total{class=\"ok\"} 1",
             "mulligan_tier1_attempts_total{class=\"rate_limited\"} 2",
             "mulligan_tier1_attempts_total{class=\"quota_exhausted\"} 0",
+            "mulligan_tier1_attempts_total{class=\"other\"} 1",
             "mulligan_tier2_retries_total 1",
             "mulligan_retry_now_total{outcome=\"started\"} 1",
             "mulligan_retry_now_total{outcome=\"busy\"} 1",
@@ -233,6 +228,13 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
-        assert!(!text.contains("no_such_class"));
+        assert!(
+            !text.contains("no_such_class"),
+            "an unknown class counts as other"
+        );
+        for class in RetryClass::ALL {
+            let line = format!("mulligan_tier1_attempts_total{{class=\"{class}\"}} ");
+            assert!(text.contains(&line), "every class has its line: {class}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! ran keeps the turn's steps, and a retry continues it without running the tool again.
 mod common;
 
-use app::wire::{Part, RunKind, RunStatus, ToolCallStatus};
+use app::wire::{ErrorCode, Part, RetryClass, RunKind, RunStatus, ToolCallStatus};
 use common::fake::{FakeProvider, Script};
 use common::{config, temp_dir, TestServer};
 use serde_json::{json, Value};
@@ -285,8 +285,8 @@ async fn a_turn_that_keeps_asking_for_tools_fails_max_steps() {
     assert_eq!(run.status, RunStatus::Failed, "{run:#?}");
     let class = run.retry.unwrap();
     assert_eq!(
-        (class.retry_class.as_str(), class.retryable),
-        ("max_steps", false)
+        (class.retry_class.clone(), class.retryable),
+        (RetryClass::MaxSteps, false)
     );
     assert_eq!((run.steps, run.tools_executed), (3, 3));
     assert_eq!(parent_requests(&fake).len(), 3);
@@ -317,7 +317,7 @@ async fn tool_sources_are_listed_and_chosen_per_session() {
         .patch(&format!("/sessions/{sid}"), json!({"tools": ["nope"]}))
         .await;
     assert_eq!(status, 422, "{err}");
-    assert_eq!(err["error"]["code"], "invalid_request");
+    assert_eq!(err["error"]["code"], ErrorCode::InvalidRequest.as_str());
     assert_eq!(
         server.detail(&sid).await.session.tools,
         ["mulligan"],
@@ -350,7 +350,10 @@ async fn every_step_counts_toward_the_spend_limit() {
     let next = server.send(&sid, "two").await;
     let run = server.wait_run_end(&next.run_id).await;
     assert_eq!(run.status, RunStatus::Failed, "{run:#?}");
-    assert_eq!(run.retry.unwrap().retry_class, "spend_limit_exceeded");
+    assert_eq!(
+        run.retry.unwrap().retry_class,
+        RetryClass::SpendLimitExceeded
+    );
 }
 
 #[tokio::test]

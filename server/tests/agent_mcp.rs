@@ -4,7 +4,7 @@
 //! during a long tool call; and a kill -9 mid-call, whose call reads as interrupted.
 mod common;
 
-use app::wire::{Part, RunKind, RunStatus, ToolCall, ToolCallStatus};
+use app::wire::{Part, RetryClass, RunKind, RunStatus, ToolCall, ToolCallStatus};
 use common::fake::{FakeProvider, Script};
 use common::{config, database_url, serve, temp_dir, TestServer};
 use serde_json::{json, Value};
@@ -228,7 +228,10 @@ async fn kill_9_during_a_tool_call_leaves_it_interrupted_and_the_continuation_sa
     let (_child, server) = serve(&dir, &fake.url, &log, database_url(&dir), &env).await;
     let run = server.wait_run_end(&rid).await;
     assert_eq!(run.status, RunStatus::Failed, "{run:#?}");
-    assert_eq!(run.retry.as_ref().unwrap().retry_class, "interrupted");
+    assert_eq!(
+        run.retry.as_ref().unwrap().retry_class,
+        RetryClass::Interrupted
+    );
     let calls = calls_of(&server, &sid, &rid).await;
     assert_eq!(calls[0].status, ToolCallStatus::Interrupted, "{calls:#?}");
 

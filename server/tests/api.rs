@@ -1,7 +1,7 @@
 //! The HTTP API against a real server (real SQLite file, real HTTP) and a fake provider.
 mod common;
 
-use app::wire::{Event, MessageStatus, Role, RunStatus};
+use app::wire::{ErrorCode, Event, MessageStatus, RetryClass, Role, RunStatus};
 use common::fake::{FakeProvider, Script};
 use common::{config, run_ended, setup, temp_dir, TestServer, API_KEY};
 use serde_json::json;
@@ -196,8 +196,8 @@ async fn a_stop_mid_stream_leaves_the_run_interrupted_with_its_partial_text() {
     assert_eq!(run.status, RunStatus::Failed);
     let class = run.retry.expect("classified");
     assert_eq!(
-        (class.retry_class.as_str(), class.retryable),
-        ("interrupted", true)
+        (class.retry_class.clone(), class.retryable),
+        (RetryClass::Interrupted, true)
     );
     let reply = server.detail(&sid).await.messages.pop().unwrap();
     assert_eq!(reply.status, Some(MessageStatus::Failed));
@@ -206,7 +206,7 @@ async fn a_stop_mid_stream_leaves_the_run_interrupted_with_its_partial_text() {
         "partial text kept: {:?}",
         reply.content
     );
-    assert_eq!(reply.retry.unwrap().retry_class, "interrupted");
+    assert_eq!(reply.retry.unwrap().retry_class, RetryClass::Interrupted);
 }
 
 #[tokio::test]
@@ -241,7 +241,7 @@ async fn cancel_records_cancelled_and_the_next_prompt_runs() {
         .await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("conflict"))
+        (409, Some(ErrorCode::Conflict.as_str()))
     );
 
     let next = server.wait_run_end(&second.run_id).await;
@@ -333,8 +333,8 @@ async fn a_provider_failure_is_classified_on_the_run_and_the_reply() {
     assert_eq!(reply.run_id.as_deref(), Some(receipt.run_id.as_str()));
     let retry = reply.retry.clone().unwrap();
     assert_eq!(
-        (retry.retry_class.as_str(), retry.retryable),
-        ("overloaded", true)
+        (retry.retry_class.clone(), retry.retryable),
+        (RetryClass::Overloaded, true)
     );
     assert!(reply.error_message.as_deref().unwrap().contains("busy"));
     assert_eq!(detail.session.last_run.unwrap().status, RunStatus::Failed);

@@ -3,7 +3,9 @@
 //! every surface can see it and end it.
 mod common;
 
-use app::wire::{Event, RunKind, RunStatus, Session, WaitingRetry};
+use app::wire::{
+    ErrorCode, Event, ProvenanceKind, RetryClass, RunKind, RunStatus, Session, WaitingRetry,
+};
 use common::fake::{FakeProvider, Script};
 use common::{config, run_ended, temp_dir, TestServer};
 use serde_json::json;
@@ -68,7 +70,7 @@ async fn a_retryable_failure_waits_then_fires_on_the_server_and_completes() {
     );
 
     let w = waiting(&server, &sid).await;
-    assert_eq!((w.attempt, w.reason.as_str()), (1, "overloaded"));
+    assert_eq!((w.attempt, w.reason.clone()), (1, RetryClass::Overloaded));
     let seen = sse
         .until(
             WAIT,
@@ -100,7 +102,10 @@ async fn a_retryable_failure_waits_then_fires_on_the_server_and_completes() {
     assert_eq!(retried.kind, RunKind::Resend);
     assert_eq!(retried.anchor_message_id, first.message_id);
     let p = retried.provenance.clone().expect("provenance");
-    assert_eq!((p.kind.as_str(), p.manual), ("auto_resume", Some(false)));
+    assert_eq!(
+        (p.kind.clone(), p.manual),
+        (ProvenanceKind::AutoResume, Some(false))
+    );
     assert_eq!(session(&server, &sid).await.waiting_retry, None);
     assert_eq!(fake.seen().len(), 2, "one failed request, one retry");
 }
@@ -208,7 +213,7 @@ async fn cancel_ends_the_waiting_retry_and_an_explicit_retry_still_works() {
     let (status, body) = server.delete(&path).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("conflict"))
+        (409, Some(ErrorCode::Conflict.as_str()))
     );
     tokio::time::sleep(Duration::from_millis(1300)).await;
     assert_eq!(server.detail(&sid).await.runs.len(), 1, "it never fired");

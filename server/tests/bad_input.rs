@@ -1,6 +1,7 @@
 //! Every bad input of CONTRACT §2 answers its status and error shape and changes nothing.
 mod common;
 
+use app::wire::ErrorCode;
 use common::fake::FakeProvider;
 use common::{config, temp_dir, TestServer};
 use serde_json::{json, Value};
@@ -14,9 +15,9 @@ async fn snapshot(server: &TestServer, sid: &str) -> (Value, Value) {
     (list, detail)
 }
 
-fn assert_error(status: u16, body: &Value, want_status: u16, want_code: &str, case: &str) {
+fn assert_error(status: u16, body: &Value, want_status: u16, want_code: ErrorCode, case: &str) {
     assert_eq!(status, want_status, "{case}: {body}");
-    assert_eq!(body["error"]["code"], want_code, "{case}: {body}");
+    assert_eq!(body["error"]["code"], want_code.as_str(), "{case}: {body}");
     assert!(
         body["error"]["message"]
             .as_str()
@@ -61,18 +62,24 @@ async fn bad_input_gets_the_contract_error_and_changes_nothing() {
     ] {
         let r = req.send().await.unwrap();
         let status = r.status().as_u16();
-        assert_error(status, &r.json().await.unwrap(), 401, "unauthorized", case);
+        assert_error(
+            status,
+            &r.json().await.unwrap(),
+            401,
+            ErrorCode::Unauthorized,
+            case,
+        );
     }
 
     let authed = |req: reqwest::RequestBuilder| req.bearer_auth(&server.token);
-    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16, ErrorCode)> = vec![
         (
             "malformed JSON",
             authed(http.post(&messages))
                 .header("content-type", "application/json")
                 .body("{\"content\": "),
             400,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "not JSON",
@@ -80,31 +87,31 @@ async fn bad_input_gets_the_contract_error_and_changes_nothing() {
                 .header("content-type", "text/plain")
                 .body("hello"),
             400,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "wrong type",
             authed(http.post(&messages)).json(&json!({"content": 5})),
             422,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "missing content",
             authed(http.post(&messages)).json(&json!({})),
             422,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "empty content",
             authed(http.post(&messages)).json(&json!({"content": "   \n "})),
             422,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "oversized content",
             authed(http.post(&messages)).json(&json!({"content": "x".repeat(100_001)})),
             422,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "2 MiB body",
@@ -115,77 +122,77 @@ async fn bad_input_gets_the_contract_error_and_changes_nothing() {
                     "y".repeat(2 * 1024 * 1024)
                 )),
             413,
-            "payload_too_large",
+            ErrorCode::PayloadTooLarge,
         ),
         (
             "unknown session",
             authed(http.get(server.url("/sessions/s_nope"))),
             404,
-            "not_found",
+            ErrorCode::NotFound,
         ),
         (
             "post to unknown session",
             authed(http.post(server.url("/sessions/s_nope/messages")))
                 .json(&json!({"content": "x"})),
             404,
-            "not_found",
+            ErrorCode::NotFound,
         ),
         (
             "unknown run",
             authed(http.get(server.url("/runs/r_nope"))),
             404,
-            "not_found",
+            ErrorCode::NotFound,
         ),
         (
             "cancel unknown run",
             authed(http.post(server.url(&format!("/sessions/{sid}/runs/r_nope/cancel")))),
             404,
-            "not_found",
+            ErrorCode::NotFound,
         ),
         (
             "events of unknown session",
             authed(http.get(server.url("/sessions/s_nope/events"))),
             404,
-            "not_found",
+            ErrorCode::NotFound,
         ),
         (
             "bad Last-Event-ID",
             authed(http.get(server.url(&format!("/sessions/{sid}/events"))))
                 .header("last-event-id", "abc"),
             422,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "bad include_superseded",
             authed(http.get(server.url(&format!("/sessions/{sid}?include_superseded=maybe")))),
             422,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "unknown route",
             authed(http.get(server.url("/nope"))),
             404,
-            "not_found",
+            ErrorCode::NotFound,
         ),
         (
             "empty title",
             authed(http.patch(server.url(&format!("/sessions/{sid}"))))
                 .json(&json!({"title": " "})),
             422,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "bad auto_retry",
             authed(http.patch(server.url(&format!("/sessions/{sid}"))))
                 .json(&json!({"auto_retry": "sometimes"})),
             422,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "unknown parent",
             authed(http.post(server.url("/sessions"))).json(&json!({"parent_id": "s_nope"})),
             422,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
         ),
         (
             "cancel an ended run",
@@ -193,7 +200,7 @@ async fn bad_input_gets_the_contract_error_and_changes_nothing() {
                 http.post(server.url(&format!("/sessions/{sid}/runs/{}/cancel", receipt.run_id))),
             ),
             409,
-            "conflict",
+            ErrorCode::Conflict,
         ),
     ];
     for (case, req, want_status, want_code) in cases {

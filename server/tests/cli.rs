@@ -2,7 +2,7 @@
 //! real server in this process (with the fake provider): output, `--json`, exit codes.
 mod common;
 
-use app::wire::{ApiError, Receipt, Role, RunStatus, SessionList};
+use app::wire::{ApiError, ErrorCode, Receipt, Role, RunStatus, SessionList};
 use common::fake::{FakeProvider, Script};
 use common::{config, setup, temp_dir, TestServer};
 use std::path::Path;
@@ -127,7 +127,7 @@ async fn cancel_of_an_ended_run_is_a_refusal() {
     let out = mulligan(&server, &["cancel", &sid, &receipt.run_id, "--json"]).await;
     assert_eq!(out.code, 2, "{}", out.stderr);
     let err: ApiError = serde_json::from_str(out.stdout.trim()).unwrap();
-    assert_eq!(err.error.code, "conflict");
+    assert_eq!(err.error.code, ErrorCode::Conflict);
 }
 
 #[tokio::test]
@@ -231,13 +231,19 @@ async fn retry_refusals_print_the_code_and_exit_2() {
     let out = mulligan(&server, &["retry", &sid]).await;
     assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
     let code = out.stderr.split(": ").next().unwrap();
-    assert_eq!(code, "retry.nothing_failed", "{}", out.stderr);
+    assert_eq!(
+        code,
+        ErrorCode::RetryNothingFailed.as_str(),
+        "{}",
+        out.stderr
+    );
 
     let out = mulligan(&server, &["retry", "--cancel", &sid, "--json"]).await;
     assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
     let err: ApiError = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(
-        err.error.code, "conflict",
+        err.error.code,
+        ErrorCode::Conflict,
         "no waiting retry: {}",
         out.stdout
     );

@@ -4,7 +4,7 @@
 //! agent token shown once only.
 mod common;
 
-use app::wire::{Receipt, RunStatus};
+use app::wire::{ErrorCode, Receipt, RetryClass, RunStatus};
 use common::fake::Script;
 use common::{config, held_behind_a_failure, now_ms, setup, temp_dir, TestServer};
 use serde_json::{json, Value};
@@ -19,9 +19,9 @@ fn status(code: u16, headers: Vec<(&'static str, String)>) -> Script {
 }
 
 /// The answer is the contract's error with exactly `code`.
-fn assert_error(answer: &(u16, Value), http: u16, code: &str) {
+fn assert_error(answer: &(u16, Value), http: u16, code: ErrorCode) {
     assert_eq!(answer.0, http, "{}", answer.1);
-    assert_eq!(answer.1["error"]["code"], code, "{}", answer.1);
+    assert_eq!(answer.1["error"]["code"], code.as_str(), "{}", answer.1);
     assert!(
         answer.1["error"]["message"]
             .as_str()
@@ -92,8 +92,8 @@ async fn a_refused_or_reset_connection_is_a_retryable_network_failure() {
         assert_eq!(run.status, RunStatus::Failed, "{tag}");
         let class = run.retry.expect("classified");
         assert_eq!(
-            (class.retry_class.as_str(), class.retryable),
-            ("network", true),
+            (class.retry_class.clone(), class.retryable),
+            (RetryClass::Network, true),
             "{tag}"
         );
         assert_eq!(run.tier1_attempts, 3, "{tag}: Tier 1 tried every attempt");
@@ -113,7 +113,7 @@ async fn an_advised_wait_on_the_last_attempt_ends_the_run_at_once() {
     let run = server.wait_run_end(&rid).await;
     assert_eq!(run.status, RunStatus::Failed);
     let class = run.retry.expect("classified");
-    assert_eq!(class.retry_class, "rate_limited");
+    assert_eq!(class.retry_class, RetryClass::RateLimited);
     let until = class.retry_after_until.expect("the advice is handed on");
     assert!(until >= before + 5_000, "until {until} is the advised time");
     assert!(
@@ -133,7 +133,7 @@ async fn regenerate_with_a_run_that_did_not_fail_is_stale() {
     let answer = server
         .post(&path, json!({"if_last_run": first.run_id}))
         .await;
-    assert_error(&answer, 409, "regenerate.stale");
+    assert_error(&answer, 409, ErrorCode::RegenerateStale);
     assert_eq!(fake.seen().len(), 1, "nothing ran again");
     // Without the condition it is a new intent and runs.
     let (status, body) = server.post(&path, json!({})).await;
@@ -156,9 +156,9 @@ async fn content_is_limited_to_100000_characters_after_trim() {
     assert_eq!(status, 202, "{body}");
     let over = "é".repeat(100_001);
     let answer = server.post(&path, json!({"content": over})).await;
-    assert_error(&answer, 422, "invalid_request");
+    assert_error(&answer, 422, ErrorCode::InvalidRequest);
     let answer = server.post(&path, json!({"content": " \n\t "})).await;
-    assert_error(&answer, 422, "invalid_request");
+    assert_error(&answer, 422, ErrorCode::InvalidRequest);
     assert_eq!(
         server.detail(&sid).await.messages.len(),
         2,

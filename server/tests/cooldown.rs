@@ -3,7 +3,7 @@
 //! secrets, an operator clears it, and `/metrics` counts what it avoided.
 mod common;
 
-use app::wire::{ProvidersResponse, Run, RunStatus};
+use app::wire::{ErrorCode, ProvidersResponse, RetryClass, Run, RunStatus};
 use common::fake::{FakeProvider, Script};
 use common::{config, setup, temp_dir, TestServer, API_KEY};
 use serde_json::{json, Value};
@@ -121,11 +121,11 @@ async fn one_429_holds_twenty_runs_on_five_sessions_without_a_request() {
         let retry = run.retry.as_ref().unwrap();
         assert_eq!(
             (
-                retry.retry_class.as_str(),
+                retry.retry_class.clone(),
                 retry.retryable,
                 retry.retry_after_until
             ),
-            ("rate_limited", true, Some(until)),
+            (RetryClass::RateLimited, true, Some(until)),
             "{run:?}"
         );
         assert!(run.error_message.as_deref().unwrap().contains("not sent"));
@@ -185,8 +185,8 @@ async fn providers_lists_it_without_the_key_and_clearing_it_lets_the_next_run_th
     assert_eq!(listed.cooldowns.len(), 1, "{text}");
     let cooldown = &listed.cooldowns[0];
     assert_eq!(
-        (cooldown.until, cooldown.reason.as_str()),
-        (until, "rate_limited")
+        (cooldown.until, cooldown.reason.clone()),
+        (until, RetryClass::RateLimited)
     );
     assert!(
         cooldown
@@ -212,12 +212,12 @@ async fn providers_lists_it_without_the_key_and_clearing_it_lets_the_next_run_th
     let (status, body) = clear(&server, json!({"key": cooldown.key})).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (404, Some("not_found"))
+        (404, Some(ErrorCode::NotFound.as_str()))
     );
     let (status, body) = clear(&server, json!({"nope": 1})).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (422, Some("invalid_request"))
+        (422, Some(ErrorCode::InvalidRequest.as_str()))
     );
 
     assert_eq!(
@@ -236,23 +236,23 @@ async fn a_quota_answer_cools_down_as_quota_exhausted_apart_from_throttling() {
     let first = turn(&server, &sid, "hi").await;
     let retry = first.retry.unwrap();
     assert_eq!(
-        (retry.retry_class.as_str(), retry.retryable),
-        ("quota_exhausted", false)
+        (retry.retry_class.clone(), retry.retryable),
+        (RetryClass::QuotaExhausted, false)
     );
     let (_, listed) = providers(&server).await;
     assert_eq!(listed.cooldowns.len(), 1);
     let cooldown = &listed.cooldowns[0];
-    assert_eq!(cooldown.reason, "quota_exhausted");
+    assert_eq!(cooldown.reason, RetryClass::QuotaExhausted);
 
     let held = turn(&server, &sid, "again").await;
     let retry = held.retry.unwrap();
     assert_eq!(
         (
-            retry.retry_class.as_str(),
+            retry.retry_class.clone(),
             retry.retryable,
             retry.retry_after_until
         ),
-        ("quota_exhausted", false, Some(cooldown.until))
+        (RetryClass::QuotaExhausted, false, Some(cooldown.until))
     );
     assert_eq!(fake.seen().len(), 1, "no request while out of quota");
 }

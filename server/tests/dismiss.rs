@@ -3,7 +3,7 @@
 //! and Regenerate working.
 mod common;
 
-use app::wire::{Event, Receipt, RetryReceipt, Run, RunStatus};
+use app::wire::{ErrorCode, Event, Receipt, RetryReceipt, Run, RunStatus};
 use common::fake::{FakeProvider, Script};
 use common::{config, now_ms, temp_dir, TestServer};
 use serde_json::{json, Value};
@@ -93,7 +93,7 @@ async fn dismiss_is_refused_on_runs_that_did_not_fail_and_unknown_ids() {
     let (status, body) = dismiss(&server, &sid, &ok.run_id).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("conflict")),
+        (409, Some(ErrorCode::Conflict.as_str())),
         "{body}"
     );
     assert_eq!(
@@ -111,7 +111,7 @@ async fn dismiss_is_refused_on_runs_that_did_not_fail_and_unknown_ids() {
     let (status, body) = dismiss(&server, &sid, &running.run_id).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("conflict")),
+        (409, Some(ErrorCode::Conflict.as_str())),
         "{body}"
     );
     let (status, _) = server
@@ -126,7 +126,7 @@ async fn dismiss_is_refused_on_runs_that_did_not_fail_and_unknown_ids() {
         let (status, body) = dismiss(&server, s, r).await;
         assert_eq!(
             (status, body["error"]["code"].as_str()),
-            (404, Some("not_found")),
+            (404, Some(ErrorCode::NotFound.as_str())),
             "{body}"
         );
     }
@@ -135,7 +135,7 @@ async fn dismiss_is_refused_on_runs_that_did_not_fail_and_unknown_ids() {
     let (status, body) = dismiss(&server, &other, &ok.run_id).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (404, Some("not_found")),
+        (404, Some(ErrorCode::NotFound.as_str())),
         "{body}"
     );
 }
@@ -202,7 +202,10 @@ async fn a_manual_regenerate_of_a_completed_reply_from_two_tabs_starts_one_run()
     statuses.sort();
     assert_eq!(statuses, [202, 409], "{a:?} {b:?}");
     let refused = if a.0 == 409 { &a.1 } else { &b.1 };
-    assert_eq!(refused["error"]["code"], "regenerate.stale");
+    assert_eq!(
+        refused["error"]["code"],
+        ErrorCode::RegenerateStale.as_str()
+    );
     assert_eq!(server.detail(&sid).await.runs.len(), 2, "one new run");
 
     // Without `manual`, `if_last_run` still names only a failed run (Tier 2's contract).
@@ -211,7 +214,7 @@ async fn a_manual_regenerate_of_a_completed_reply_from_two_tabs_starts_one_run()
     let (status, body) = server.post(&path, json!({"if_last_run": latest})).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("regenerate.stale"))
+        (409, Some(ErrorCode::RegenerateStale.as_str()))
     );
     // With it, the reply the operator saw regenerates.
     let (status, body) = server

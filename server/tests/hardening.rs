@@ -3,6 +3,7 @@
 //! and the demo endpoint exists only with the demo provider.
 mod common;
 
+use app::wire::ErrorCode;
 use common::fake::FakeProvider;
 use common::{config, temp_dir, TestServer};
 use serde_json::json;
@@ -81,7 +82,7 @@ async fn cookie_requests_that_change_state_must_come_from_this_origin() {
         .unwrap();
     assert_eq!(cross.status(), 403);
     let body: serde_json::Value = cross.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "forbidden");
+    assert_eq!(body["error"]["code"], ErrorCode::Forbidden.as_str());
     assert_eq!(post(&[]).await.unwrap().status(), 403, "no origin at all");
     let other_port = format!("http://127.0.0.1:{}", 1);
     assert_eq!(
@@ -180,5 +181,5 @@ async fn mcp_finds_an_agent_token_s_session_and_refuses_a_wrong_one() {
     let wrong = call(format!("{}x", tokens[0])).await.unwrap();
     assert_eq!(wrong.status(), 401);
     let body: serde_json::Value = wrong.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "unauthorized");
+    assert_eq!(body["error"]["code"], ErrorCode::Unauthorized.as_str());
 }

@@ -5,7 +5,7 @@
 //! runs as a child process, so its peak memory is its own.
 mod common;
 
-use app::wire::{Run, RunStatus};
+use app::wire::{RetryClass, Run, RunStatus};
 use common::fake::{FakeProvider, Script};
 use common::{database_url, now_ms, serve, temp_dir, TestServer};
 use std::time::{Duration, Instant};
@@ -60,9 +60,9 @@ async fn ended_within(server: &TestServer, rid: &str, within: Duration) -> Run {
     }
 }
 
-fn class(run: &Run) -> (&str, bool) {
+fn class(run: &Run) -> (RetryClass, bool) {
     let c = run.retry.as_ref().expect("a failed run is classified");
-    (c.retry_class.as_str(), c.retryable)
+    (c.retry_class.clone(), c.retryable)
 }
 
 /// The session goes on after the bad turn: the next prompt completes, `/healthz` and the
@@ -92,7 +92,7 @@ async fn a_provider_that_never_answers_times_out_and_tier1_goes_on() {
     let rid = server.send(&sid, "hello?").await.run_id;
     let run = ended_within(&server, &rid, Duration::from_secs(10)).await;
     assert_eq!(run.status, RunStatus::Failed);
-    assert_eq!(class(&run), ("timeout", true));
+    assert_eq!(class(&run), (RetryClass::Timeout, true));
     assert_eq!(run.tier1_attempts, 3, "each unanswered attempt was retried");
     assert_eq!(fake.seen().len(), 3);
     assert!(run
@@ -149,7 +149,7 @@ async fn absurd_advised_waits_are_clamped_to_a_day() {
         let before = now_ms();
         let rid = server.send(&sid, "hello").await.run_id;
         let run = ended_within(&server, &rid, Duration::from_secs(10)).await;
-        assert_eq!(class(&run), ("rate_limited", true), "{tag}");
+        assert_eq!(class(&run), (RetryClass::RateLimited, true), "{tag}");
         let until = run.retry.as_ref().and_then(|c| c.retry_after_until);
         let until = until.expect("the advised wait is kept");
         assert!(
@@ -182,7 +182,7 @@ async fn a_40_mb_error_body_is_read_in_part_and_kept_short() {
     let peak_before = memory(&child, "VmHWM:");
     let rid = server.send(&sid, "hello").await.run_id;
     let run = ended_within(&server, &rid, Duration::from_secs(15)).await;
-    assert_eq!(class(&run), ("server_error", true));
+    assert_eq!(class(&run), (RetryClass::ServerError, true));
     assert_eq!(run.tier1_attempts, 3);
     let error = run.error_message.clone().unwrap_or_default();
     assert!(
@@ -212,7 +212,7 @@ async fn a_16_mb_line_fails_the_attempt_as_a_protocol_error() {
     let peak_before = memory(&child, "VmHWM:");
     let rid = server.send(&sid, "hello").await.run_id;
     let run = ended_within(&server, &rid, Duration::from_secs(15)).await;
-    assert_eq!(class(&run), ("server_error", true));
+    assert_eq!(class(&run), (RetryClass::ServerError, true));
     assert_eq!(run.tier1_attempts, 3, "a broken opening is retried");
     assert!(run
         .error_message
@@ -239,7 +239,7 @@ async fn an_endless_fast_stream_ends_at_the_reply_cap() {
     let rid = server.send(&sid, "talk").await.run_id;
     let run = ended_within(&server, &rid, Duration::from_secs(30)).await;
     assert_eq!(run.status, RunStatus::Failed);
-    assert_eq!(class(&run), ("reply_too_large", false));
+    assert_eq!(class(&run), (RetryClass::ReplyTooLarge, false));
     let reply = server.detail(&sid).await.messages.last().unwrap().clone();
     assert!(
         reply.content.len() <= MIB / 2 && reply.content.len() > MIB / 4,
@@ -263,7 +263,7 @@ async fn a_run_past_its_longest_duration_fails_as_a_timeout() {
     let rid = server.send(&sid, "talk").await.run_id;
     let run = ended_within(&server, &rid, Duration::from_secs(10)).await;
     assert_eq!(run.status, RunStatus::Failed);
-    assert_eq!(class(&run), ("timeout", true));
+    assert_eq!(class(&run), (RetryClass::Timeout, true));
     let took = run.finished_at.unwrap_or(0) - run.started_at.unwrap_or(0);
     assert!((1_500..6_000).contains(&took), "took {took} ms");
     let reply = server.detail(&sid).await.messages.last().unwrap().clone();
@@ -308,6 +308,6 @@ async fn an_absurd_token_count_cannot_defeat_the_spend_limit() {
     assert_eq!(run.status, RunStatus::Completed);
     let rid = server.send(&sid, "again").await.run_id;
     let run = ended_within(&server, &rid, Duration::from_secs(10)).await;
-    assert_eq!(class(&run), ("spend_limit_exceeded", false));
+    assert_eq!(class(&run), (RetryClass::SpendLimitExceeded, false));
     assert_eq!(fake.seen().len(), 1, "the refused run sent no request");
 }

@@ -4,7 +4,7 @@
 //! order, claims hold across instances, cancel crosses them, a dead instance's run is ended.
 mod common;
 
-use app::wire::{Event, RunStatus};
+use app::wire::{ErrorCode, Event, RetryClass, RunStatus};
 use common::fake::{FakeProvider, Script};
 use common::{config, fresh_postgres_database, on_postgres, postgres_url, serve, temp_dir};
 use common::{run_ended, TestServer};
@@ -127,7 +127,7 @@ async fn concurrent_regenerates_split_across_instances_start_one_run() {
     for (status, body) in results.iter().filter(|(s, _)| *s != 202) {
         assert_eq!(
             (*status, body["error"]["code"].as_str()),
-            (409, Some("regenerate.stale"))
+            (409, Some(ErrorCode::RegenerateStale.as_str()))
         );
     }
     assert_eq!(servers[1].detail(&sid).await.runs.len(), 2, "one new run");
@@ -206,8 +206,8 @@ async fn a_killed_instance_s_run_is_marked_interrupted_by_another() {
     assert_eq!(run.status, RunStatus::Failed);
     let class = run.retry.expect("classified");
     assert_eq!(
-        (class.retryable, class.retry_class.as_str()),
-        (true, "interrupted")
+        (class.retryable, class.retry_class.clone()),
+        (true, RetryClass::Interrupted)
     );
     assert!(
         noticed < Duration::from_secs(10),
@@ -464,7 +464,7 @@ async fn a_small_pool_under_ten_times_as_many_sessions_never_deadlocks_or_loses_
     for runs in all_runs.values() {
         for r in runs {
             assert!(
-                r.retry.as_ref().map(|c| c.retry_class.as_str()) != Some("interrupted"),
+                r.retry.as_ref().map(|c| &c.retry_class) != Some(&RetryClass::Interrupted),
                 "an instance was declared dead: {r:#?}"
             );
             assert!(

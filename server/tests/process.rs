@@ -3,7 +3,7 @@
 //! background retry still fires; the API key never reaches its logs.
 mod common;
 
-use app::wire::{RunKind, RunStatus};
+use app::wire::{RetryClass, RunKind, RunStatus};
 use common::fake::{FakeProvider, Script};
 use common::{database_url, serve, temp_dir, TestServer, API_KEY};
 use serde_json::json;
@@ -46,8 +46,8 @@ async fn kill_9_mid_stream_then_restart_marks_the_run_interrupted_and_logs_no_se
     assert_eq!(run.status, RunStatus::Failed);
     let class = run.retry.expect("classified");
     assert_eq!(
-        (class.retryable, class.retry_class.as_str()),
-        (true, "interrupted")
+        (class.retryable, class.retry_class.clone()),
+        (true, RetryClass::Interrupted)
     );
     let reply = server.detail(&sid).await.messages.last().unwrap().clone();
     assert!(

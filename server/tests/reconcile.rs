@@ -3,7 +3,7 @@
 //! period, and runs that are executing are left alone.
 mod common;
 
-use app::wire::RunStatus;
+use app::wire::{RetryClass, RunStatus};
 use common::fake::{FakeProvider, Script};
 use common::{config, database_url, temp_dir, TestServer};
 use std::time::{Duration, Instant};
@@ -66,8 +66,8 @@ async fn a_run_recorded_running_here_without_a_task_is_ended_interrupted() {
     assert_eq!(run.status, RunStatus::Failed, "{run:#?}");
     let class = run.retry.expect("classified");
     assert_eq!(
-        (class.retryable, class.retry_class.as_str()),
-        (true, "interrupted")
+        (class.retryable, class.retry_class.clone()),
+        (true, RetryClass::Interrupted)
     );
     assert!(took < Duration::from_secs(5), "ended after {took:?}");
     // The prompt behind it is held behind the failure, as after any interrupted run.

@@ -2,7 +2,7 @@
 //! the atomic claim and its refusals, resend vs continuation, held prompts.
 mod common;
 
-use app::wire::{Receipt, RetryReceipt, Role, RunKind, RunStatus};
+use app::wire::{ErrorCode, ProvenanceKind, Receipt, RetryReceipt, Role, RunKind, RunStatus};
 use common::fake::Script;
 use common::{held_behind_a_failure, setup, TestServer};
 use serde_json::{json, Value};
@@ -106,7 +106,7 @@ async fn regenerate_refuses_what_is_not_an_operator_prompt_of_the_session() {
         .await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (422, Some("invalid_request"))
+        (422, Some(ErrorCode::InvalidRequest.as_str()))
     );
     let (status, body) = server
         .post(
@@ -116,7 +116,7 @@ async fn regenerate_refuses_what_is_not_an_operator_prompt_of_the_session() {
         .await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (404, Some("not_found"))
+        (404, Some(ErrorCode::NotFound.as_str()))
     );
     let other = server.create_session().await;
     let (status, _) = server
@@ -169,7 +169,7 @@ async fn concurrent_regenerates_with_one_if_last_run_start_exactly_one_run() {
     for (status, body) in results.iter().filter(|(s, _)| *s != 202) {
         assert_eq!(
             (*status, body["error"]["code"].as_str()),
-            (409, Some("regenerate.stale"))
+            (409, Some(ErrorCode::RegenerateStale.as_str()))
         );
     }
     assert_eq!(server.detail(&sid).await.runs.len(), 2, "one new run");
@@ -190,7 +190,7 @@ async fn retry_refuses_when_nothing_failed_and_while_busy() {
     let (status, body) = retry(&server, &sid).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("retry.nothing_failed")),
+        (409, Some(ErrorCode::RetryNothingFailed.as_str())),
         "no turn yet"
     );
     let r = server.send(&sid, "ok").await;
@@ -198,7 +198,7 @@ async fn retry_refuses_when_nothing_failed_and_while_busy() {
     let (status, body) = retry(&server, &sid).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("retry.nothing_failed")),
+        (409, Some(ErrorCode::RetryNothingFailed.as_str())),
         "completed"
     );
 
@@ -207,7 +207,7 @@ async fn retry_refuses_when_nothing_failed_and_while_busy() {
     let (status, body) = retry(&server, &sid).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("retry.busy")),
+        (409, Some(ErrorCode::RetryBusy.as_str())),
         "running"
     );
     server
@@ -219,7 +219,7 @@ async fn retry_refuses_when_nothing_failed_and_while_busy() {
     let (status, body) = retry(&server, &sid).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (409, Some("retry.nothing_failed")),
+        (409, Some(ErrorCode::RetryNothingFailed.as_str())),
         "cancelled"
     );
     let (status, _) = retry(&server, "s_nope").await;
@@ -257,7 +257,7 @@ async fn a_failed_turn_without_output_is_resent_once_for_concurrent_clicks() {
         assert_eq!(*status, 409);
         let code = body["error"]["code"].as_str().unwrap();
         assert!(
-            code == "retry.busy" || code == "retry.nothing_failed",
+            code == ErrorCode::RetryBusy.as_str() || code == ErrorCode::RetryNothingFailed.as_str(),
             "{code}"
         );
     }
@@ -271,9 +271,9 @@ async fn a_failed_turn_without_output_is_resent_once_for_concurrent_clicks() {
     );
     let p = run.provenance.unwrap();
     assert_eq!(
-        (p.kind.as_str(), p.prompt_id.as_deref(), p.attempt, p.manual),
+        (p.kind.clone(), p.prompt_id.as_deref(), p.attempt, p.manual),
         (
-            "auto_resume",
+            ProvenanceKind::AutoResume,
             Some(r.message_id.as_str()),
             Some(1),
             Some(true)

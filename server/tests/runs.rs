@@ -1,7 +1,7 @@
 //! Around a run: context-overflow compaction, the spend limit, and stalled streams.
 mod common;
 
-use app::wire::RunStatus;
+use app::wire::{RetryClass, RunStatus};
 use common::fake::{FakeProvider, Script};
 use common::{config, temp_dir, TestServer};
 use serde_json::json;
@@ -58,8 +58,8 @@ async fn a_second_overflow_fails_the_run_as_context_overflow() {
     assert_eq!(run.status, RunStatus::Failed);
     let retry = run.retry.unwrap();
     assert_eq!(
-        (retry.retry_class.as_str(), retry.retryable),
-        ("context_overflow", false)
+        (retry.retry_class.clone(), retry.retryable),
+        (RetryClass::ContextOverflow, false)
     );
     assert_eq!(fake.seen().len(), 3, "one call, one compacted call");
 }
@@ -80,8 +80,8 @@ async fn a_run_over_the_spend_limit_fails_without_calling_the_provider() {
     let run = server.wait_run_end(&second.run_id).await;
     let retry = run.retry.unwrap();
     assert_eq!(
-        (retry.retry_class.as_str(), retry.retryable),
-        ("spend_limit_exceeded", false)
+        (retry.retry_class.clone(), retry.retryable),
+        (RetryClass::SpendLimitExceeded, false)
     );
     assert!(run.error_message.unwrap().contains("budget"));
     assert_eq!(fake.seen().len(), 1, "the provider was not contacted");
@@ -101,7 +101,10 @@ async fn a_stalled_stream_fails_as_stream_interrupted() {
     let r = server.send(&sid, "hi").await;
     let run = server.wait_run_end(&r.run_id).await;
     assert_eq!(run.status, RunStatus::Failed);
-    assert_eq!(run.retry.unwrap().retry_class, "stream_interrupted");
+    assert_eq!(
+        run.retry.unwrap().retry_class,
+        RetryClass::StreamInterrupted
+    );
     assert_eq!(
         server.detail(&sid).await.messages.pop().unwrap().content,
         "started "

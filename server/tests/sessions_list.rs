@@ -1,6 +1,7 @@
 //! `GET /sessions?limit=&before=`: newest first, in pages, each session with its last run.
 mod common;
 
+use app::wire::ErrorCode;
 use common::fake::{FakeProvider, Script};
 use common::{config, temp_dir, TestServer};
 use serde_json::Value;
@@ -58,6 +59,10 @@ async fn sessions_are_listed_newest_first_in_pages() {
     ] {
         let (status, body) = server.get(&format!("/sessions{bad}")).await;
         assert_eq!(status, 422, "{bad}: {body}");
-        assert_eq!(body["error"]["code"], "invalid_request", "{bad}: {body}");
+        assert_eq!(
+            body["error"]["code"],
+            ErrorCode::InvalidRequest.as_str(),
+            "{bad}: {body}"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! The store's own guarantees, on SQLite or (with `MULLIGAN_TEST_DATABASE=postgres`) PostgreSQL.
 mod common;
 
-use app::wire::{AutoRetry, MessageStatus, RunKind, RunStatus};
+use app::wire::{AutoRetry, MessageStatus, ProvenanceKind, RunKind, RunStatus};
 use server::store::{NewRun, Outcome, Store};
 
 async fn open(tag: &str) -> Store {
@@ -75,10 +75,10 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
         session_id: &'a str,
         anchor: Option<&'a str>,
         new: Option<&'a str>,
-        kind: Option<&str>,
+        kind: Option<ProvenanceKind>,
     ) -> NewRun<'a> {
-        let provenance = kind.map(|k| app::wire::Provenance {
-            kind: k.to_string(),
+        let provenance = kind.map(|kind| app::wire::Provenance {
+            kind,
             prompt_id: anchor.map(str::to_string),
             attempt: Some(1),
             manual: None,
@@ -105,13 +105,18 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
     assert_eq!(store.resumes_of(&prompt).await.unwrap(), 0);
     // A regenerate on the prompt, and an automatic resume anchored on a continuation.
     store
-        .dispatch(run(sid, Some(&prompt), None, Some("regenerate")))
+        .dispatch(run(
+            sid,
+            Some(&prompt),
+            None,
+            Some(ProvenanceKind::Regenerate),
+        ))
         .await
         .unwrap();
     let resume = NewRun {
         new_message: Some("continue"),
         anchor_id: None,
-        ..run(sid, Some(&prompt), None, Some("auto_resume"))
+        ..run(sid, Some(&prompt), None, Some(ProvenanceKind::AutoResume))
     };
     store.dispatch(resume).await.unwrap();
     assert_eq!(store.tries_of(&prompt).await.unwrap(), 3);

@@ -2,7 +2,7 @@
 //! waits, when it hands off, and that nothing is retried after the first delta.
 mod common;
 
-use app::wire::{Event, MessageStatus, RunStatus};
+use app::wire::{Event, MessageStatus, RetryClass, RunStatus};
 use common::fake::Script;
 use common::setup;
 use serde_json::json;
@@ -101,8 +101,8 @@ async fn a_long_retry_after_fails_at_once_with_retry_after_until() {
     assert_eq!(run.status, RunStatus::Failed);
     let retry = run.retry.unwrap();
     assert_eq!(
-        (retry.retry_class.as_str(), retry.retryable),
-        ("rate_limited", true)
+        (retry.retry_class.clone(), retry.retryable),
+        (RetryClass::RateLimited, true)
     );
     let until = retry
         .retry_after_until
@@ -127,8 +127,8 @@ async fn permanent_failures_are_not_retried() {
     let run = server.wait_run_end(&receipt.run_id).await;
     let retry = run.retry.unwrap();
     assert_eq!(
-        (retry.retry_class.as_str(), retry.retryable),
-        ("auth_failed", false)
+        (retry.retry_class.clone(), retry.retryable),
+        (RetryClass::AuthFailed, false)
     );
     assert_eq!(run.tier1_attempts, 1);
     assert_eq!(fake.seen().len(), 1);
@@ -149,8 +149,8 @@ async fn a_stream_cut_after_the_first_delta_is_never_retried_in_run() {
     assert_eq!(run.status, RunStatus::Failed);
     let retry = run.retry.unwrap();
     assert_eq!(
-        (retry.retry_class.as_str(), retry.retryable),
-        ("stream_interrupted", true)
+        (retry.retry_class.clone(), retry.retryable),
+        (RetryClass::StreamInterrupted, true)
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(fake.seen().len(), 1, "one request");

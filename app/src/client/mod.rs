@@ -1,9 +1,9 @@
 //! The browser's side of the API: JSON over fetch (with an optional AbortSignal) and the
 //! session event stream. On the server these are inert: components call them only from
 //! effects and event handlers, which run in the browser.
-use crate::wire::ApiError;
 #[cfg(not(feature = "hydrate"))]
 use crate::wire::Event;
+use crate::wire::{ApiError, ErrorCode};
 #[cfg(not(feature = "hydrate"))]
 use serde::de::DeserializeOwned;
 
@@ -27,7 +27,7 @@ pub fn fetch_json<'a, T: serde::de::DeserializeOwned + 'a>(
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientError {
     pub status: u16,
-    pub code: String,
+    pub code: ErrorCode,
     pub message: String,
 }
 
@@ -35,7 +35,7 @@ impl ClientError {
     pub fn network(message: impl Into<String>) -> Self {
         ClientError {
             status: 0,
-            code: "network".into(),
+            code: ErrorCode::Network,
             message: message.into(),
         }
     }
@@ -50,7 +50,7 @@ impl ClientError {
             },
             Err(_) => ClientError {
                 status,
-                code: "http".into(),
+                code: ErrorCode::Http,
                 message: format!("the server answered {status}"),
             },
         }
@@ -58,9 +58,11 @@ impl ClientError {
 
     /// What to tell the operator.
     pub fn explain(&self) -> String {
-        match self.code.as_str() {
-            "unauthorized" => "Not signed in: open the URL that `mulligan serve` printed.".into(),
-            "network" => format!("Cannot reach the Mulligan server ({}).", self.message),
+        match self.code {
+            ErrorCode::Unauthorized => {
+                "Not signed in: open the URL that `mulligan serve` printed.".into()
+            }
+            ErrorCode::Network => format!("Cannot reach the Mulligan server ({}).", self.message),
             _ => self.message.clone(),
         }
     }

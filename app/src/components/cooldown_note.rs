@@ -3,16 +3,20 @@
 //! cooldown gives, and how to end it (`DELETE /providers/cooldowns`).
 use super::chat::Chat;
 use crate::client::{api, fetch_json};
-use crate::wire::{ClearCooldown, Cooldown, ProvidersResponse, RunStatus};
+use crate::wire::{ClearCooldown, Cooldown, ProvidersResponse, RetryClass, RunStatus};
 use leptos::prelude::*;
 
 /// The classes of the answers that start a cooldown (and of the runs it fails).
-const COOLDOWN_CLASSES: [&str; 3] = ["rate_limited", "overloaded", "quota_exhausted"];
+const COOLDOWN_CLASSES: [RetryClass; 3] = [
+    RetryClass::RateLimited,
+    RetryClass::Overloaded,
+    RetryClass::QuotaExhausted,
+];
 
 /// Whether `c` is the cooldown behind a failure of `class` (with its `retry_after_until`) of a
 /// session on `model`: the same reason, and the same deadline or the same model.
-pub fn behind(c: &Cooldown, class: &str, until: Option<i64>, model: &str) -> bool {
-    c.reason == class && (until == Some(c.until) || c.key.contains(&format!(" model={model} ")))
+pub fn behind(c: &Cooldown, class: &RetryClass, until: Option<i64>, model: &str) -> bool {
+    c.reason == *class && (until == Some(c.until) || c.key.contains(&format!(" model={model} ")))
 }
 
 /// Follows the open session's failed turn; holds the cooldown behind it, if any.
@@ -26,7 +30,7 @@ pub fn watch(chat: Chat) -> RwSignal<Option<Cooldown>> {
                 .filter(|r| r.status == RunStatus::Failed)
                 .and_then(|r| r.retry.clone())
         })?;
-        if !COOLDOWN_CLASSES.contains(&retry.retry_class.as_str()) {
+        if !COOLDOWN_CLASSES.contains(&retry.retry_class) {
             return None;
         }
         let model = chat.session.with(|s| s.as_ref().map(|s| s.model.clone()))?;
@@ -80,11 +84,12 @@ mod tests {
         let c = Cooldown {
             key: "openai https://x/v1 model=gpt-x key=sha256:ab12cd34ef56".into(),
             until: 9_000,
-            reason: "rate_limited".into(),
+            reason: RetryClass::RateLimited,
         };
-        assert!(behind(&c, "rate_limited", Some(9_000), "other"));
-        assert!(behind(&c, "rate_limited", None, "gpt-x"));
-        assert!(!behind(&c, "quota_exhausted", Some(9_000), "gpt-x"));
-        assert!(!behind(&c, "rate_limited", Some(8_000), "gpt"));
+        let (rate, quota) = (&RetryClass::RateLimited, &RetryClass::QuotaExhausted);
+        assert!(behind(&c, rate, Some(9_000), "other"));
+        assert!(behind(&c, rate, None, "gpt-x"));
+        assert!(!behind(&c, quota, Some(9_000), "gpt-x"));
+        assert!(!behind(&c, rate, Some(8_000), "gpt"));
     }
 }

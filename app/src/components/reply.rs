@@ -3,7 +3,8 @@
 use super::chat::Chat;
 use crate::client::{api, fetch_json};
 use crate::wire::{
-    Message, MessageStatus, Part, Receipt, Regenerate, Role, Run, RunKind, RunStatus,
+    ErrorCode, Message, MessageStatus, Part, Receipt, Regenerate, RetryClass, Role, Run, RunKind,
+    RunStatus,
 };
 use leptos::prelude::*;
 
@@ -171,7 +172,7 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
             .ok();
             match fetch_json::<Receipt>("POST", &url, body).await {
                 Ok(_) => {}
-                Err(e) if e.code == "regenerate.stale" => {
+                Err(e) if e.code == ErrorCode::RegenerateStale => {
                     chat.notice.set(Some(
                         "Already retried in another tab — following the new run.".into(),
                     ));
@@ -198,7 +199,7 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
                     m.retry
                         .as_ref()
                         .map(|r| r.retry_class.clone())
-                        .unwrap_or_else(|| "unknown".into()),
+                        .unwrap_or_else(|| RetryClass::Other("unknown".into())),
                     m.retry.as_ref().is_some_and(|r| r.retryable),
                     m.error_message.clone().unwrap_or_default(),
                 )

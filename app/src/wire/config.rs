@@ -1,5 +1,5 @@
 //! What the browser is told of the server (`/config`) and the provider cooldowns (`/providers`).
-use super::Millis;
+use super::{Millis, RetryClass};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -23,7 +23,7 @@ pub struct Cooldown {
     pub until: Millis,
     /// The class of the answer that advised the wait: `rate_limited`, `overloaded` or
     /// `quota_exhausted`.
-    pub reason: String,
+    pub reason: RetryClass,
 }
 
 /// `GET /providers` (and `DELETE /providers/cooldowns`) answers this.

@@ -1,10 +1,40 @@
-//! The contract's error shape and the request limits.
+//! The contract's error shape and codes, and the request limits.
+use super::text::words;
 use serde::{Deserialize, Serialize};
+
+words! {
+    /// The contract's `error.code` (CONTRACT §2): the kinds of error and the typed refusals.
+    /// Open: a code this build does not know (a newer server) decodes to `Other` with its
+    /// word, so the refusal still reaches the operator with its message.
+    open enum ErrorCode {
+        Unauthorized = "unauthorized",
+        Forbidden = "forbidden",
+        NotFound = "not_found",
+        InvalidRequest = "invalid_request",
+        PayloadTooLarge = "payload_too_large",
+        Conflict = "conflict",
+        Internal = "internal",
+        /// Retry-now while a run of the session is active.
+        RetryBusy = "retry.busy",
+        /// Retry-now with no failed last turn to retry.
+        RetryNothingFailed = "retry.nothing_failed",
+        /// Retry-now on a turn that was stopped.
+        RetryStopped = "retry.stopped",
+        /// Regenerate whose `if_last_run` is no longer the anchor's latest failed run.
+        RegenerateStale = "regenerate.stale",
+        /// An agent token acting on a session outside its own family.
+        SubsessionsNotFamily = "subsessions.not_family",
+        /// Client side only, never sent: the request got no answer.
+        Network = "network",
+        /// Client side only, never sent: an answer without the contract's error body.
+        Http = "http",
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
-    pub code: String,
+    pub code: ErrorCode,
     pub message: String,
 }
 

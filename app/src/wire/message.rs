@@ -1,23 +1,28 @@
 //! Messages: operator prompts and agent replies, and the bodies that post or regenerate them.
+use super::text::words;
 use super::{Millis, Part, Provenance, RetryClassification};
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Operator,
-    Agent,
+words! {
+    #[derive(Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    closed enum Role {
+        Operator = "operator",
+        Agent = "agent",
+    }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum MessageStatus {
-    Streaming,
-    Complete,
-    Failed,
-    Cancelled,
+words! {
+    #[derive(Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    closed enum MessageStatus {
+        Streaming = "streaming",
+        Complete = "complete",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

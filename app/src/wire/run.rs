@@ -1,16 +1,19 @@
 //! Runs: one execution of a turn, its Tier 1 attempts, its classification and provenance.
+use super::text::words;
 use super::Millis;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Queued,
-    Running,
-    Completed,
-    Failed,
-    Cancelled,
+words! {
+    #[derive(Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    closed enum RunStatus {
+        Queued = "queued",
+        Running = "running",
+        Completed = "completed",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
 }
 
 impl RunStatus {
@@ -19,14 +22,72 @@ impl RunStatus {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum RunKind {
-    Prompt,
-    Regenerate,
-    Resend,
-    Continuation,
+words! {
+    #[derive(Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    closed enum RunKind {
+        Prompt = "prompt",
+        Regenerate = "regenerate",
+        Resend = "resend",
+        Continuation = "continuation",
+    }
+}
+
+words! {
+    /// Why a run failed (CONTRACT §2 `retry_class`). Open: a class this build does not know
+    /// (an old row, a newer server) decodes to `Other` with its word, is not retryable, and
+    /// encodes back to the same word.
+    open enum RetryClass {
+        RateLimited = "rate_limited",
+        Overloaded = "overloaded",
+        ServerError = "server_error",
+        Network = "network",
+        StreamInterrupted = "stream_interrupted",
+        /// The server stopped mid-run.
+        Interrupted = "interrupted",
+        /// The provider did not answer in time.
+        Timeout = "timeout",
+        /// Mulligan itself failed the run.
+        Internal = "internal",
+        ContextOverflow = "context_overflow",
+        AuthFailed = "auth_failed",
+        CredentialsUnresolved = "credentials_unresolved",
+        SpendLimitExceeded = "spend_limit_exceeded",
+        QuotaExhausted = "quota_exhausted",
+        InvalidRequest = "invalid_request",
+        MaxSteps = "max_steps",
+        ReplyTooLarge = "reply_too_large",
+    }
+}
+
+impl RetryClass {
+    /// Whether a failure of this class may be retried (Tier 2 arms only on these); an
+    /// unknown class is not.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            RetryClass::RateLimited
+                | RetryClass::Overloaded
+                | RetryClass::ServerError
+                | RetryClass::Network
+                | RetryClass::StreamInterrupted
+                | RetryClass::Interrupted
+                | RetryClass::Timeout
+                | RetryClass::Internal
+        )
+    }
+}
+
+words! {
+    /// Why a run exists when it is not the operator's own prompt (`Provenance.kind`). Open:
+    /// an unknown kind decodes to `Other` with its word and encodes back to it.
+    open enum ProvenanceKind {
+        Operator = "operator",
+        Regenerate = "regenerate",
+        /// A retry-now or background retry: a resend or a continuation of a failed turn.
+        AutoResume = "auto_resume",
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -108,7 +169,7 @@ pub struct RunSummary {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RetryClassification {
     pub retryable: bool,
-    pub retry_class: String,
+    pub retry_class: RetryClass,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub retry_after_until: Option<Millis>,
@@ -117,7 +178,7 @@ pub struct RetryClassification {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Provenance {
-    pub kind: String,
+    pub kind: ProvenanceKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

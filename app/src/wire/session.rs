@@ -1,41 +1,28 @@
 //! Sessions: what `GET`/`POST`/`PATCH /sessions…` carry, with their retry settings.
-use super::{Message, Millis, Run, RunSummary};
+use super::text::words;
+use super::{Message, Millis, RetryClass, Run, RunSummary};
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum SessionStatus {
-    #[default]
-    Idle,
-    Running,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum AutoRetry {
-    #[default]
-    Browser,
-    Background,
-    Off,
-}
-
-impl AutoRetry {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AutoRetry::Browser => "browser",
-            AutoRetry::Background => "background",
-            AutoRetry::Off => "off",
-        }
+words! {
+    #[derive(Serialize, Deserialize, Default)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    closed enum SessionStatus {
+        #[default]
+        Idle = "idle",
+        Running = "running",
     }
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "browser" => Some(AutoRetry::Browser),
-            "background" => Some(AutoRetry::Background),
-            "off" => Some(AutoRetry::Off),
-            _ => None,
-        }
+}
+
+words! {
+    #[derive(Serialize, Deserialize, Default)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    closed enum AutoRetry {
+        #[default]
+        Browser = "browser",
+        Background = "background",
+        Off = "off",
     }
 }
 
@@ -45,7 +32,8 @@ pub struct WaitingRetry {
     pub attempt: u32,
     #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub fires_at: Millis,
-    pub reason: String,
+    /// The class of the failure it retries.
+    pub reason: RetryClass,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -40,7 +40,7 @@ pub async fn run(opts: &Opts, server: &Server, fake: &Fake, t: &mut Table) -> R<
 pub struct B4 {
     /// Provider requests from the post to the end of the wait.
     pub requests: u64,
-    pub retry_class: String,
+    pub retry_class: app::wire::RetryClass,
     /// `retry_after_until` − now, in seconds, when the run failed.
     pub until_in_s: i64,
 }

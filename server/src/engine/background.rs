@@ -8,7 +8,7 @@ use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
 use crate::retry::background;
-use app::wire::{AutoRetry, Event, Run, Session};
+use app::wire::{AutoRetry, Event, ProvenanceKind, Run, Session};
 use std::time::Duration;
 
 /// How often each instance looks for due waiting retries.
@@ -27,7 +27,7 @@ impl Engine {
         let fired_by_background = run
             .provenance
             .as_ref()
-            .is_some_and(|p| p.kind == "auto_resume" && p.manual == Some(false));
+            .is_some_and(|p| p.kind == ProvenanceKind::AutoResume && p.manual == Some(false));
         let attempt = if fired_by_background {
             rec.retry_attempt + 1
         } else {

@@ -6,7 +6,9 @@ use super::{validate_content, Engine};
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
 use crate::store::NewRun;
-use app::wire::{Event, Provenance, Receipt, RetryReceipt, Role, RunKind, RunStatus};
+use app::wire::{
+    ErrorCode, Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunKind, RunStatus,
+};
 
 impl Engine {
     /// Queues a run and starts it if the session is free. Call under the session's lock.
@@ -134,7 +136,7 @@ impl Engine {
                     .map(|r| format!("{} ({:?})", r.id, r.status))
                     .unwrap_or_else(|| "none".into());
                 return Err(Error::refused(
-                    "regenerate.stale",
+                    ErrorCode::RegenerateStale,
                     format!("run {expected} is no longer this prompt's latest ended run (latest: {now}); someone already retried it"),
                 ));
             }
@@ -154,7 +156,7 @@ impl Engine {
             kind: RunKind::Regenerate,
             attempt,
             provenance: Some(Provenance {
-                kind: "regenerate".into(),
+                kind: ProvenanceKind::Regenerate,
                 prompt_id: Some(mid.to_string()),
                 attempt: Some(attempt),
                 manual: manual.then_some(true),
@@ -212,7 +214,7 @@ impl Engine {
         let store = self.store();
         if store.has_active_run(session_id).await? {
             return Err(Error::refused(
-                "retry.busy",
+                ErrorCode::RetryBusy,
                 "a run is running or queued in this session: wait for it or cancel it",
             ));
         }
@@ -220,13 +222,13 @@ impl Engine {
             Some(r) if r.status == RunStatus::Failed => r,
             Some(r) => {
                 return Err(Error::refused(
-                    "retry.nothing_failed",
+                    ErrorCode::RetryNothingFailed,
                     format!("the last turn did not fail (it is {:?})", r.status).to_lowercase(),
                 ))
             }
             None => {
                 return Err(Error::refused(
-                    "retry.nothing_failed",
+                    ErrorCode::RetryNothingFailed,
                     "this session has no turn to retry",
                 ))
             }
@@ -234,14 +236,14 @@ impl Engine {
         let anchor = store.message(&failed.anchor_message_id).await?;
         // The prompt this turn answers: a continuation's origin, else its anchor.
         let prompt_id = match &anchor.provenance {
-            Some(p) if p.kind == "auto_resume" => {
+            Some(p) if p.kind == ProvenanceKind::AutoResume => {
                 p.prompt_id.clone().unwrap_or_else(|| anchor.id.clone())
             }
             _ => anchor.id.clone(),
         };
         let n = store.resumes_of(&prompt_id).await? + 1;
         let provenance = Provenance {
-            kind: "auto_resume".into(),
+            kind: ProvenanceKind::AutoResume,
             prompt_id: Some(prompt_id.clone()),
             attempt: Some(n),
             manual: Some(manual),
@@ -256,7 +258,7 @@ impl Engine {
         let why = failed
             .retry
             .as_ref()
-            .map(|c| c.retry_class.replace('_', " "))
+            .map(|c| c.retry_class.as_str().replace('_', " "))
             .unwrap_or_else(|| "an error".into());
         let continuation = format!(
             "Your previous turn was cut off by {why}{}. Check what already finished before going on, then continue from where you stopped.",

@@ -19,7 +19,7 @@ use crate::events::EventHub;
 use crate::llm::Provider;
 use crate::retry::classify;
 use crate::store::{Outcome, SessionLock, Store};
-use app::wire::{Event, Message, Run, RunStatus, MAX_CONTENT_CHARS};
+use app::wire::{Event, Message, RetryClass, Run, RunStatus, MAX_CONTENT_CHARS};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -470,7 +470,7 @@ impl Engine {
             status: RunStatus::Failed,
             content: partial,
             error_message: Some(why.into()),
-            retry: Some(classify::of(classify::class::INTERRUPTED, None)),
+            retry: Some(classify::of(RetryClass::Interrupted, None)),
             tokens_used: 0,
         };
         tracing::warn!(run = %run.id, "marking a run interrupted by a server stop");

@@ -9,7 +9,7 @@ use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem, ToolSpec};
 use crate::retry::{classify, tier1};
 use crate::store::Outcome;
 use crate::wake::WhenWoken;
-use app::wire::{AttemptEvent, Delta, Event, Message, Role, Run, RunStatus};
+use app::wire::{AttemptEvent, Delta, Event, Message, RetryClass, Role, Run, RunStatus};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use std::panic::AssertUnwindSafe;
@@ -26,7 +26,7 @@ enum End {
     /// Failed before or without the provider (spend limit, the server itself), or ended by
     /// one of Mulligan's own limits (a reply too large).
     Refused {
-        class: &'static str,
+        class: RetryClass,
         message: String,
     },
 }
@@ -56,7 +56,7 @@ pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Ac
                     "Mulligan failed this run internally ({}); retrying it is safe",
                     limits::truncate(&what, 200)
                 )),
-                Some(classify::of(classify::class::INTERNAL, None)),
+                Some(classify::of(RetryClass::Internal, None)),
                 0,
             )
         }
@@ -131,11 +131,11 @@ async fn outcome_of(engine: &Engine, run: &Run, reply: &Message, active: &Active
             RunStatus::Failed,
             content,
             Some("the server stopped while this reply was being written".into()),
-            Some(classify::of(classify::class::INTERRUPTED, None)),
+            Some(classify::of(RetryClass::Interrupted, None)),
             tokens,
         ),
         End::Refused { class, message } => {
-            tracing::info!(run = %run.id, class, "run refused: {message}");
+            tracing::info!(run = %run.id, class = class.as_str(), "run refused: {message}");
             // The first attempt was recorded as the run started; it ends here, unsent.
             if !opened {
                 if let Err(e) = engine
@@ -200,7 +200,7 @@ async fn stream_reply(
         Ok(t) => t,
         Err(e) => {
             return End::Refused {
-                class: classify::class::SERVER_ERROR,
+                class: RetryClass::ServerError,
                 message: limits::error_text(&e.to_string()),
             }
         }
@@ -226,7 +226,7 @@ async fn stream_reply(
             let spent = turn.spent.saturating_add(*tally.tokens);
             if spent >= limit {
                 return End::Refused {
-                    class: classify::class::SPEND_LIMIT_EXCEEDED,
+                    class: RetryClass::SpendLimitExceeded,
                     message: format!(
                         "this session has used {spent} tokens of its {limit}-token budget: raise MULLIGAN_SPEND_LIMIT_TOKENS or start a new session"
                     ),
@@ -263,7 +263,7 @@ async fn stream_reply(
             step::Executed::Cancelled => return End::Cancelled,
             step::Executed::Unrecorded(message) => {
                 return End::Refused {
-                    class: classify::class::SERVER_ERROR,
+                    class: RetryClass::ServerError,
                     message,
                 }
             }
@@ -273,7 +273,7 @@ async fn stream_reply(
         }
     }
     End::Refused {
-        class: classify::class::MAX_STEPS,
+        class: RetryClass::MaxSteps,
         message: format!(
             "the turn reached its limit of {max_steps} model steps (MULLIGAN_MAX_STEPS) with the model still asking for tools"
         ),
@@ -347,7 +347,7 @@ async fn relay_step(
                     let mut live = active.live();
                     if live.text.len().saturating_add(text.len()) > max_reply {
                         return Step::Ended(End::Refused {
-                            class: classify::class::REPLY_TOO_LARGE,
+                            class: RetryClass::ReplyTooLarge,
                             message: format!(
                                 "the reply passed its limit of {max_reply} bytes (MULLIGAN_MAX_REPLY_BYTES); the text so far is kept"
                             ),
@@ -436,7 +436,7 @@ async fn open(
             Err(e) => e,
         };
         let overflow =
-            classify::classify(&err, false, 0).retry_class == classify::class::CONTEXT_OVERFLOW;
+            classify::classify(&err, false, 0).retry_class == RetryClass::ContextOverflow;
         let smaller = if overflow && !compacted {
             compact::compact(&request.messages, cfg.context_tokens)
         } else {

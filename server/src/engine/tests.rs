@@ -4,7 +4,7 @@ use super::{Engine, EngineConfig};
 use crate::events::EventHub;
 use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
 use crate::store::Store;
-use app::wire::{AutoRetry, Run, RunStatus};
+use app::wire::{AutoRetry, RetryClass, Run, RunStatus};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -101,8 +101,8 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
     assert_eq!(run.status, RunStatus::Failed);
     let class = run.retry.clone().expect("classified");
     assert_eq!(
-        (class.retry_class.as_str(), class.retryable),
-        ("internal", true)
+        (class.retry_class, class.retryable),
+        (RetryClass::Internal, true)
     );
     assert!(run
         .error_message
@@ -123,7 +123,10 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
         RunStatus::Failed,
         "the second call panics mid-stream"
     );
-    assert_eq!(run.retry.expect("classified").retry_class, "internal");
+    assert_eq!(
+        run.retry.expect("classified").retry_class,
+        RetryClass::Internal
+    );
     let reply = engine
         .store()
         .message(run.reply_message_id.as_deref().unwrap())

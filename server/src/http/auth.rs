@@ -2,6 +2,7 @@
 //! compared in constant time. The token is generated once and kept in the data dir.
 use super::error::respond;
 use super::AppState;
+use app::wire::ErrorCode;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
@@ -164,13 +165,13 @@ pub async fn require_operator(State(state): State<AppState>, req: Request, next:
             if token_matches(t, &state.token) {
                 respond(
                     StatusCode::FORBIDDEN,
-                    "forbidden",
+                    ErrorCode::Forbidden,
                     "a request that changes state with the session cookie must come from this origin (Sec-Fetch-Site: same-origin or a matching Origin)",
                 )
             } else {
                 respond(
                     StatusCode::UNAUTHORIZED,
-                    "unauthorized",
+                    ErrorCode::Unauthorized,
                     "the token is wrong",
                 )
             }
@@ -178,12 +179,12 @@ pub async fn require_operator(State(state): State<AppState>, req: Request, next:
         Some((t, _)) if token_matches(t, &state.token) => next.run(req).await,
         Some(_) => respond(
             StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "the token is wrong",
         ),
         None => respond(
             StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "send Authorization: Bearer <token>, or open the URL `mulligan serve` printed",
         ),
     }

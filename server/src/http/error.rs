@@ -1,13 +1,13 @@
 //! The contract's error shape on the wire, and a JSON body extractor whose every rejection
 //! answers in that shape (400 malformed, 413 too large, 422 wrong types).
 use crate::error::{Error, Kind};
-use app::wire::{ApiError, ErrorBody};
+use app::wire::{ApiError, ErrorBody, ErrorCode};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-pub fn status_of(kind: Kind) -> StatusCode {
+pub fn status_of(kind: &Kind) -> StatusCode {
     match kind {
         Kind::Unauthorized => StatusCode::UNAUTHORIZED,
         Kind::Forbidden => StatusCode::FORBIDDEN,
@@ -20,10 +20,10 @@ pub fn status_of(kind: Kind) -> StatusCode {
 }
 
 /// An error response with an explicit status (e.g. 400 for a malformed body).
-pub fn respond(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+pub fn respond(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
     let body = ApiError {
         error: ErrorBody {
-            code: code.into(),
+            code,
             message: message.into(),
         },
     };
@@ -32,7 +32,7 @@ pub fn respond(status: StatusCode, code: &str, message: impl Into<String>) -> Re
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        respond(status_of(self.kind), self.code(), self.message)
+        respond(status_of(&self.kind), self.code(), self.message)
     }
 }
 
@@ -57,23 +57,25 @@ where
 fn json_rejection(r: JsonRejection) -> Response {
     let reason = r.body_text();
     match r {
-        JsonRejection::JsonDataError(_) => {
-            respond(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", reason)
-        }
+        JsonRejection::JsonDataError(_) => respond(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::InvalidRequest,
+            reason,
+        ),
         JsonRejection::MissingJsonContentType(_) => respond(
             StatusCode::BAD_REQUEST,
-            "invalid_request",
+            ErrorCode::InvalidRequest,
             "send the body as JSON with Content-Type: application/json",
         ),
         _ if r.status() == StatusCode::PAYLOAD_TOO_LARGE => respond(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
+            ErrorCode::PayloadTooLarge,
             format!(
                 "request bodies are limited to {} bytes",
                 app::wire::MAX_BODY_BYTES
             ),
         ),
-        _ => respond(StatusCode::BAD_REQUEST, "invalid_request", reason),
+        _ => respond(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, reason),
     }
 }
 
@@ -91,7 +93,7 @@ where
             Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 return Err(respond(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
+                    ErrorCode::PayloadTooLarge,
                     format!(
                         "request bodies are limited to {} bytes",
                         app::wire::MAX_BODY_BYTES
@@ -101,7 +103,7 @@ where
             Err(r) => {
                 return Err(respond(
                     StatusCode::BAD_REQUEST,
-                    "invalid_request",
+                    ErrorCode::InvalidRequest,
                     r.body_text(),
                 ))
             }

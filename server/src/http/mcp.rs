@@ -24,7 +24,7 @@ use super::error::respond;
 use super::{hex_sha256, AppState};
 use crate::engine::Engine;
 use crate::error::{Error, Kind, Result};
-use app::wire::SessionList;
+use app::wire::{ErrorCode, SessionList};
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
@@ -63,7 +63,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     let Some(token) = token else {
         return respond(
             StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "send Authorization: Bearer <token>: the operator's, or a session's agent token",
         );
     };
@@ -75,7 +75,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             Ok(None) => {
                 return respond(
                     StatusCode::UNAUTHORIZED,
-                    "unauthorized",
+                    ErrorCode::Unauthorized,
                     "the token is wrong",
                 )
             }
@@ -107,7 +107,7 @@ async fn authorize(engine: &Engine, caller: &Caller, session: &str) -> Result<Op
             Ok(Some(me.clone()))
         }
         Caller::Agent(me) => Err(Error::refused(
-            "subsessions.not_family",
+            ErrorCode::SubsessionsNotFamily,
             format!("session {session:?} is not a descendant of {me:?}: an agent token acts only on its own session's sub-sessions"),
         )),
     }
@@ -359,11 +359,11 @@ mod tests {
             assert_eq!(t.input_schema["type"], "object", "{}", t.name);
             assert_eq!(t.output_schema.as_ref().unwrap()["type"], "object");
         }
-        let refused = refusal(&Error::refused("retry.busy", "wait"));
+        let refused = refusal(&Error::refused(ErrorCode::RetryBusy, "wait"));
         assert_eq!(refused.is_error, Some(true));
         assert_eq!(
             refused.structured_content,
-            Some(json!({"error": {"code": "retry.busy", "message": "wait"}}))
+            Some(json!({"error": {"code": ErrorCode::RetryBusy.as_str(), "message": "wait"}}))
         );
     }
 }

@@ -15,7 +15,7 @@ pub use sessions::hex_sha256;
 use crate::config::Config;
 use crate::engine::Engine;
 use app::api::{self, Method, Route};
-use app::wire::{ClientConfig, MAX_BODY_BYTES};
+use app::wire::{ClientConfig, ErrorCode, MAX_BODY_BYTES};
 use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::handler::Handler;
 use axum::http::StatusCode;
@@ -80,7 +80,11 @@ pub fn router(state: AppState) -> Router {
             api.route(route.path, handler)
         })
         .fallback(|| async {
-            error::respond(StatusCode::NOT_FOUND, "not_found", "no such API route")
+            error::respond(
+                StatusCode::NOT_FOUND,
+                ErrorCode::NotFound,
+                "no such API route",
+            )
         })
         .layer(middleware::from_fn_with_state(
             state.clone(),

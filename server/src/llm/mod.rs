@@ -8,6 +8,7 @@ pub mod tool_calls;
 
 pub use limits::Limits;
 
+use app::wire::RetryClass;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use std::time::Duration;
@@ -129,7 +130,7 @@ pub enum ProviderError {
     NoCredentials,
     /// Not sent: a provider-wide cooldown holds this provider, endpoint, key and model until
     /// `until` (epoch ms); `class` is the class of the answer that advised the wait.
-    CoolingDown { class: String, until: i64 },
+    CoolingDown { class: RetryClass, until: i64 },
 }
 
 /// A provider's advised wait.

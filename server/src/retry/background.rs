@@ -28,6 +28,7 @@ pub fn schedule(
 mod tests {
     use super::*;
     use crate::retry::classify;
+    use app::wire::RetryClass;
 
     const POLICY: Policy = Policy {
         base_ms: 2_000,
@@ -36,7 +37,7 @@ mod tests {
 
     #[test]
     fn countdown_doubles_from_the_base_up_to_the_cap() {
-        let c = classify::of(classify::class::OVERLOADED, None);
+        let c = classify::of(RetryClass::Overloaded, None);
         let at = |n| schedule(POLICY, n, Some(&c), 1_000).unwrap().fires_at - 1_000;
         assert_eq!(
             [at(1), at(2), at(3), at(8), at(9), at(40)],
@@ -46,11 +47,11 @@ mod tests {
 
     #[test]
     fn a_later_retry_after_wins_an_earlier_one_does_not() {
-        let later = classify::of(classify::class::RATE_LIMITED, Some(1_000 + 3_000_000));
+        let later = classify::of(RetryClass::RateLimited, Some(1_000 + 3_000_000));
         let w = schedule(POLICY, 1, Some(&later), 1_000).unwrap();
         assert_eq!(w.fires_at, 3_001_000);
-        assert_eq!(w.reason, "rate_limited");
-        let sooner = classify::of(classify::class::RATE_LIMITED, Some(1_500));
+        assert_eq!(w.reason, RetryClass::RateLimited);
+        let sooner = classify::of(RetryClass::RateLimited, Some(1_500));
         assert_eq!(
             schedule(POLICY, 1, Some(&sooner), 1_000).unwrap().fires_at,
             3_000
@@ -59,7 +60,7 @@ mod tests {
 
     #[test]
     fn what_is_not_retryable_never_waits() {
-        let auth = classify::of(classify::class::AUTH_FAILED, None);
+        let auth = classify::of(RetryClass::AuthFailed, None);
         assert_eq!(schedule(POLICY, 1, Some(&auth), 0), None);
         assert_eq!(schedule(POLICY, 1, None, 0), None);
     }

@@ -1,48 +1,13 @@
 //! The failure classifier: maps every run failure to the contract's
 //! `{retryable, retry_class, retry_after_until?}`. Pure: no clock, no I/O.
 use crate::llm::{ProviderError, RetryAfter};
-use app::wire::RetryClassification;
-
-/// The contract's retry classes.
-pub mod class {
-    pub const RATE_LIMITED: &str = "rate_limited";
-    pub const OVERLOADED: &str = "overloaded";
-    pub const SERVER_ERROR: &str = "server_error";
-    pub const NETWORK: &str = "network";
-    pub const STREAM_INTERRUPTED: &str = "stream_interrupted";
-    pub const INTERRUPTED: &str = "interrupted";
-    pub const TIMEOUT: &str = "timeout";
-    pub const INTERNAL: &str = "internal";
-    pub const CONTEXT_OVERFLOW: &str = "context_overflow";
-    pub const AUTH_FAILED: &str = "auth_failed";
-    pub const CREDENTIALS_UNRESOLVED: &str = "credentials_unresolved";
-    pub const SPEND_LIMIT_EXCEEDED: &str = "spend_limit_exceeded";
-    pub const QUOTA_EXHAUSTED: &str = "quota_exhausted";
-    pub const INVALID_REQUEST: &str = "invalid_request";
-    pub const MAX_STEPS: &str = "max_steps";
-    pub const REPLY_TOO_LARGE: &str = "reply_too_large";
-
-    /// Whether a class may be retried (Tier 2 arms only on these).
-    pub fn retryable(class: &str) -> bool {
-        matches!(
-            class,
-            RATE_LIMITED
-                | OVERLOADED
-                | SERVER_ERROR
-                | NETWORK
-                | STREAM_INTERRUPTED
-                | INTERRUPTED
-                | TIMEOUT
-                | INTERNAL
-        )
-    }
-}
+use app::wire::{RetryClass, RetryClassification};
 
 /// A classification of `class`, with its retryability from the contract.
-pub fn of(class: &str, retry_after_until: Option<i64>) -> RetryClassification {
+pub fn of(class: RetryClass, retry_after_until: Option<i64>) -> RetryClassification {
     RetryClassification {
-        retryable: class::retryable(class),
-        retry_class: class.to_string(),
+        retryable: class.is_retryable(),
+        retry_class: class,
         retry_after_until,
     }
 }
@@ -58,18 +23,18 @@ pub fn until(advice: RetryAfter, now_ms: i64) -> i64 {
 
 /// Classifies a provider failure. `after_first_delta`: the reply had started streaming.
 pub fn classify(err: &ProviderError, after_first_delta: bool, now_ms: i64) -> RetryClassification {
-    let name: &str = match err {
+    let name = match err {
         // A run a cooldown stopped fails as the answer that started the cooldown did.
-        ProviderError::CoolingDown { class, .. } => class,
-        ProviderError::NoCredentials => class::CREDENTIALS_UNRESOLVED,
-        ProviderError::Transport { .. } if after_first_delta => class::STREAM_INTERRUPTED,
-        ProviderError::Transport { .. } => class::NETWORK,
+        ProviderError::CoolingDown { class, .. } => class.clone(),
+        ProviderError::NoCredentials => RetryClass::CredentialsUnresolved,
+        ProviderError::Transport { .. } if after_first_delta => RetryClass::StreamInterrupted,
+        ProviderError::Transport { .. } => RetryClass::Network,
         ProviderError::StreamCut { .. } | ProviderError::Stalled { .. } => {
-            class::STREAM_INTERRUPTED
+            RetryClass::StreamInterrupted
         }
-        ProviderError::Timeout { .. } => class::TIMEOUT,
+        ProviderError::Timeout { .. } => RetryClass::Timeout,
         // A provider that breaks the protocol is failing on its side; another try may not.
-        ProviderError::Protocol { .. } => class::SERVER_ERROR,
+        ProviderError::Protocol { .. } => RetryClass::ServerError,
         ProviderError::Status {
             status,
             error_type,
@@ -87,7 +52,7 @@ pub fn classify(err: &ProviderError, after_first_delta: bool, now_ms: i64) -> Re
         ProviderError::Status {
             retry_after: Some(a),
             ..
-        } if class::retryable(name) => Some(until(*a, now_ms)),
+        } if name.is_retryable() => Some(until(*a, now_ms)),
         // With its deadline, also for `quota_exhausted` (which stays not retryable).
         ProviderError::CoolingDown { until, .. } => Some(*until),
         _ => None,
@@ -95,39 +60,39 @@ pub fn classify(err: &ProviderError, after_first_delta: bool, now_ms: i64) -> Re
     of(name, wait)
 }
 
-fn status_class(status: u16, kind: &str, code: &str, message: &str) -> &'static str {
+fn status_class(status: u16, kind: &str, code: &str, message: &str) -> RetryClass {
     let lower = message.to_ascii_lowercase();
     let any = |needles: &[&str]| needles.iter().any(|n| kind.contains(n) || code.contains(n));
     if any(&["context_length_exceeded", "context_window_exceeded"])
         || lower.contains("prompt is too long")
         || lower.contains("maximum context length")
     {
-        return class::CONTEXT_OVERFLOW;
+        return RetryClass::ContextOverflow;
     }
     if any(&["insufficient_quota", "billing", "quota_exceeded"]) || lower.contains("credit balance")
     {
-        return class::QUOTA_EXHAUSTED;
+        return RetryClass::QuotaExhausted;
     }
     if any(&["overloaded"]) {
-        return class::OVERLOADED;
+        return RetryClass::Overloaded;
     }
     if any(&[
         "authentication_error",
         "permission_error",
         "invalid_api_key",
     ]) {
-        return class::AUTH_FAILED;
+        return RetryClass::AuthFailed;
     }
     match status {
-        401 | 403 => class::AUTH_FAILED,
-        429 => class::RATE_LIMITED,
-        503 | 529 => class::OVERLOADED,
-        500..=599 => class::SERVER_ERROR,
-        400..=499 => class::INVALID_REQUEST,
+        401 | 403 => RetryClass::AuthFailed,
+        429 => RetryClass::RateLimited,
+        503 | 529 => RetryClass::Overloaded,
+        500..=599 => RetryClass::ServerError,
+        400..=499 => RetryClass::InvalidRequest,
         // An error event on an open stream, without a status.
-        _ if any(&["rate_limit"]) => class::RATE_LIMITED,
-        _ if any(&["invalid_request"]) => class::INVALID_REQUEST,
-        _ => class::SERVER_ERROR,
+        _ if any(&["rate_limit"]) => RetryClass::RateLimited,
+        _ if any(&["invalid_request"]) => RetryClass::InvalidRequest,
+        _ => RetryClass::ServerError,
     }
 }
 
@@ -149,36 +114,61 @@ mod tests {
 
     #[test]
     fn the_table() {
-        let cases: Vec<(ProviderError, bool, &str, bool)> = vec![
+        let cases: Vec<(ProviderError, bool, RetryClass, bool)> = vec![
             (
                 status(429, "rate_limit_error", "slow down"),
                 false,
-                "rate_limited",
+                RetryClass::RateLimited,
                 true,
             ),
             (
                 status(429, "insufficient_quota", "You exceeded your current quota"),
                 false,
-                "quota_exhausted",
+                RetryClass::QuotaExhausted,
                 false,
             ),
-            (status(503, "", "unavailable"), false, "overloaded", true),
+            (
+                status(503, "", "unavailable"),
+                false,
+                RetryClass::Overloaded,
+                true,
+            ),
             (
                 status(529, "overloaded_error", "Overloaded"),
                 false,
-                "overloaded",
+                RetryClass::Overloaded,
                 true,
             ),
             (
                 status(0, "overloaded_error", "Overloaded"),
                 false,
-                "overloaded",
+                RetryClass::Overloaded,
                 true,
             ),
-            (status(500, "", "boom"), false, "server_error", true),
-            (status(502, "", "bad gateway"), false, "server_error", true),
-            (status(401, "", "bad key"), false, "auth_failed", false),
-            (status(403, "", "forbidden"), false, "auth_failed", false),
+            (
+                status(500, "", "boom"),
+                false,
+                RetryClass::ServerError,
+                true,
+            ),
+            (
+                status(502, "", "bad gateway"),
+                false,
+                RetryClass::ServerError,
+                true,
+            ),
+            (
+                status(401, "", "bad key"),
+                false,
+                RetryClass::AuthFailed,
+                false,
+            ),
+            (
+                status(403, "", "forbidden"),
+                false,
+                RetryClass::AuthFailed,
+                false,
+            ),
             (
                 status(
                     400,
@@ -186,13 +176,13 @@ mod tests {
                     "prompt is too long: 210000 tokens",
                 ),
                 false,
-                "context_overflow",
+                RetryClass::ContextOverflow,
                 false,
             ),
             (
                 status(400, "invalid_request_error", "unknown field"),
                 false,
-                "invalid_request",
+                RetryClass::InvalidRequest,
                 false,
             ),
             (
@@ -200,7 +190,7 @@ mod tests {
                     message: "connection refused".into(),
                 },
                 false,
-                "network",
+                RetryClass::Network,
                 true,
             ),
             (
@@ -208,7 +198,7 @@ mod tests {
                     message: "reset".into(),
                 },
                 true,
-                "stream_interrupted",
+                RetryClass::StreamInterrupted,
                 true,
             ),
             (
@@ -216,7 +206,7 @@ mod tests {
                     message: "eof".into(),
                 },
                 true,
-                "stream_interrupted",
+                RetryClass::StreamInterrupted,
                 true,
             ),
             (
@@ -224,13 +214,13 @@ mod tests {
                     idle: Duration::from_secs(60),
                 },
                 true,
-                "stream_interrupted",
+                RetryClass::StreamInterrupted,
                 true,
             ),
             (
                 ProviderError::NoCredentials,
                 false,
-                "credentials_unresolved",
+                RetryClass::CredentialsUnresolved,
                 false,
             ),
             (
@@ -238,7 +228,7 @@ mod tests {
                     message: "no answer".into(),
                 },
                 false,
-                "timeout",
+                RetryClass::Timeout,
                 true,
             ),
             (
@@ -246,17 +236,13 @@ mod tests {
                     message: "a 16 MB line".into(),
                 },
                 false,
-                "server_error",
+                RetryClass::ServerError,
                 true,
             ),
         ];
         for (err, started, want, retryable) in cases {
             let c = classify(&err, started, 0);
-            assert_eq!(
-                (c.retry_class.as_str(), c.retryable),
-                (want, retryable),
-                "{err:?}"
-            );
+            assert_eq!((c.retry_class, c.retryable), (want, retryable), "{err:?}");
         }
     }
 
@@ -270,7 +256,10 @@ mod tests {
             retry_after: None,
             should_retry: None,
         };
-        assert_eq!(classify(&err, false, 0).retry_class, "context_overflow");
+        assert_eq!(
+            classify(&err, false, 0).retry_class,
+            RetryClass::ContextOverflow
+        );
     }
 
     #[test]
@@ -295,19 +284,19 @@ mod tests {
 
     #[test]
     fn a_cooldown_fails_as_the_answer_that_started_it() {
-        let cooled = |class: &str| ProviderError::CoolingDown {
-            class: class.into(),
+        let cooled = |class: RetryClass| ProviderError::CoolingDown {
+            class,
             until: 9_000,
         };
-        let c = classify(&cooled("rate_limited"), false, 1_000);
+        let c = classify(&cooled(RetryClass::RateLimited), false, 1_000);
         assert_eq!(
-            (c.retry_class.as_str(), c.retryable, c.retry_after_until),
-            ("rate_limited", true, Some(9_000))
+            (c.retry_class, c.retryable, c.retry_after_until),
+            (RetryClass::RateLimited, true, Some(9_000))
         );
-        let q = classify(&cooled("quota_exhausted"), false, 1_000);
+        let q = classify(&cooled(RetryClass::QuotaExhausted), false, 1_000);
         assert_eq!(
-            (q.retry_class.as_str(), q.retryable, q.retry_after_until),
-            ("quota_exhausted", false, Some(9_000))
+            (q.retry_class, q.retryable, q.retry_after_until),
+            (RetryClass::QuotaExhausted, false, Some(9_000))
         );
     }
 }

@@ -1,9 +1,9 @@
 //! Provider-wide cooldowns: which provider, endpoint, key (hashed) and model a provider asked
 //! to wait, until when and why (pure), and the [`Table`] they are kept in — the database in
 //! the server, so every instance and the next start see them. Expired entries vanish.
-use super::classify::{self, class};
+use super::classify;
 use crate::llm::ProviderError;
-use app::wire::Cooldown;
+use app::wire::{Cooldown, RetryClass};
 use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -79,14 +79,14 @@ fn credential_hash(api_key: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wait {
     pub until: i64,
-    pub reason: &'static str,
+    pub reason: RetryClass,
 }
 
 impl Wait {
     /// The error a run gets instead of a request while this wait holds.
     pub fn refusal(&self) -> ProviderError {
         ProviderError::CoolingDown {
-            class: self.reason.to_string(),
+            class: self.reason.clone(),
             until: self.until,
         }
     }
@@ -95,7 +95,7 @@ impl Wait {
 /// The cooldown a failed answer asks for: `(until, reason)` when the provider advised a wait
 /// (`Retry-After`, `retry-after-ms`, reset headers) on a `rate_limited` or `overloaded`
 /// answer, or on a `quota_exhausted` one (kept apart: its own reason, never retried in-run).
-pub fn advised(err: &ProviderError, now_ms: i64) -> Option<(i64, &'static str)> {
+pub fn advised(err: &ProviderError, now_ms: i64) -> Option<(i64, RetryClass)> {
     let ProviderError::Status {
         retry_after: Some(advice),
         ..
@@ -103,10 +103,8 @@ pub fn advised(err: &ProviderError, now_ms: i64) -> Option<(i64, &'static str)> 
     else {
         return None;
     };
-    let reason = match classify::classify(err, false, now_ms).retry_class.as_str() {
-        class::RATE_LIMITED => class::RATE_LIMITED,
-        class::OVERLOADED => class::OVERLOADED,
-        class::QUOTA_EXHAUSTED => class::QUOTA_EXHAUSTED,
+    let reason = match classify::classify(err, false, now_ms).retry_class {
+        c @ (RetryClass::RateLimited | RetryClass::Overloaded | RetryClass::QuotaExhausted) => c,
         _ => return None,
     };
     let until = classify::until(*advice, now_ms);
@@ -114,11 +112,10 @@ pub fn advised(err: &ProviderError, now_ms: i64) -> Option<(i64, &'static str)> 
 }
 
 /// A cooldown's reason read back from storage, as one of the classes that start cooldowns.
-pub fn reason_of(stored: &str) -> &'static str {
-    match stored {
-        class::OVERLOADED => class::OVERLOADED,
-        class::QUOTA_EXHAUSTED => class::QUOTA_EXHAUSTED,
-        _ => class::RATE_LIMITED,
+pub fn reason_of(stored: &str) -> RetryClass {
+    match RetryClass::parse(stored) {
+        c @ (RetryClass::Overloaded | RetryClass::QuotaExhausted) => c,
+        _ => RetryClass::RateLimited,
     }
 }
 
@@ -126,7 +123,7 @@ pub fn reason_of(stored: &str) -> &'static str {
 /// restarts) or, for tests of the gate, [`Cooldowns`] in memory. Both follow one rule: the
 /// later deadline wins, and what has ended is gone.
 pub trait Table: Send + Sync {
-    fn note(&self, key: Key, until: i64, reason: &'static str, now: i64) -> BoxFuture<'_, ()>;
+    fn note(&self, key: Key, until: i64, reason: RetryClass, now: i64) -> BoxFuture<'_, ()>;
     fn check<'a>(&'a self, key: &'a Key, now: i64) -> BoxFuture<'a, Option<Wait>>;
     fn list(&self, now: i64) -> BoxFuture<'_, Vec<Cooldown>>;
     fn clear<'a>(&'a self, shown: &'a str, now: i64) -> BoxFuture<'a, Option<Cooldown>>;
@@ -139,7 +136,7 @@ pub struct Cooldowns {
 }
 
 impl Table for Cooldowns {
-    fn note(&self, key: Key, until: i64, reason: &'static str, now: i64) -> BoxFuture<'_, ()> {
+    fn note(&self, key: Key, until: i64, reason: RetryClass, now: i64) -> BoxFuture<'_, ()> {
         self.note_now(key, until, reason, now);
         Box::pin(async {})
     }
@@ -160,13 +157,16 @@ impl Table for Cooldowns {
 impl Cooldowns {
     /// Records that the provider asked `key` to wait until `until`. The later deadline wins
     /// over one already in force; a deadline not after `now` is ignored.
-    pub fn note_now(&self, key: Key, until: i64, reason: &'static str, now: i64) {
+    pub fn note_now(&self, key: Key, until: i64, reason: RetryClass, now: i64) {
         if until <= now {
             return;
         }
         let mut table = self.table.lock().expect("cooldowns");
         table.retain(|_, w| w.until > now);
-        let wait = table.entry(key).or_insert(Wait { until, reason });
+        let wait = table.entry(key).or_insert_with(|| Wait {
+            until,
+            reason: reason.clone(),
+        });
         if until > wait.until {
             *wait = Wait { until, reason };
         }
@@ -194,7 +194,7 @@ impl Cooldowns {
             .map(|(k, w)| Cooldown {
                 key: k.shown(),
                 until: w.until,
-                reason: w.reason.to_string(),
+                reason: w.reason.clone(),
             })
             .collect();
         all.sort_by(|a, b| (a.until, &a.key).cmp(&(b.until, &b.key)));
@@ -210,7 +210,7 @@ impl Cooldowns {
         Some(Cooldown {
             key: shown.to_string(),
             until: wait.until,
-            reason: wait.reason.to_string(),
+            reason: wait.reason,
         })
     }
 }
@@ -278,9 +278,9 @@ mod tests {
     #[test]
     fn a_cooldown_holds_its_key_only_until_its_deadline() {
         let t = Cooldowns::default();
-        t.note_now(key("m", Some("a")), 5_000, class::RATE_LIMITED, 1_000);
+        t.note_now(key("m", Some("a")), 5_000, RetryClass::RateLimited, 1_000);
         let wait = t.check_now(&key("m", Some("a")), 4_999).expect("in force");
-        assert_eq!((wait.until, wait.reason), (5_000, "rate_limited"));
+        assert_eq!((wait.until, wait.reason), (5_000, RetryClass::RateLimited));
         assert_eq!(t.check_now(&key("other", Some("a")), 2_000), None);
         assert_eq!(t.check_now(&key("m", Some("b")), 2_000), None);
         assert_eq!(t.check_now(&key("m", Some("a")), 5_000), None, "expired");
@@ -291,30 +291,38 @@ mod tests {
     fn the_later_deadline_wins_and_past_ones_are_ignored() {
         let t = Cooldowns::default();
         let k = key("m", None);
-        t.note_now(k.clone(), 9_000, class::RATE_LIMITED, 1_000);
-        t.note_now(k.clone(), 3_000, class::OVERLOADED, 1_000);
+        t.note_now(k.clone(), 9_000, RetryClass::RateLimited, 1_000);
+        t.note_now(k.clone(), 3_000, RetryClass::Overloaded, 1_000);
         assert_eq!(t.check_now(&k, 1_000).unwrap().until, 9_000);
-        t.note_now(k.clone(), 20_000, class::QUOTA_EXHAUSTED, 1_000);
+        t.note_now(k.clone(), 20_000, RetryClass::QuotaExhausted, 1_000);
         let w = t.check_now(&k, 1_000).unwrap();
-        assert_eq!((w.until, w.reason), (20_000, "quota_exhausted"));
+        assert_eq!((w.until, w.reason), (20_000, RetryClass::QuotaExhausted));
         let fresh = key("n", None);
-        t.note_now(fresh.clone(), 1_000, class::RATE_LIMITED, 1_000);
+        t.note_now(fresh.clone(), 1_000, RetryClass::RateLimited, 1_000);
         assert_eq!(t.check_now(&fresh, 999), None);
     }
 
     #[test]
     fn list_shows_what_is_in_force_soonest_first_and_clear_ends_one() {
         let t = Cooldowns::default();
-        t.note_now(key("late", Some(SECRET)), 9_000, class::RATE_LIMITED, 0);
-        t.note_now(key("soon", Some(SECRET)), 4_000, class::QUOTA_EXHAUSTED, 0);
-        t.note_now(key("gone", Some(SECRET)), 2_000, class::OVERLOADED, 0);
+        t.note_now(key("late", Some(SECRET)), 9_000, RetryClass::RateLimited, 0);
+        t.note_now(
+            key("soon", Some(SECRET)),
+            4_000,
+            RetryClass::QuotaExhausted,
+            0,
+        );
+        t.note_now(key("gone", Some(SECRET)), 2_000, RetryClass::Overloaded, 0);
         let listed = t.list_now(3_000);
         assert_eq!(
             listed
                 .iter()
-                .map(|c| (c.until, c.reason.as_str()))
+                .map(|c| (c.until, c.reason.clone()))
                 .collect::<Vec<_>>(),
-            vec![(4_000, "quota_exhausted"), (9_000, "rate_limited")]
+            vec![
+                (4_000, RetryClass::QuotaExhausted),
+                (9_000, RetryClass::RateLimited)
+            ]
         );
         assert!(listed.iter().all(|c| !c.key.contains(SECRET)));
         let shown = key("late", Some(SECRET)).shown();
@@ -330,20 +338,20 @@ mod tests {
         let wait = Some(RetryAfter::Delay(Duration::from_secs(3000)));
         assert_eq!(
             advised(&answer(429, "", wait), 1_000),
-            Some((3_001_000, "rate_limited"))
+            Some((3_001_000, RetryClass::RateLimited))
         );
         assert_eq!(
             advised(&answer(529, "overloaded_error", wait), 1_000),
-            Some((3_001_000, "overloaded"))
+            Some((3_001_000, RetryClass::Overloaded))
         );
         assert_eq!(
             advised(&answer(429, "insufficient_quota", wait), 1_000),
-            Some((3_001_000, "quota_exhausted")),
+            Some((3_001_000, RetryClass::QuotaExhausted)),
             "quota is kept apart from throttling"
         );
         assert_eq!(
             advised(&answer(503, "", Some(RetryAfter::At(7_000))), 1_000),
-            Some((7_000, "overloaded"))
+            Some((7_000, RetryClass::Overloaded))
         );
         // No advice, advice in the past, or a class that is not about waiting: none.
         assert_eq!(advised(&answer(429, "", None), 1_000), None);
@@ -355,7 +363,7 @@ mod tests {
         assert_eq!(advised(&answer(400, "", wait), 1_000), None);
         let refusal = Wait {
             until: 9_000,
-            reason: "rate_limited",
+            reason: RetryClass::RateLimited,
         }
         .refusal();
         assert_eq!(advised(&refusal, 1_000), None);

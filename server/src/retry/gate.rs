@@ -53,7 +53,7 @@ impl Provider for Gate {
                 let now = now_ms();
                 if let Some((until, reason)) = cooldown::advised(err, now) {
                     let until = until.min(latest);
-                    tracing::info!(key = %key.shown(), until, reason, "provider cooldown starts");
+                    tracing::info!(key = %key.shown(), until, reason = reason.as_str(), "provider cooldown starts");
                     self.cooldowns.note(key, until, reason, now).await;
                     // The failing run and the runs the cooldown holds share one deadline.
                     if let ProviderError::Status {
@@ -74,6 +74,7 @@ impl Provider for Gate {
 mod tests {
     use super::*;
     use crate::llm::RetryAfter;
+    use app::wire::RetryClass;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
@@ -129,7 +130,7 @@ mod tests {
         let Err(ProviderError::CoolingDown { class, until }) = gate.open(request("m")).await else {
             panic!("held by the cooldown")
         };
-        assert_eq!(class, "rate_limited");
+        assert_eq!(class, RetryClass::RateLimited);
         assert_eq!(inner.calls.load(Ordering::SeqCst), 1, "no second request");
         assert_eq!(
             first,

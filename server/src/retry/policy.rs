@@ -91,6 +91,7 @@ fn advised_wait(err: &ProviderError, now_ms: i64) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use app::wire::RetryClass;
     use rand::SeedableRng;
 
     const POLICY: Policy = Policy {
@@ -262,15 +263,12 @@ mod tests {
     #[test]
     fn a_cooldown_is_treated_like_the_advice_that_started_it() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-        let cooled = |class: &str, until| ProviderError::CoolingDown {
-            class: class.into(),
-            until,
-        };
+        let cooled = |class, until| ProviderError::CoolingDown { class, until };
         // Within the window: sleep until the deadline, then send.
         assert_eq!(
             POLICY.after_failure(
                 1,
-                &cooled("rate_limited", 12_000),
+                &cooled(RetryClass::RateLimited, 12_000),
                 Duration::ZERO,
                 10_000,
                 &mut rng
@@ -281,7 +279,7 @@ mod tests {
         assert_eq!(
             POLICY.after_failure(
                 1,
-                &cooled("rate_limited", 3_010_000),
+                &cooled(RetryClass::RateLimited, 3_010_000),
                 Duration::ZERO,
                 10_000,
                 &mut rng
@@ -292,7 +290,7 @@ mod tests {
         assert_eq!(
             POLICY.after_failure(
                 1,
-                &cooled("quota_exhausted", 12_000),
+                &cooled(RetryClass::QuotaExhausted, 12_000),
                 Duration::ZERO,
                 10_000,
                 &mut rng

@@ -74,9 +74,9 @@ pub async fn open(
 /// counts it as avoided).
 fn count_attempt(attempt: &Result<Opened, ProviderError>) {
     match attempt {
-        Ok(_) => metrics().tier1_attempt("ok"),
+        Ok(_) => metrics().tier1_attempt(None),
         Err(ProviderError::CoolingDown { .. }) => {}
-        Err(e) => metrics().tier1_attempt(&classify::classify(e, false, 0).retry_class),
+        Err(e) => metrics().tier1_attempt(Some(&classify::classify(e, false, 0).retry_class)),
     }
 }
 

@@ -3,12 +3,12 @@
 //! error never blocks a request (the provider answers for itself then).
 use super::{with_pool, with_writer, Pool, Store};
 use crate::retry::cooldown::{reason_of, Key, Table, Wait};
-use app::wire::Cooldown;
+use app::wire::{Cooldown, RetryClass};
 use futures::future::BoxFuture;
 use sqlx::Row;
 
 impl Table for Store {
-    fn note(&self, key: Key, until: i64, reason: &'static str, _now: i64) -> BoxFuture<'_, ()> {
+    fn note(&self, key: Key, until: i64, reason: RetryClass, _now: i64) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             // The later deadline wins (an ended one is always earlier).
             let done: Result<_, sqlx::Error> = with_writer!(self, pool => {
@@ -20,7 +20,7 @@ impl Table for Store {
                 .bind(key.id())
                 .bind(key.shown())
                 .bind(until)
-                .bind(reason)
+                .bind(reason.as_str())
                 .execute(pool)
                 .await
                 .map(|_| ())
@@ -66,7 +66,7 @@ impl Table for Store {
                 .map(|rows| rows.iter().map(|r| Cooldown {
                     key: r.get("shown"),
                     until: r.get("until"),
-                    reason: r.get("reason"),
+                    reason: RetryClass::parse(&r.get::<String, _>("reason")),
                 }).collect())
             });
             rows.unwrap_or_else(|e| {
@@ -89,7 +89,11 @@ impl Table for Store {
                 .await
             });
             match row {
-                Ok(found) => found.map(|(key, until, reason)| Cooldown { key, until, reason }),
+                Ok(found) => found.map(|(key, until, reason)| Cooldown {
+                    key,
+                    until,
+                    reason: RetryClass::parse(&reason),
+                }),
                 Err(e) => {
                     tracing::warn!(error = %e, "could not clear a provider cooldown");
                     None

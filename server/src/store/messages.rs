@@ -79,7 +79,7 @@ impl Store {
             .map(|(id, role, content, has_calls)| HistoryEntry {
                 id,
                 has_calls,
-                role: if role == "operator" { app::wire::Role::Operator } else { app::wire::Role::Agent },
+                role: app::wire::Role::parse(&role).unwrap_or(app::wire::Role::Agent),
                 content,
             })
             .collect())

@@ -17,8 +17,8 @@ mod tool_calls;
 use crate::clock::{new_id, now_ms};
 use crate::error::{Error, Result};
 use app::wire::{
-    Attempt, AutoRetry, Message, MessageStatus, Provenance, RetryClassification, Run, RunKind,
-    RunStatus, Session, SessionStatus, WaitingRetry,
+    Attempt, AutoRetry, Message, MessageStatus, Provenance, RetryClass, RetryClassification, Run,
+    RunKind, RunStatus, Session, SessionStatus, WaitingRetry,
 };
 use rows::Get;
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -28,7 +28,6 @@ use std::str::FromStr;
 
 pub use events::LoggedEvent;
 pub use messages::HistoryEntry;
-pub use rows::{run_kind_str, run_status_str};
 pub use runs::{NewRun, Outcome};
 pub use sessions::{SessionPage, SessionRecord, MAX_SESSION_PAGE};
 pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL};

@@ -1,6 +1,7 @@
 //! Mapping between database rows (SQLite or PostgreSQL) and the wire types.
 use app::wire::{
-    Message, MessageStatus, Provenance, RetryClassification, Role, Run, RunKind, RunStatus,
+    Message, MessageStatus, Provenance, RetryClass, RetryClassification, Role, Run, RunKind,
+    RunStatus, Word,
 };
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
@@ -105,67 +106,33 @@ pub const LAST_RUN_COLUMNS: &str = "lr.id AS lr_id, lr.session_id AS lr_session_
     lr.retry_dismissed_at AS lr_retry_dismissed_at, lr.steps AS lr_steps,
     lr.tools_executed AS lr_tools_executed";
 
-pub fn run_status(s: &str) -> RunStatus {
-    match s {
-        "queued" => RunStatus::Queued,
-        "running" => RunStatus::Running,
-        "completed" => RunStatus::Completed,
-        "cancelled" => RunStatus::Cancelled,
-        _ => RunStatus::Failed,
-    }
+/// A word column read as its enum (`status`, `kind`, `role`, `retry_class`, …), with the
+/// enum's own word table: the one mapping of every enum to its stored text. A word this build
+/// does not know is logged and read as `fallback`, so one bad row never breaks a list (an
+/// open enum keeps it instead, in its `Other` variant).
+pub fn word<T: Word>(row: &impl Get, column: &str, fallback: T) -> T {
+    let text = row.text(column);
+    T::parse(&text).unwrap_or_else(|| {
+        tracing::error!(column, value = %text, "a stored value is not a known word");
+        fallback
+    })
 }
 
-pub fn run_status_str(s: RunStatus) -> &'static str {
-    match s {
-        RunStatus::Queued => "queued",
-        RunStatus::Running => "running",
-        RunStatus::Completed => "completed",
-        RunStatus::Failed => "failed",
-        RunStatus::Cancelled => "cancelled",
-    }
-}
-
-pub fn run_kind(s: &str) -> RunKind {
-    match s {
-        "regenerate" => RunKind::Regenerate,
-        "resend" => RunKind::Resend,
-        "continuation" => RunKind::Continuation,
-        _ => RunKind::Prompt,
-    }
-}
-
-pub fn run_kind_str(k: RunKind) -> &'static str {
-    match k {
-        RunKind::Prompt => "prompt",
-        RunKind::Regenerate => "regenerate",
-        RunKind::Resend => "resend",
-        RunKind::Continuation => "continuation",
-    }
-}
-
-pub fn message_status_str(s: MessageStatus) -> &'static str {
-    match s {
-        MessageStatus::Streaming => "streaming",
-        MessageStatus::Complete => "complete",
-        MessageStatus::Failed => "failed",
-        MessageStatus::Cancelled => "cancelled",
-    }
-}
-
-fn message_status(s: &str) -> MessageStatus {
-    match s {
-        "streaming" => MessageStatus::Streaming,
-        "complete" => MessageStatus::Complete,
-        "cancelled" => MessageStatus::Cancelled,
-        _ => MessageStatus::Failed,
-    }
+/// [`word`] for a column that may be NULL.
+fn opt_word<T: Word>(row: &impl Get, column: &str, fallback: T) -> Option<T> {
+    row.opt_text(column).map(|text| {
+        T::parse(&text).unwrap_or_else(|| {
+            tracing::error!(column, value = %text, "a stored value is not a known word");
+            fallback
+        })
+    })
 }
 
 fn retry(row: &impl Get) -> Option<RetryClassification> {
     row.opt_text("retry_class")
-        .map(|retry_class| RetryClassification {
+        .map(|class| RetryClassification {
             retryable: row.opt_flag("retryable").unwrap_or(false),
-            retry_class,
+            retry_class: RetryClass::parse(&class),
             retry_after_until: row.opt_int("retry_after_until"),
         })
 }
@@ -184,15 +151,11 @@ pub fn provenance_json(p: &Option<Provenance>) -> Option<String> {
 /// Columns: messages.* plus `superseded`. A streaming reply carries how many deltas its
 /// stored text holds, so a snapshot and a resumed event stream never double one.
 pub fn message(row: &impl Get) -> Message {
-    let status = row.opt_text("status").map(|s| message_status(&s));
+    let status = opt_word(row, "status", MessageStatus::Failed);
     Message {
         id: row.text("id"),
         session_id: row.text("session_id"),
-        role: if row.text("role") == "operator" {
-            Role::Operator
-        } else {
-            Role::Agent
-        },
+        role: word(row, "role", Role::Agent),
         content: row.text("content"),
         created_at: row.int("created_at"),
         superseded: row.flag("superseded"),
@@ -224,8 +187,8 @@ pub fn run(row: &impl Get) -> Run {
         session_id: row.text("session_id"),
         anchor_message_id: row.text("anchor_message_id"),
         reply_message_id: row.opt_text("reply_message_id"),
-        status: run_status(&row.text("status")),
-        kind: run_kind(&row.text("kind")),
+        status: word(row, "status", RunStatus::Failed),
+        kind: word(row, "kind", RunKind::Prompt),
         attempt: row.int("attempt") as u32,
         tier1_attempts: row.int("tier1_attempts") as u32,
         held_by: row.opt_text("held_by"),
@@ -238,5 +201,54 @@ pub fn run(row: &impl Get) -> Run {
         finished_at: row.opt_int("finished_at"),
         steps: u32::try_from(row.int("steps")).unwrap_or(0),
         tools_executed: u32::try_from(row.int("tools_executed")).unwrap_or(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A row of text columns.
+    struct Words(HashMap<&'static str, &'static str>);
+
+    impl Get for Words {
+        fn text(&self, column: &str) -> String {
+            self.opt_text(column).unwrap_or_default()
+        }
+        fn opt_text(&self, column: &str) -> Option<String> {
+            self.0.get(column).map(|v| v.to_string())
+        }
+        fn int(&self, _: &str) -> i64 {
+            0
+        }
+        fn opt_int(&self, _: &str) -> Option<i64> {
+            None
+        }
+        fn flag(&self, _: &str) -> bool {
+            false
+        }
+        fn opt_flag(&self, _: &str) -> Option<bool> {
+            None
+        }
+    }
+
+    #[test]
+    fn an_unknown_stored_word_never_breaks_a_row() {
+        let row = Words(HashMap::from([
+            ("status", "paused"),
+            ("kind", "replay"),
+            ("retry_class", "solar_flare"),
+        ]));
+        let run = run(&row);
+        assert_eq!((run.status, run.kind), (RunStatus::Failed, RunKind::Prompt));
+        let retry = run.retry.expect("classified");
+        assert_eq!(retry.retry_class, RetryClass::Other("solar_flare".into()));
+        let known = Words(HashMap::from([("status", "running"), ("kind", "resend")]));
+        let run = super::run(&known);
+        assert_eq!(
+            (run.status, run.kind),
+            (RunStatus::Running, RunKind::Resend)
+        );
     }
 }

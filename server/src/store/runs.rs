@@ -180,7 +180,7 @@ impl Store {
         .bind(&run_id)
         .bind(d.session_id)
         .bind(&anchor_id)
-        .bind(run_kind_str(d.kind))
+        .bind(d.kind.as_str())
         .bind(d.attempt as i64)
         .bind(rows::provenance_json(&d.provenance))
         .bind(now)
@@ -357,7 +357,7 @@ impl Store {
              WHERE id = $8 AND status IN ('queued', 'running')
              RETURNING *",
         )
-        .bind(run_status_str(o.status))
+        .bind(o.status.as_str())
         .bind(&o.error_message)
         .bind(retryable)
         .bind(class)
@@ -382,7 +382,7 @@ impl Store {
              RETURNING *, EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = messages.id) AS superseded",
         )
         .bind(&o.content)
-        .bind(rows::message_status_str(msg_status))
+        .bind(msg_status.as_str())
         .bind(&o.error_message)
         .bind(retryable)
         .bind(class)

@@ -75,11 +75,11 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
             },
             created_at: row.int("created_at"),
             last_run,
-            auto_retry: AutoRetry::parse(&row.text("auto_retry")).unwrap_or_default(),
+            auto_retry: rows::word(row, "auto_retry", AutoRetry::default()),
             waiting_retry: row.opt_int("retry_fires_at").map(|fires_at| WaitingRetry {
                 attempt: row.int("retry_attempt") as u32,
                 fires_at,
-                reason: row.opt_text("retry_reason").unwrap_or_default(),
+                reason: RetryClass::parse(&row.opt_text("retry_reason").unwrap_or_default()),
             }),
             tools: rows::tools(row),
         },
@@ -280,7 +280,7 @@ impl Store {
             )
             .bind(w.attempt as i64)
             .bind(w.fires_at)
-            .bind(&w.reason)
+            .bind(w.reason.as_str())
             .bind(session_id)
             .execute(pool)
             .await?;

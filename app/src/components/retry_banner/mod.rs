@@ -12,21 +12,23 @@ use super::cooldown_note;
 use crate::client::{api, fetch_json};
 use crate::clock::{at_with_hint, now_ms};
 use crate::tier2::{ArmKind, Input, State};
-use crate::wire::{AutoRetry, RetryReceipt, Run, RunStatus, Session};
+use crate::wire::{AutoRetry, RetryClass, RetryReceipt, Run, RunStatus, Session};
 use leptos::prelude::*;
 use std::time::Duration;
 
 /// What the operator can do about a failure that is not retried automatically (the banner's
 /// headline already says what happened).
-fn advice(class: &str) -> &'static str {
+fn advice(class: &RetryClass) -> &'static str {
     match class {
-        "auth_failed" => "Fix MULLIGAN_API_KEY and restart, then Regenerate.",
-        "credentials_unresolved" => "Set MULLIGAN_API_KEY and restart, then Regenerate.",
-        "spend_limit_exceeded" => "Raise MULLIGAN_SPEND_LIMIT_TOKENS or start a new session.",
-        "quota_exhausted" => "Top the provider account up, then Regenerate.",
-        "context_overflow" => "Shorten the prompt or start a new session.",
-        "invalid_request" => "Edit the prompt and send it again.",
-        "max_steps" => "Raise MULLIGAN_MAX_STEPS or split the task, then Regenerate.",
+        RetryClass::AuthFailed => "Fix MULLIGAN_API_KEY and restart, then Regenerate.",
+        RetryClass::CredentialsUnresolved => "Set MULLIGAN_API_KEY and restart, then Regenerate.",
+        RetryClass::SpendLimitExceeded => {
+            "Raise MULLIGAN_SPEND_LIMIT_TOKENS or start a new session."
+        }
+        RetryClass::QuotaExhausted => "Top the provider account up, then Regenerate.",
+        RetryClass::ContextOverflow => "Shorten the prompt or start a new session.",
+        RetryClass::InvalidRequest => "Edit the prompt and send it again.",
+        RetryClass::MaxSteps => "Raise MULLIGAN_MAX_STEPS or split the task, then Regenerate.",
         _ => "Regenerate to try again.",
     }
 }
@@ -121,10 +123,11 @@ pub fn RetryBanner() -> impl IntoView {
             }
             None => return None,
         };
+        // No classification: an empty word, which no sentence matches.
         let class = retry
             .as_ref()
             .map(|r| r.retry_class.clone())
-            .unwrap_or_default();
+            .unwrap_or_else(|| RetryClass::Other(String::new()));
         let retryable = retry.as_ref().is_some_and(|r| r.retryable);
         let does = run.filter(|_| retryable).map(|r| retry_does(&chat, &r));
         let cooling = cooldown_until().map(|c| c.0);
@@ -234,7 +237,7 @@ pub fn RetryBanner() -> impl IntoView {
             _ => retrier.feed(Input::OperatorCancel),
         };
         Some(view! {
-            <div class="retry-banner" role="status" aria-live="polite" data-class=class.clone()>
+            <div class="retry-banner" role="status" aria-live="polite" data-class=class.to_string()>
                 <strong class="why" title=format!("class: {class}")>
                     {describe(&class)}
                     {does.map(|d| view! { " " <span class="retry-does">{d}</span> })}
@@ -311,47 +314,47 @@ fn cooling_sentence(until: Option<i64>, base: &str) -> String {
 }
 
 /// The failure class in plain words, as a sentence (the banner's headline).
-pub fn describe(class: &str) -> &'static str {
+pub fn describe(class: &RetryClass) -> &'static str {
     match class {
-        "rate_limited" => "The provider is rate limiting.",
-        "overloaded" => "The provider is overloaded.",
-        "server_error" => "The provider had a server error.",
-        "network" => "The provider could not be reached.",
-        "stream_interrupted" => "The reply was cut off.",
-        "interrupted" => "The server stopped while this reply was being written.",
-        "timeout" => "The provider did not answer in time.",
-        "internal" => "Mulligan itself failed this turn.",
-        "context_overflow" => "The conversation is too long for the model.",
-        "auth_failed" => "The provider rejected the API key.",
-        "credentials_unresolved" => "No API key is configured.",
-        "spend_limit_exceeded" => "The session's token budget is spent.",
-        "quota_exhausted" => "The provider account is out of quota.",
-        "invalid_request" => "The provider refused the request.",
-        "max_steps" => "The turn reached its step limit.",
-        "reply_too_large" => "The reply grew too large.",
+        RetryClass::RateLimited => "The provider is rate limiting.",
+        RetryClass::Overloaded => "The provider is overloaded.",
+        RetryClass::ServerError => "The provider had a server error.",
+        RetryClass::Network => "The provider could not be reached.",
+        RetryClass::StreamInterrupted => "The reply was cut off.",
+        RetryClass::Interrupted => "The server stopped while this reply was being written.",
+        RetryClass::Timeout => "The provider did not answer in time.",
+        RetryClass::Internal => "Mulligan itself failed this turn.",
+        RetryClass::ContextOverflow => "The conversation is too long for the model.",
+        RetryClass::AuthFailed => "The provider rejected the API key.",
+        RetryClass::CredentialsUnresolved => "No API key is configured.",
+        RetryClass::SpendLimitExceeded => "The session's token budget is spent.",
+        RetryClass::QuotaExhausted => "The provider account is out of quota.",
+        RetryClass::InvalidRequest => "The provider refused the request.",
+        RetryClass::MaxSteps => "The turn reached its step limit.",
+        RetryClass::ReplyTooLarge => "The reply grew too large.",
         _ => "The reply failed.",
     }
 }
 
 /// The failure class as a short label ("Rate limited"); the class itself goes in a tooltip.
-pub fn label(class: &str) -> &'static str {
+pub fn label(class: &RetryClass) -> &'static str {
     match class {
-        "rate_limited" => "Rate limited",
-        "overloaded" => "Provider overloaded",
-        "server_error" => "Provider error",
-        "network" => "Provider unreachable",
-        "stream_interrupted" => "Reply cut off",
-        "interrupted" => "Interrupted by a restart",
-        "timeout" => "Provider timed out",
-        "internal" => "Mulligan error",
-        "context_overflow" => "Conversation too long",
-        "auth_failed" => "API key rejected",
-        "credentials_unresolved" => "No API key",
-        "spend_limit_exceeded" => "Token budget spent",
-        "quota_exhausted" => "Out of quota",
-        "invalid_request" => "Request refused",
-        "max_steps" => "Step limit reached",
-        "reply_too_large" => "Reply too large",
+        RetryClass::RateLimited => "Rate limited",
+        RetryClass::Overloaded => "Provider overloaded",
+        RetryClass::ServerError => "Provider error",
+        RetryClass::Network => "Provider unreachable",
+        RetryClass::StreamInterrupted => "Reply cut off",
+        RetryClass::Interrupted => "Interrupted by a restart",
+        RetryClass::Timeout => "Provider timed out",
+        RetryClass::Internal => "Mulligan error",
+        RetryClass::ContextOverflow => "Conversation too long",
+        RetryClass::AuthFailed => "API key rejected",
+        RetryClass::CredentialsUnresolved => "No API key",
+        RetryClass::SpendLimitExceeded => "Token budget spent",
+        RetryClass::QuotaExhausted => "Out of quota",
+        RetryClass::InvalidRequest => "Request refused",
+        RetryClass::MaxSteps => "Step limit reached",
+        RetryClass::ReplyTooLarge => "Reply too large",
         _ => "Failed",
     }
 }

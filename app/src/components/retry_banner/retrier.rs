@@ -3,7 +3,7 @@
 use crate::client::{api, fetch_json, fetch_json_with, Abort};
 use crate::clock::now_ms;
 use crate::tier2::{self, Answer, Failure, Input, Policy, State, Tier2};
-use crate::wire::{ClientConfig, Receipt, Run, RunStatus};
+use crate::wire::{ClientConfig, ErrorCode, Receipt, Run, RunStatus};
 use leptos::prelude::*;
 use std::time::Duration;
 
@@ -164,7 +164,7 @@ impl Retrier {
                     let answer = match res {
                         Ok(r) => Answer::Receipt { run_id: r.run_id },
                         Err(e) if e.status >= 400 => {
-                            if e.code == "regenerate.stale" {
+                            if e.code == ErrorCode::RegenerateStale {
                                 this.stale.set(true);
                             } else {
                                 this.error.set(Some(e.explain()));
@@ -216,7 +216,7 @@ impl Retrier {
                     let url = api(&format!("/sessions/{sid}/runs/{run_id}/dismiss-retry"));
                     if let Err(e) = fetch_json::<Run>("POST", &url, Some("{}".into())).await {
                         // A run that ended otherwise meanwhile (`conflict`) has nothing to keep.
-                        if e.code != "conflict" {
+                        if e.code != ErrorCode::Conflict {
                             this.error.set(Some(e.explain()));
                         }
                     }
