@@ -4,6 +4,7 @@
 //! database also an advisory lock across instances — which is what makes "one active run
 //! per session", the claims and the ordering of queued prompts atomic.
 mod active;
+mod attempts;
 mod background;
 mod cancel;
 mod compact;
@@ -19,6 +20,7 @@ mod recover;
 mod runner;
 mod saver;
 mod step;
+mod stream;
 
 use crate::error::{Error, Kind, Result};
 use crate::events::EventHub;
