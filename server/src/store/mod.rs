@@ -2,13 +2,15 @@
 //! embedded default) or PostgreSQL (several instances on one database). The SQL is written
 //! once, in the dialect both accept (`$n` parameters, `ON CONFLICT`, `RETURNING`);
 //! [`with_pool!`] runs a body against whichever pool is open. One file per aggregate:
-//! `sessions`, `messages`, `runs` (with their attempts), `tool_calls`, `events` (the event
-//! log) and `cooldowns`; `rows` maps rows to wire types, `shared` holds what several
-//! PostgreSQL instances share (session locks, notifications).
+//! `sessions`, `messages`, `runs` (with `run_reads` and their `attempts`), `tool_calls`,
+//! `events` (the event log) and `cooldowns`; `rows` maps rows to wire types, `shared` holds
+//! what several PostgreSQL instances share (session locks, notifications).
+mod attempts;
 mod cooldowns;
 mod events;
 mod messages;
 mod rows;
+mod run_reads;
 mod runs;
 mod sessions;
 mod shared;

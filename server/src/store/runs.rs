@@ -1,5 +1,5 @@
-//! Runs and their attempts: dispatch (queue, supersede), claims, start, end, holds, and the
-//! runs left running by a stop or by another instance.
+//! Runs' lifecycle writes: dispatch (queue, supersede), start, end, holds and their
+//! release, the dismissal of a failed run's retry; the reads are in `run_reads`.
 use super::*;
 
 /// A run to queue: on a new operator message (a prompt, a continuation) or on an existing one.
@@ -38,45 +38,6 @@ fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>
 }
 
 impl Store {
-    pub async fn runs(&self, session_id: &str) -> Result<Vec<Run>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query("SELECT * FROM runs WHERE session_id = $1 ORDER BY seq")
-            .bind(session_id)
-            .fetch_all(pool)
-            .await?;
-        Ok(rows.iter().map(rows::run).collect())
-            })
-    }
-
-    pub async fn run(&self, id: &str) -> Result<Run> {
-        with_pool!(self, pool => {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-            .ok_or_else(|| Error::not_found("run", id))?;
-        Ok(rows::run(&row))
-            })
-    }
-
-    pub async fn attempts(&self, run_id: &str) -> Result<Vec<Attempt>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query("SELECT * FROM run_attempts WHERE run_id = $1 ORDER BY n")
-            .bind(run_id)
-            .fetch_all(pool)
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| Attempt {
-                n: r.get::<i64, _>("n") as u32,
-                started_at: r.get("started_at"),
-                error: r.get("error"),
-                retry_in_ms: r.get("retry_in_ms"),
-            })
-            .collect())
-            })
-    }
-
     /// Records that a run's conversation was compacted after a context overflow.
     pub async fn mark_compacted(&self, run_id: &str) -> Result<()> {
         with_writer!(self, pool => {
@@ -84,56 +45,6 @@ impl Store {
             .bind(run_id)
             .execute(pool)
             .await?;
-        Ok(())
-            })
-    }
-
-    /// Tier 1 attempt `n` of a run started, opening model step `step` (also recorded: the
-    /// run's steps count on with its attempts, in the same write).
-    pub async fn attempt_started(&self, run_id: &str, n: u32, step: u32) -> Result<()> {
-        with_writer!(self, pool => {
-        let mut tx = pool.begin().await?;
-        sqlx::query("INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, $2, $3)
-             ON CONFLICT (run_id, n) DO UPDATE
-             SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL")
-            .bind(run_id)
-            .bind(n as i64)
-            .bind(now_ms())
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "UPDATE runs SET tier1_attempts = $1,
-                 steps = CASE WHEN steps < $3 THEN $3 ELSE steps END
-             WHERE id = $2",
-        )
-            .bind(n as i64)
-            .bind(run_id)
-            .bind(i64::from(step))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-            })
-    }
-
-    /// Tier 1 attempt `n` of a run failed; `retry_in_ms` when another follows after that wait.
-    pub async fn attempt_failed(
-        &self,
-        run_id: &str,
-        n: u32,
-        error: &str,
-        retry_in_ms: Option<i64>,
-    ) -> Result<()> {
-        with_writer!(self, pool => {
-        sqlx::query(
-            "UPDATE run_attempts SET error = $1, retry_in_ms = $2 WHERE run_id = $3 AND n = $4",
-        )
-        .bind(error)
-        .bind(retry_in_ms)
-        .bind(run_id)
-        .bind(n as i64)
-        .execute(pool)
-        .await?;
         Ok(())
             })
     }
@@ -209,87 +120,6 @@ impl Store {
         };
         tx.commit().await?;
         Ok((message, run, superseded))
-            })
-    }
-
-    /// The latest run anchored on a message.
-    pub async fn latest_run_for(&self, anchor_message_id: &str) -> Result<Option<Run>> {
-        with_pool!(self, pool => {
-        let row =
-            sqlx::query("SELECT * FROM runs WHERE anchor_message_id = $1 ORDER BY seq DESC LIMIT 1")
-                .bind(anchor_message_id)
-                .fetch_optional(pool)
-                .await?;
-        Ok(row.as_ref().map(rows::run))
-            })
-    }
-
-    /// How many runs a prompt has had: on itself, and as the origin of automatic resumes.
-    pub async fn tries_of(&self, prompt_id: &str) -> Result<u32> {
-        with_pool!(self, pool => {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM runs WHERE anchor_message_id = $1 OR prompt_id = $2",
-        )
-        .bind(prompt_id)
-        .bind(prompt_id)
-        .fetch_one(pool)
-        .await?;
-        Ok(n as u32)
-            })
-    }
-
-    /// How many automatic resumes (manual retries included) a prompt has had.
-    pub async fn resumes_of(&self, prompt_id: &str) -> Result<u32> {
-        with_pool!(self, pool => {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM runs WHERE prompt_id = $1 AND provenance_kind = 'auto_resume'",
-        )
-        .bind(prompt_id)
-        .fetch_one(pool)
-        .await?;
-        Ok(n as u32)
-            })
-    }
-
-    /// The session's last turn: its latest run not held behind a failure.
-    pub async fn last_turn(&self, session_id: &str) -> Result<Option<Run>> {
-        with_pool!(self, pool => {
-        let row = sqlx::query(
-            "SELECT * FROM runs WHERE session_id = $1 AND held_by IS NULL ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(session_id)
-        .fetch_optional(pool)
-        .await?;
-        Ok(row.as_ref().map(rows::run))
-            })
-    }
-
-    /// Whether the session has a run running or queued (held prompts excepted).
-    pub async fn has_active_run(&self, session_id: &str) -> Result<bool> {
-        with_pool!(self, pool => {
-        Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1
-                AND (status = 'running' OR (status = 'queued' AND held_by IS NULL)))",
-        )
-        .bind(session_id)
-        .fetch_one(pool)
-        .await?)
-            })
-    }
-
-    /// The run to start next in the session: its oldest queued run that is not held, unless
-    /// one is running.
-    pub async fn next_to_start(&self, session_id: &str) -> Result<Option<Run>> {
-        with_pool!(self, pool => {
-        let row = sqlx::query(
-            "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NULL
-               AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $1 AND status = 'running')
-             ORDER BY seq LIMIT 1",
-        )
-        .bind(session_id)
-        .fetch_optional(pool)
-        .await?;
-        Ok(row.as_ref().map(rows::run))
             })
     }
 
@@ -456,52 +286,6 @@ impl Store {
         let mut released: Vec<(i64, Run)> = rows.iter().map(|r| (r.int("seq"), rows::run(r))).collect();
         released.sort_by_key(|(seq, _)| *seq);
         Ok(released.into_iter().map(|(_, r)| r).collect())
-            })
-    }
-
-    /// The session's prompts held behind a failed turn (`finish_run` holds them), in order.
-    pub async fn held_runs(&self, session_id: &str) -> Result<Vec<Run>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query(
-            "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL ORDER BY seq",
-        )
-        .bind(session_id)
-        .fetch_all(pool)
-        .await?;
-        Ok(rows.iter().map(rows::run).collect())
-            })
-    }
-
-    /// Runs that were `running` when the server stopped: their ids and session ids.
-    pub async fn runs_left_running(&self) -> Result<Vec<Run>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query("SELECT * FROM runs WHERE status = 'running' ORDER BY seq")
-            .fetch_all(pool)
-            .await?;
-        Ok(rows.iter().map(rows::run).collect())
-            })
-    }
-
-    /// Runs recorded `running` with `owner` as the instance executing them.
-    pub async fn running_runs_of(&self, owner: &str) -> Result<Vec<Run>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query("SELECT * FROM runs WHERE status = 'running' AND owner = $1 ORDER BY seq")
-            .bind(owner)
-            .fetch_all(pool)
-            .await?;
-        Ok(rows.iter().map(rows::run).collect())
-            })
-    }
-
-    /// Sessions with a queued run that is free to start.
-    pub async fn sessions_with_queued_runs(&self) -> Result<Vec<String>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query(
-            "SELECT DISTINCT session_id FROM runs WHERE status = 'queued' AND held_by IS NULL",
-        )
-        .fetch_all(pool)
-        .await?;
-        Ok(rows.iter().map(|r| r.get("session_id")).collect())
             })
     }
 }

@@ -1,0 +1,102 @@
+//! Cancel and stop: ending a queued or running run `cancelled`, and stopping whatever a
+//! session is doing (its running run, else its next queued one, and its waiting retry).
+use super::Engine;
+use crate::error::{Error, Kind, Result};
+use crate::store::Outcome;
+use app::wire::{Event, Run, RunStatus};
+use std::time::Duration;
+
+impl Engine {
+    /// Stops a queued or running run; it ends `cancelled`, whatever the provider says after.
+    /// A run stopped before it started is counted here (the runner counts the ones it ran).
+    pub async fn cancel(&self, session_id: &str, run_id: &str) -> Result<Run> {
+        let run = self.cancel_run(session_id, run_id).await?;
+        crate::metrics::metrics().cancelled_before_start(&run);
+        Ok(run)
+    }
+
+    async fn cancel_run(&self, session_id: &str, run_id: &str) -> Result<Run> {
+        let run = self.inner.store.run(run_id).await?;
+        if run.session_id != session_id {
+            return Err(Error::not_found("run", run_id));
+        }
+        let guard = self.lock(session_id).await?;
+        let run = self.inner.store.run(run_id).await?;
+        match run.status {
+            RunStatus::Queued => {
+                let outcome = Outcome {
+                    status: RunStatus::Cancelled,
+                    content: String::new(),
+                    error_message: None,
+                    retry: None,
+                    tokens_used: 0,
+                };
+                let (run, _) = self
+                    .inner
+                    .store
+                    .finish_run(run_id, &outcome)
+                    .await?
+                    .ok_or_else(ended)?;
+                self.publish(session_id, Event::Run(run.clone()));
+                Ok(run)
+            }
+            RunStatus::Running => {
+                let active = self.active(run_id);
+                let Some(active) = active else {
+                    // Executed by another instance: ask it, and wait for it to record the end.
+                    drop(guard);
+                    return self.cancel_elsewhere(run_id).await;
+                };
+                let stopped = active.ended.notified();
+                active.cancel.cancel();
+                drop(guard);
+                // The runner records `cancelled` and notifies; it never takes long.
+                let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
+                let run = self.inner.store.run(run_id).await?;
+                match run.status {
+                    // It ended some other way before the cancel reached it.
+                    RunStatus::Completed | RunStatus::Failed => Err(ended()),
+                    _ => Ok(run),
+                }
+            }
+            _ => Err(ended()),
+        }
+    }
+
+    /// Stops what a session is doing: its running run, else its next queued one (prompts
+    /// held behind a failure are not "doing" anything), and its waiting background retry
+    /// (then, with nothing running, it answers the failed run that retry was for).
+    /// `conflict` when there is none of these.
+    pub async fn stop(&self, session_id: &str) -> Result<Run> {
+        self.inner.store.session_exists(session_id).await?;
+        let waited = match self.cancel_waiting_retry(session_id).await {
+            Ok(_) => true,
+            Err(e) if matches!(e.kind, Kind::Conflict) => false,
+            Err(e) => return Err(e),
+        };
+        let runs = self.inner.store.runs(session_id).await?;
+        let target = runs
+            .iter()
+            .find(|r| r.status == RunStatus::Running)
+            .or_else(|| {
+                runs.iter()
+                    .find(|r| r.status == RunStatus::Queued && r.held_by.is_none())
+            });
+        match target {
+            Some(run) => self.cancel(session_id, &run.id).await,
+            None if waited => self
+                .inner
+                .store
+                .last_turn(session_id)
+                .await?
+                .ok_or_else(|| Error::internal("a waiting retry without a turn")),
+            None => Err(Error::conflict(
+                "nothing is running, queued or waiting to retry in this session",
+            )),
+        }
+    }
+}
+
+fn ended() -> Error {
+    Error::conflict("that run has already ended")
+}

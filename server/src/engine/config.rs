@@ -1,0 +1,27 @@
+//! The engine's settings, taken from the server's configuration.
+use std::time::Duration;
+
+/// Engine settings taken from the server's configuration.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub stream_idle: Duration,
+    /// How often streamed text is saved (the stored reply is never further behind).
+    pub save_every: Duration,
+    pub tier1: crate::retry::policy::Policy,
+    /// Per-session token budget.
+    pub spend_limit_tokens: Option<u64>,
+    /// Context window used for compaction (`None`: drop the older half).
+    pub context_tokens: Option<u64>,
+    /// The longest reply a run may stream (bytes); past it the run fails `reply_too_large`.
+    pub max_reply_bytes: usize,
+    /// The longest a run may take from its start; past it the run fails `timeout`.
+    pub max_run: Duration,
+    /// Background retries' countdown (Tier 2's policy, served to the browser too).
+    pub background: app::tier2::Policy,
+    /// How often this instance ends the runs it recorded `running` but no longer executes.
+    pub reconcile_every: Duration,
+    /// Model steps per turn; past them the run fails `max_steps`.
+    pub max_steps: u32,
+    /// One tool call's limit.
+    pub tool_timeout: Duration,
+}

@@ -1,0 +1,65 @@
+//! The per-session queue: starting a session's next queued run (one active run per
+//! session) and releasing the prompts held behind a failed turn.
+use super::{runner, Active, Engine};
+use crate::error::Result;
+use app::wire::Event;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+impl Engine {
+    /// Lets the prompts held behind a failed turn go on.
+    pub async fn release(&self, session_id: &str) -> Result<Vec<String>> {
+        self.inner.store.session_exists(session_id).await?;
+        let _guard = self.lock(session_id).await?;
+        let released = self.inner.store.release_held(session_id).await?;
+        let ids = released.iter().map(|r| r.id.clone()).collect();
+        for run in released {
+            self.publish(session_id, Event::Run(run));
+        }
+        self.pump(session_id).await?;
+        Ok(ids)
+    }
+
+    /// Starts the session's next queued run unless one is running. Call under the lock.
+    /// Answers the started run's id.
+    /// (Boxed with an explicit `Send`: runner → finish → pump is a cycle of futures.)
+    pub(super) fn pump<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(async move {
+            let store = &self.inner.store;
+            if self.inner.stopping.is_cancelled() {
+                return Ok(None);
+            }
+            let Some(next) = store.next_to_start(session_id).await? else {
+                return Ok(None);
+            };
+            let (run, reply) = store.start_run(&next, &self.inner.instance).await?;
+            self.publish(session_id, Event::Run(run.clone()));
+            self.publish(session_id, Event::Message(reply.clone()));
+            let active = Active {
+                cancel: CancellationToken::new(),
+                live: Arc::default(),
+                ended: Arc::default(),
+            };
+            self.inner
+                .active
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(run.id.clone(), active.clone());
+            let engine = self.clone();
+            let id = run.id.clone();
+            self.inner
+                .tasks
+                .spawn(async move { runner::execute(engine, run, reply, active).await });
+            Ok(Some(id))
+        })
+    }
+
+    /// Starts the session's next run under its lock.
+    pub(super) async fn start_next(&self, session_id: &str) -> Result<()> {
+        let _guard = self.lock(session_id).await?;
+        self.pump(session_id).await.map(|_| ())
+    }
+}

@@ -1,0 +1,69 @@
+//! Recovery: on start, runs left `running` by a stop (or, on a shared database, by a dead
+//! instance) are recorded interrupted, and free queues start.
+use super::{lease, Engine};
+use crate::error::Result;
+use crate::retry::classify;
+use crate::store::Outcome;
+use app::wire::{Event, RetryClass, Run, RunStatus};
+
+impl Engine {
+    /// On start: runs left `running` by a stop become `failed`/`interrupted` with their
+    /// partial text kept; prompts queued behind them are held; free queues start. On a
+    /// shared database only runs whose instance's lease lapsed are left over (the lease
+    /// keeper finds the rest as their leases lapse).
+    pub async fn recover(&self) -> Result<()> {
+        let store = &self.inner.store;
+        let left = if store.is_shared() {
+            store.orphaned_runs(lease::LEASE.as_millis() as i64).await?
+        } else {
+            store.runs_left_running().await?
+        };
+        for run in left {
+            self.interrupt(&run).await?;
+        }
+        for session_id in store.sessions_with_queued_runs().await? {
+            let _guard = self.lock(&session_id).await?;
+            self.pump(&session_id).await?;
+        }
+        Ok(())
+    }
+
+    /// Records a run whose instance stopped or died as `failed`/`interrupted`, partial text
+    /// kept, and holds the prompts queued behind it (unless it already ended).
+    pub(super) async fn interrupt(&self, run: &Run) -> Result<()> {
+        let _guard = self.lock(&run.session_id).await?;
+        self.interrupt_locked(run, "the server stopped while this reply was being written")
+            .await
+    }
+
+    /// [`Engine::interrupt`] under the session lock the caller holds, with `why` as the
+    /// recorded error message.
+    pub(super) async fn interrupt_locked(&self, run: &Run, why: &str) -> Result<()> {
+        let store = &self.inner.store;
+        let partial = match &run.reply_message_id {
+            Some(id) => store.message(id).await?.content,
+            None => String::new(),
+        };
+        let outcome = Outcome {
+            status: RunStatus::Failed,
+            content: partial,
+            error_message: Some(why.into()),
+            retry: Some(classify::of(RetryClass::Interrupted, None)),
+            tokens_used: 0,
+        };
+        tracing::warn!(run = %run.id, "marking a run interrupted by a server stop");
+        if let Some((run, reply)) = store.finish_run(&run.id, &outcome).await? {
+            if let Some(reply) = reply {
+                self.publish(&run.session_id, Event::Message(reply));
+            }
+            let held = store.held_runs(&run.session_id).await?;
+            let session_id = run.session_id.clone();
+            self.publish(&session_id, Event::Run(run.clone()));
+            for h in held {
+                self.publish(&session_id, Event::Run(h));
+            }
+            self.schedule_background(&run).await?;
+        }
+        Ok(())
+    }
+}
