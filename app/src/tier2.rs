@@ -6,7 +6,7 @@
 //! so a dismissed failure never arms again, in any tab or after a reload; a restored failure
 //! counts down from its `finished_at` and its attempt number, not from the reload. No clock,
 //! no timers, no I/O: the adapter feeds it inputs and carries out the effects it returns.
-use crate::wire::{ErrorCode, Millis, RetryClassification, Run, RunStatus};
+use crate::wire::{Backoff, ErrorCode, Millis, RetryClassification, Run, RunStatus};
 
 /// The longest wait one browser timer takes (`setTimeout` holds an i32 of ms, ~24.8 days): a
 /// later deadline is reached by chaining timers, each re-armed on [`Input::TimerFired`].
@@ -30,23 +30,6 @@ pub fn failed_streak(runs: &[Run]) -> u32 {
         .take_while(|r| r.status == RunStatus::Failed)
         .count();
     u32::try_from(streak).unwrap_or(u32::MAX)
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
-    pub base_ms: u64,
-    pub cap_ms: u64,
-}
-
-impl Policy {
-    /// The countdown before retry `attempt` (1-based): `min(cap, base·2^(attempt-1))`.
-    pub fn delay_ms(&self, attempt: u32) -> u64 {
-        let shift = attempt.saturating_sub(1).min(40);
-        self.base_ms
-            .saturating_mul(1u64 << shift)
-            .min(self.cap_ms)
-            .max(self.base_ms.min(self.cap_ms))
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,7 +135,7 @@ pub enum Effect {
 
 #[derive(Clone, Debug)]
 pub struct Tier2 {
-    policy: Policy,
+    policy: Backoff,
     state: State,
     generation: u64,
     /// Retries armed since the last completed run.
@@ -165,7 +148,7 @@ pub struct Tier2 {
 }
 
 impl Tier2 {
-    pub fn new(policy: Policy) -> Self {
+    pub fn new(policy: Backoff) -> Self {
         Tier2 {
             policy,
             state: State::Idle,
@@ -185,11 +168,11 @@ impl Tier2 {
         self.failure.as_ref()
     }
 
-    pub fn policy(&self) -> Policy {
+    pub fn policy(&self) -> Backoff {
         self.policy
     }
 
-    pub fn set_policy(&mut self, policy: Policy) {
+    pub fn set_policy(&mut self, policy: Backoff) {
         self.policy = policy;
     }
 
@@ -410,7 +393,7 @@ mod tests {
     use super::*;
     use crate::wire::RetryClass;
 
-    const P: Policy = Policy {
+    const P: Backoff = Backoff {
         base_ms: 2000,
         cap_ms: 300_000,
     };

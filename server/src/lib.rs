@@ -108,7 +108,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
             context_tokens: config.context_tokens,
             max_reply_bytes: config.max_reply_bytes,
             max_run: Duration::from_millis(config.max_run_ms.max(1)),
-            background: app::tier2::Policy {
+            background: app::wire::Backoff {
                 base_ms: config.tier2_base_ms,
                 cap_ms: config.tier2_cap_ms,
             },

@@ -39,3 +39,22 @@ pub struct ProvidersResponse {
 pub struct ClearCooldown {
     pub key: String,
 }
+
+/// Tier 2's countdown schedule (CONTRACT §3: from `base_ms`, doubling, capped at `cap_ms`):
+/// one definition for the browser's state machine and the server's background retries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    pub base_ms: u64,
+    pub cap_ms: u64,
+}
+
+impl Backoff {
+    /// The countdown before retry `attempt` (1-based): `min(cap, base·2^(attempt-1))`.
+    pub fn delay_ms(&self, attempt: u32) -> u64 {
+        let shift = attempt.saturating_sub(1).min(40);
+        self.base_ms
+            .saturating_mul(1u64 << shift)
+            .min(self.cap_ms)
+            .max(self.base_ms.min(self.cap_ms))
+    }
+}

@@ -17,7 +17,7 @@ pub struct EngineConfig {
     /// The longest a run may take from its start; past it the run fails `timeout`.
     pub max_run: Duration,
     /// Background retries' countdown (Tier 2's policy, served to the browser too).
-    pub background: app::tier2::Policy,
+    pub background: app::wire::Backoff,
     /// How often this instance ends the runs it recorded `running` but no longer executes.
     pub reconcile_every: Duration,
     /// Model steps per turn; past them the run fails `max_steps`.

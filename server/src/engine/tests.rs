@@ -64,7 +64,7 @@ async fn engine() -> Engine {
         reconcile_every: Duration::from_secs(30),
         max_steps: 20,
         tool_timeout: Duration::from_secs(120),
-        background: app::tier2::Policy {
+        background: app::wire::Backoff {
             base_ms: 2000,
             cap_ms: 300_000,
         },

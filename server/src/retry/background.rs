@@ -1,13 +1,13 @@
 //! Background retry's schedule, pure: when a retryable failure in a `background` session
-//! waits until — Tier 2's policy (one definition, `app::tier2::Policy`), or the provider's
+//! waits until — Tier 2's policy (one definition, `app::wire::Backoff`), or the provider's
 //! `retry_after_until` when that is later.
-use app::tier2::Policy;
+use app::wire::Backoff;
 use app::wire::{Millis, RetryClassification, WaitingRetry};
 
 /// The waiting retry for a failure with classification `retry` at `now`, retry number
 /// `attempt` (1-based); `None` when the failure is not retryable.
 pub fn schedule(
-    policy: Policy,
+    policy: Backoff,
     attempt: u32,
     retry: Option<&RetryClassification>,
     now: Millis,
@@ -30,7 +30,7 @@ mod tests {
     use crate::retry::classify;
     use app::wire::RetryClass;
 
-    const POLICY: Policy = Policy {
+    const POLICY: Backoff = Backoff {
         base_ms: 2_000,
         cap_ms: 300_000,
     };

@@ -2,7 +2,8 @@
 //! with a browser timer and abortable regenerate, cancel and dismiss calls.
 use crate::client::{api, fetch_json, fetch_json_with, Abort};
 use crate::clock::now_ms;
-use crate::tier2::{self, Answer, Failure, Input, Policy, State, Tier2};
+use crate::tier2::{self, Answer, Failure, Input, State, Tier2};
+use crate::wire::Backoff;
 use crate::wire::{ClientConfig, ErrorCode, Receipt, Run, RunStatus};
 use leptos::prelude::*;
 use std::time::Duration;
@@ -31,7 +32,7 @@ impl Default for Retrier {
 
 impl Retrier {
     pub fn new() -> Self {
-        let policy = Policy {
+        let policy = Backoff {
             base_ms: 2000,
             cap_ms: 300_000,
         };
@@ -59,7 +60,7 @@ impl Retrier {
         leptos::task::spawn_local(async move {
             if let Ok(c) = fetch_json::<ClientConfig>("GET", &api("/config"), None).await {
                 this.machine.update_value(|m| {
-                    m.set_policy(Policy {
+                    m.set_policy(Backoff {
                         base_ms: c.tier2_base_ms,
                         cap_ms: c.tier2_cap_ms,
                     })
