@@ -20,7 +20,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         .create_session("t", "demo", None, "hash", AutoRetry::Off, &[])
         .await
         .unwrap();
-    let (_, run, _) = store
+    let run = store
         .dispatch(NewRun {
             session_id: &session.id,
             new_message: Some("go"),
@@ -32,7 +32,8 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
             supersede_after_anchor: false,
         })
         .await
-        .unwrap();
+        .unwrap()
+        .run;
     let (run, reply) = store.start_run(&run, "i-test").await.unwrap();
     let save = |text: &str, seq: u64| vec![(reply.id.clone(), text.to_string(), seq)];
 
@@ -96,11 +97,13 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
         }
     }
     let sid = session.id.as_str();
-    let (prompt, _, _) = store
+    let prompt = store
         .dispatch(run(sid, None, Some("go"), None))
         .await
-        .unwrap();
-    let prompt = prompt.unwrap().id;
+        .unwrap()
+        .message
+        .unwrap()
+        .id;
     assert_eq!(store.tries_of(&prompt).await.unwrap(), 1);
     assert_eq!(store.resumes_of(&prompt).await.unwrap(), 0);
     // A regenerate on the prompt, and an automatic resume anchored on a continuation.

@@ -5,7 +5,7 @@
 use super::{validate_content, Engine};
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
-use crate::store::NewRun;
+use crate::store::{Dispatched, NewRun};
 use app::wire::{
     ErrorCode, Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunKind, RunStatus,
 };
@@ -14,7 +14,11 @@ impl Engine {
     /// Queues a run and starts it if the session is free. Call under the session's lock.
     async fn queue(&self, new: NewRun<'_>) -> Result<Receipt> {
         let session_id = new.session_id.to_string();
-        let (message, run, superseded) = self.store().dispatch(new).await?;
+        let Dispatched {
+            message,
+            run,
+            superseded,
+        } = self.store().dispatch(new).await?;
         for id in &superseded {
             if let Ok(m) = self.store().message(id).await {
                 self.publish(&session_id, Event::Message(m));

@@ -241,7 +241,7 @@ struct Turn {
 async fn turn_for(engine: &Engine, run: &Run) -> crate::error::Result<Turn> {
     let store = engine.store();
     // Reads at once (SQLite's WAL and PostgreSQL both serve them side by side).
-    let ((model, spent, sources), history) = futures::try_join!(
+    let (session, history) = futures::try_join!(
         store.model_and_spend(&run.session_id),
         store.history(&run.anchor_message_id)
     )?;
@@ -262,9 +262,9 @@ async fn turn_for(engine: &Engine, run: &Run) -> crate::error::Result<Turn> {
         }
     }
     Ok(Turn {
-        model,
+        model: session.model,
         messages,
-        offered: engine.tools().offered(&sources),
-        spent: u64::try_from(spent).unwrap_or(0),
+        offered: engine.tools().offered(&session.tools),
+        spent: u64::try_from(session.tokens_used).unwrap_or(0),
     })
 }

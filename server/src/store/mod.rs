@@ -30,8 +30,8 @@ use std::str::FromStr;
 
 pub use events::LoggedEvent;
 pub use messages::HistoryEntry;
-pub use runs::{NewRun, Outcome};
-pub use sessions::{SessionPage, SessionRecord, MAX_SESSION_PAGE};
+pub use runs::{Dispatched, NewRun, Outcome};
+pub use sessions::{SessionCall, SessionPage, SessionRecord, MAX_SESSION_PAGE};
 pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL};
 pub use tool_calls::{parts, NewToolCall, RecordedCall};
 

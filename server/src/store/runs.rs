@@ -17,6 +17,17 @@ pub struct NewRun<'a> {
     pub supersede_after_anchor: bool,
 }
 
+/// What [`Store::dispatch`] recorded.
+#[derive(Debug)]
+pub struct Dispatched {
+    /// The new operator message, when the run came with one.
+    pub message: Option<Message>,
+    /// The queued run.
+    pub run: Run,
+    /// The ids of the messages it superseded.
+    pub superseded: Vec<String>,
+}
+
 /// How a run ended.
 pub struct Outcome {
     pub status: RunStatus,
@@ -50,9 +61,8 @@ impl Store {
     }
 
     /// In one transaction: an optional new operator message, the supersession of what follows
-    /// the anchor (queued and held prompts excepted) and a queued run. Answers the new
-    /// message, the run and the superseded message ids.
-    pub async fn dispatch(&self, d: NewRun<'_>) -> Result<(Option<Message>, Run, Vec<String>)> {
+    /// the anchor (queued and held prompts excepted) and a queued run.
+    pub async fn dispatch(&self, d: NewRun<'_>) -> Result<Dispatched> {
         with_writer!(self, pool => {
         let mut tx = pool.begin().await?;
         let now = now_ms();
@@ -119,7 +129,11 @@ impl Store {
             Vec::new()
         };
         tx.commit().await?;
-        Ok((message, run, superseded))
+        Ok(Dispatched {
+            message,
+            run,
+            superseded,
+        })
             })
     }
 

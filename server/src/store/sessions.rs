@@ -26,6 +26,16 @@ fn session_select() -> String {
     )
 }
 
+/// What a run's provider request needs of its session ([`Store::model_and_spend`]).
+#[derive(Debug)]
+pub struct SessionCall {
+    pub model: String,
+    /// Tokens the session has spent so far.
+    pub tokens_used: i64,
+    /// The tool sources its turns may use.
+    pub tools: Vec<String>,
+}
+
 /// The largest page `GET /sessions?limit=` and MCP `list_sessions` give.
 pub const MAX_SESSION_PAGE: u32 = 1000;
 
@@ -145,14 +155,18 @@ impl Store {
 
     /// What a run's provider request needs of its session: the model, the tokens spent and
     /// the tool sources.
-    pub async fn model_and_spend(&self, id: &str) -> Result<(String, i64, Vec<String>)> {
+    pub async fn model_and_spend(&self, id: &str) -> Result<SessionCall> {
         with_pool!(self, pool => {
         let row = sqlx::query("SELECT model, tokens_used, tools FROM sessions WHERE id = $1")
             .bind(id)
             .fetch_optional(pool)
             .await?
             .ok_or_else(|| Error::not_found("session", id))?;
-        Ok((row.text("model"), row.int("tokens_used"), rows::tools(&row)))
+        Ok(SessionCall {
+            model: row.text("model"),
+            tokens_used: row.int("tokens_used"),
+            tools: rows::tools(&row),
+        })
             })
     }
 
