@@ -1,7 +1,7 @@
 //! Agent turns with tools (CONTRACT §6), against the scripted provider and the built-in
 //! `mulligan` tools: a turn loops through model steps and tool calls; a failure after a tool
 //! ran keeps the turn's steps, and a retry continues it without running the tool again.
-mod common;
+use testkit as common;
 
 use app::wire::{ErrorCode, Part, RetryClass, RunKind, RunStatus, ToolCallStatus};
 use common::fake::{FakeProvider, Script};

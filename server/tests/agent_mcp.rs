@@ -2,7 +2,7 @@
 //! `server-everything`, started by Mulligan over stdio from `MULLIGAN_MCP_CONFIG`): a turn
 //! that writes a file; a failure after the write continued without writing again; cancel
 //! during a long tool call; and a kill -9 mid-call, whose call reads as interrupted.
-mod common;
+use testkit as common;
 
 use app::wire::{Part, RetryClass, RunKind, RunStatus, ToolCall, ToolCallStatus};
 use common::fake::{FakeProvider, Script};

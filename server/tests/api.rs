@@ -1,5 +1,5 @@
 //! The HTTP API against a real server (real SQLite file, real HTTP) and a fake provider.
-mod common;
+use testkit as common;
 
 use app::wire::{ErrorCode, Event, MessageStatus, RetryClass, Role, RunStatus};
 use common::fake::{FakeProvider, Script};

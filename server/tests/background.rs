@@ -1,7 +1,7 @@
 //! Background retries (`auto_retry: "background"`): a retryable failure waits on the
 //! session row and fires from the server — after its delay, after a restart, once — and
 //! every surface can see it and end it.
-mod common;
+use testkit as common;
 
 use app::wire::{
     ErrorCode, Event, ProvenanceKind, RetryClass, RunKind, RunStatus, Session, WaitingRetry,

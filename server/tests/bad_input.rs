@@ -1,5 +1,5 @@
 //! Every bad input of CONTRACT §2 answers its status and error shape and changes nothing.
-mod common;
+use testkit as common;
 
 use app::wire::ErrorCode;
 use common::fake::FakeProvider;

@@ -1,6 +1,6 @@
 //! CONTRACT §4 client commands: the built `mulligan` binary run as a child process against a
 //! real server in this process (with the fake provider): output, `--json`, exit codes.
-mod common;
+use testkit as common;
 
 use app::wire::{ApiError, ErrorCode, Receipt, Role, RunStatus, SessionList};
 use common::fake::{FakeProvider, Script};

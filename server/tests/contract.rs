@@ -2,7 +2,7 @@
 //! retried status and transport failure over real HTTP, an advised wait on the last attempt,
 //! `regenerate.stale` for a run that did not fail, the content limit at its edge, and the
 //! agent token shown once only.
-mod common;
+use testkit as common;
 
 use app::wire::{ErrorCode, Receipt, RetryClass, RunStatus};
 use common::fake::Script;

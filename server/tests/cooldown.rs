@@ -1,7 +1,7 @@
 //! Provider-wide cooldowns over real HTTP: one advised wait holds every session on that
 //! provider, endpoint, key and model (and nothing else), `GET /providers` lists it without
 //! secrets, an operator clears it, and `/metrics` counts what it avoided.
-mod common;
+use testkit as common;
 
 use app::wire::{ErrorCode, ProvidersResponse, RetryClass, Run, RunStatus};
 use common::fake::{FakeProvider, Script};

@@ -1,7 +1,7 @@
 //! `POST /sessions/:sid/runs/:rid/dismiss-retry`: the operator's cancel of Tier 2 is kept on
 //! the failed run and announced, is refused on a run that did not fail, and leaves Retry now
 //! and Regenerate working.
-mod common;
+use testkit as common;
 
 use app::wire::{ErrorCode, Event, Receipt, RetryReceipt, Run, RunStatus};
 use common::fake::{FakeProvider, Script};

@@ -1,7 +1,7 @@
 //! The event log's retention and resume edges (SQLite, and PostgreSQL in its pass): a long
 //! stream's `delta` rows do not stay in the log once its run has ended, a resume over the
 //! pruned range still ends with the whole reply, and an absurd `Last-Event-ID` is harmless.
-mod common;
+use testkit as common;
 
 use app::wire::Event;
 use common::fake::{FakeProvider, Script};

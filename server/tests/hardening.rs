@@ -1,7 +1,7 @@
 //! Start-up and request hardening: an operator-chosen token must be long and URL/cookie
 //! safe, the data dir is private, cookie-authenticated changes must come from this origin,
 //! and the demo endpoint exists only with the demo provider.
-mod common;
+use testkit as common;
 
 use app::wire::ErrorCode;
 use common::fake::FakeProvider;

@@ -3,7 +3,7 @@
 //! ends within its bound with the right class, the server's memory stays bounded, the next
 //! prompt in the session runs, and the server keeps answering. The real `mulligan` binary
 //! runs as a child process, so its peak memory is its own.
-mod common;
+use testkit as common;
 
 use app::wire::{RetryClass, Run, RunStatus};
 use common::fake::{FakeProvider, Script};

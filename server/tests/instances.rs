@@ -2,7 +2,7 @@
 //! `MULLIGAN_TEST_POSTGRES_URL`; the README's test command sets both when PostgreSQL is
 //! reachable): a run executes on exactly one instance, events reach every instance in one
 //! order, claims hold across instances, cancel crosses them, a dead instance's run is ended.
-mod common;
+use testkit as common;
 
 use app::wire::{ErrorCode, Event, RetryClass, RunStatus};
 use common::fake::{FakeProvider, Script};

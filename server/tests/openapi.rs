@@ -1,7 +1,7 @@
 //! The OpenAPI document: `docs/openapi.json` is the generated one, it lists every route the
 //! router mounts under `/api/v1`, and the server serves it. `MULLIGAN_BLESS=1` rewrites the
 //! committed file.
-mod common;
+use testkit as common;
 
 use server::http::openapi;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! The real `mulligan` binary as an operator runs it: killed with SIGKILL mid-stream and
 //! started again, its run ends `interrupted` with the partial text kept and a waiting
 //! background retry still fires; the API key never reaches its logs.
-mod common;
+use testkit as common;
 
 use app::wire::{RetryClass, RunKind, RunStatus};
 use common::fake::{FakeProvider, Script};

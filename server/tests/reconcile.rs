@@ -1,7 +1,7 @@
 //! The periodic reconcile (SQLite, and PostgreSQL in its pass): a run recorded `running` by
 //! this instance with no live task here is ended `failed`/`interrupted` within the reconcile
 //! period, and runs that are executing are left alone.
-mod common;
+use testkit as common;
 
 use app::wire::{RetryClass, RunStatus};
 use common::fake::{FakeProvider, Script};

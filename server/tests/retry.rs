@@ -1,6 +1,6 @@
 //! Regenerate and retry-now through the one dispatch path: supersession, `if_last_run`,
 //! the atomic claim and its refusals, resend vs continuation, held prompts.
-mod common;
+use testkit as common;
 
 use app::wire::{ErrorCode, ProvenanceKind, Receipt, RetryReceipt, Role, RunKind, RunStatus};
 use common::fake::Script;

@@ -1,5 +1,5 @@
 //! Around a run: context-overflow compaction, the spend limit, and stalled streams.
-mod common;
+use testkit as common;
 
 use app::wire::{RetryClass, RunStatus};
 use common::fake::{FakeProvider, Script};

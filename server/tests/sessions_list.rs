@@ -1,5 +1,5 @@
 //! `GET /sessions?limit=&before=`: newest first, in pages, each session with its last run.
-mod common;
+use testkit as common;
 
 use app::wire::ErrorCode;
 use common::fake::{FakeProvider, Script};

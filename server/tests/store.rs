@@ -1,5 +1,5 @@
 //! The store's own guarantees, on SQLite or (with `MULLIGAN_TEST_DATABASE=postgres`) PostgreSQL.
-mod common;
+use testkit as common;
 
 use app::wire::{AutoRetry, MessageStatus, ProvenanceKind, RunKind, RunStatus};
 use server::store::{NewRun, Outcome, Store};

@@ -1,6 +1,6 @@
 //! Tier 1 against a fake provider over real HTTP: which failures are retried, how long it
 //! waits, when it hands off, and that nothing is retried after the first delta.
-mod common;
+use testkit as common;
 
 use app::wire::{Event, MessageStatus, RetryClass, RunStatus};
 use common::fake::Script;

@@ -1,7 +1,10 @@
 //! Test harness: a real Mulligan server (real SQLite file, real HTTP) in this process, and a
 //! fake OpenAI-compatible provider that plays scripted answers and records every request.
-#![allow(dead_code)]
-pub mod fake;
+
+/// The scriptable fake provider (shared with the bench).
+pub mod fake {
+    pub use fake_provider::{FakeProvider, Script};
+}
 
 use app::wire::{Event, Receipt, Run, RunStatus, SessionDetail};
 use eventsource_stream::Eventsource;
@@ -381,7 +384,7 @@ async fn serve_raw(
     extra_env: &[(&str, &str)],
 ) -> (tokio::process::Child, String, String) {
     use tokio::io::AsyncBufReadExt;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mulligan"))
+    let mut child = tokio::process::Command::new(mulligan_bin())
         .arg("serve")
         .env("MULLIGAN_BIND", "127.0.0.1:0")
         .env("MULLIGAN_DATA_DIR", dir)
@@ -424,4 +427,15 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
+}
+
+/// The `mulligan` binary cargo builds for the server's integration tests, beside the running
+/// test (`target/<profile>/mulligan`; the test itself is in `target/<profile>/deps/`).
+pub fn mulligan_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let mut dir = exe.parent().expect("the test's directory").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir.join(format!("mulligan{}", std::env::consts::EXE_SUFFIX))
 }
