@@ -1,6 +1,6 @@
 //! The composer: Enter sends, Shift+Enter adds a line; disabled, with the reason, while it
 //! cannot send.
-use super::chat::Chat;
+use super::state::Chat;
 use crate::client::{api, fetch_json, ClientError};
 use crate::wire::{PostMessage, Receipt};
 use leptos::prelude::*;

@@ -1,7 +1,7 @@
 //! The provider-wide cooldown behind the failed turn ("Provider cooling down until HH:MM" in
 //! the retry banner), looked up on `GET /providers` when the turn failed with a class a
 //! cooldown gives, and how to end it (`DELETE /providers/cooldowns`).
-use super::chat::Chat;
+use super::state::Chat;
 use crate::client::{api, fetch_json};
 use crate::wire::{ClearCooldown, Cooldown, ProvidersResponse, RetryClass, RunStatus};
 use leptos::prelude::*;

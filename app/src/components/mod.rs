@@ -3,8 +3,10 @@ pub mod chat;
 pub mod composer;
 pub mod cooldown_note;
 pub mod reply;
+pub mod retrier;
 pub mod retry_banner;
 pub mod session_list;
+pub mod state;
 pub mod tool_call;
 
 use crate::wire::Session;

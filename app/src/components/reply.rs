@@ -1,6 +1,6 @@
 //! One message of the chat: an operator prompt (with its run's state) or an agent reply
 //! (streaming, complete, failed with its classification, or stopped).
-use super::chat::Chat;
+use super::state::Chat;
 use crate::client::{api, fetch_json};
 use crate::wire::{
     ErrorCode, Message, MessageStatus, Part, Receipt, Regenerate, RetryClass, Role, Run, RunKind,

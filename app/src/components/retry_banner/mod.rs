@@ -3,12 +3,10 @@
 //! in one banner docked above the composer —
 //! "Retrying in 8 s (attempt 3)", "Provider cooling down: retry after 14:32 (in 49 min)",
 //! "Automatic retry cancelled — Retry now", or why a failure is not retried and what to do.
-mod retrier;
 
-pub use retrier::Retrier;
-
-use super::chat::Chat;
 use super::cooldown_note;
+use super::retrier::Retrier;
+use super::state::Chat;
 use crate::client::{api, fetch_json};
 use crate::clock::{at_with_hint, now_ms};
 use crate::tier2::{ArmKind, Input, State};

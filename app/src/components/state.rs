@@ -1,0 +1,232 @@
+//! The open session's page state (`Chat`): its session, messages, runs and Tier 2, applied
+//! from the snapshot and the event stream; shared through context by the chat's parts.
+use super::retrier::Retrier;
+use super::use_sessions;
+use crate::client::{api, fetch_json};
+use crate::wire::{
+    AttemptEvent, AutoRetry, ClientConfig, Event, Message, Run, RunStatus, RunSummary, Session,
+    SessionDetail, SessionStatus,
+};
+use leptos::prelude::*;
+
+/// The open session's state, shared by its parts.
+#[derive(Clone, Copy)]
+pub struct Chat {
+    pub session: RwSignal<Option<Session>>,
+    /// Each message in its own signal, so a delta re-renders only its reply.
+    pub messages: RwSignal<Vec<(String, RwSignal<Message>)>>,
+    pub runs: RwSignal<Vec<Run>>,
+    pub error: RwSignal<Option<String>>,
+    /// The latest Tier 1 wait announced for a run ("attempt 2 in 4 s").
+    pub attempt: RwSignal<Option<AttemptEvent>>,
+    pub retrier: Retrier,
+    pub config: RwSignal<Option<ClientConfig>>,
+    /// Whether superseded messages (earlier attempts) are shown.
+    pub show_superseded: RwSignal<bool>,
+    /// A word about what happened to the operator's last action ("Already retried in
+    /// another tab — following the new run."), shown in the dock above the composer.
+    pub notice: RwSignal<Option<String>>,
+}
+
+impl Chat {
+    pub(super) fn new() -> Self {
+        Chat {
+            session: RwSignal::new(None),
+            messages: RwSignal::new(Vec::new()),
+            runs: RwSignal::new(Vec::new()),
+            error: RwSignal::new(None),
+            attempt: RwSignal::new(None),
+            retrier: Retrier::new(),
+            config: RwSignal::new(None),
+            show_superseded: RwSignal::new(false),
+            notice: RwSignal::new(None),
+        }
+    }
+
+    /// Whether this page's Tier 2 retries failures (`auto_retry: browser`); a background
+    /// session's retries wait on the server, and `off` waits for the operator.
+    pub(super) fn browser_retries(&self) -> bool {
+        self.session.with_untracked(|s| {
+            s.as_ref()
+                .is_none_or(|s| s.auto_retry == AutoRetry::Browser)
+        })
+    }
+
+    pub(super) fn load(&self, d: SessionDetail) {
+        self.session.set(Some(d.session));
+        self.messages.set(
+            d.messages
+                .into_iter()
+                .map(|m| (m.id.clone(), RwSignal::new(m)))
+                .collect(),
+        );
+        self.load_runs(d.runs);
+        self.error.set(None);
+    }
+
+    /// Takes a snapshot's runs and tells Tier 2 about the last turn (restored, not live).
+    pub(super) fn load_runs(&self, runs: Vec<Run>) {
+        let last_turn = runs.iter().rev().find(|r| r.held_by.is_none()).cloned();
+        let streak = crate::tier2::failed_streak(&runs);
+        self.runs.set(runs);
+        if let Some(run) = last_turn.filter(|_| self.browser_retries()) {
+            self.retrier.observe(&run, false, streak);
+        }
+    }
+
+    /// Reads the session again and brings this page up to it (after finding that another
+    /// tab acted first): messages in place, runs replaced, so the page follows the new run.
+    pub fn resync(&self) {
+        let Some(id) = self.session_id() else { return };
+        let this = *self;
+        leptos::task::spawn_local(async move {
+            let url = api(&format!("/sessions/{id}?include_superseded=true"));
+            match fetch_json::<SessionDetail>("GET", &url, None).await {
+                Ok(d) if this.session_id().as_deref() == Some(id.as_str()) => {
+                    for m in d.messages {
+                        this.apply(Event::Message(m));
+                    }
+                    this.load_runs(d.runs);
+                    this.refresh_session_state();
+                }
+                Ok(_) => {}
+                Err(e) => this.error.set(Some(e.explain())),
+            }
+        });
+    }
+
+    /// Applies one live event.
+    pub fn apply(&self, event: Event) {
+        match event {
+            Event::Message(m) => {
+                let slot = self
+                    .messages
+                    .with_untracked(|ms| ms.iter().find(|(id, _)| *id == m.id).map(|(_, s)| *s));
+                match slot {
+                    // A superseded message stays, folded away (see `show_superseded`).
+                    Some(s) => s.set(m),
+                    None => self
+                        .messages
+                        .update(|ms| ms.push((m.id.clone(), RwSignal::new(m)))),
+                }
+            }
+            Event::Delta(d) => {
+                let slot = self.messages.with_untracked(|ms| {
+                    ms.iter()
+                        .find(|(id, _)| *id == d.message_id)
+                        .map(|(_, s)| *s)
+                });
+                if let Some(s) = slot {
+                    s.update(|m| {
+                        if d.seq > m.delta_seq.unwrap_or(0) {
+                            m.content.push_str(&d.text);
+                            m.delta_seq = Some(d.seq);
+                        }
+                    });
+                }
+            }
+            Event::Run(r) => {
+                self.runs
+                    .update(|rs| match rs.iter_mut().find(|x| x.id == r.id) {
+                        Some(slot) => *slot = r.clone(),
+                        None => rs.push(r.clone()),
+                    });
+                if self.browser_retries() || r.status != RunStatus::Failed {
+                    let streak = self
+                        .runs
+                        .with_untracked(|rs| crate::tier2::failed_streak(rs));
+                    self.retrier.observe(&r, true, streak);
+                }
+                // The followed run went on (or ended): the notice about the last click is done.
+                if r.held_by.is_none()
+                    && r.status != RunStatus::Queued
+                    && self.notice.with_untracked(|n| n.is_some())
+                {
+                    self.notice.set(None);
+                }
+                self.refresh_session_state();
+            }
+            Event::Session(s) => {
+                // Never two retries for one failure: leaving `browser` stops this page's.
+                if s.auto_retry != AutoRetry::Browser
+                    && matches!(
+                        self.retrier.state.get_untracked(),
+                        crate::tier2::State::Armed { .. }
+                    )
+                {
+                    // (Not a dismissal: the failure is the server's to retry now.)
+                    self.retrier.feed(crate::tier2::Input::RunActive);
+                }
+                self.session.set(Some(s));
+                self.refresh_session_state();
+            }
+            Event::Attempt(a) => self.attempt.set(Some(a)),
+            Event::ToolCall(t) => {
+                let slot = self.messages.with_untracked(|ms| {
+                    ms.iter()
+                        .find(|(id, _)| *id == t.message_id)
+                        .map(|(_, s)| *s)
+                });
+                if let Some(s) = slot {
+                    s.update(|m| m.apply_tool_call(t.call));
+                }
+            }
+        }
+    }
+
+    /// The session's status and last run, derived from its runs, into the chat and the list.
+    pub fn refresh_session_state(&self) {
+        let runs = self.runs.get_untracked();
+        let busy = runs
+            .iter()
+            .any(|r| r.status.is_active() && r.held_by.is_none());
+        let last: Option<RunSummary> = runs.last().map(Run::summary);
+        self.session.update(|s| {
+            if let Some(s) = s {
+                s.status = if busy {
+                    SessionStatus::Running
+                } else {
+                    SessionStatus::Idle
+                };
+                s.last_run = last;
+            }
+        });
+        if let Some(s) = self.session.get_untracked() {
+            use_sessions().upsert(s);
+        }
+    }
+
+    /// How many agent replies were superseded (earlier attempts).
+    pub fn superseded_replies(&self) -> usize {
+        self.messages.with(|ms| {
+            ms.iter()
+                .filter(|(_, m)| m.with(|m| m.superseded && m.role == crate::wire::Role::Agent))
+                .count()
+        })
+    }
+
+    /// The open session's id, once loaded.
+    pub fn session_id(&self) -> Option<String> {
+        self.session
+            .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
+    }
+
+    /// Cancels a run (Stop); a refusal goes to `error`.
+    pub fn stop_run(&self, run_id: String, error: RwSignal<Option<String>>) {
+        let Some(sid) = self.session_id() else { return };
+        let this = *self;
+        leptos::task::spawn_local(async move {
+            let url = api(&format!("/sessions/{sid}/runs/{run_id}/cancel"));
+            match fetch_json::<Run>("POST", &url, Some("{}".into())).await {
+                Ok(run) => this.apply(Event::Run(run)),
+                Err(e) => error.set(Some(e.explain())),
+            }
+        });
+    }
+
+    /// The run that is executing now, if any.
+    pub fn running_run(&self) -> Option<Run> {
+        self.runs
+            .with(|rs| rs.iter().find(|r| r.status == RunStatus::Running).cloned())
+    }
+}
