@@ -92,6 +92,11 @@ impl<Req, Resp> Endpoint<Req, Resp> {
     pub fn url(&self, args: &[&str]) -> String {
         self.route.url(args)
     }
+
+    /// The HTTP method, as fetch and reqwest spell it.
+    pub fn method(&self) -> &'static str {
+        self.route.method.as_str()
+    }
 }
 
 pub const CREATE_SESSION: Endpoint<CreateSession, CreatedSession> =

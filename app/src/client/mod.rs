@@ -109,8 +109,3 @@ impl EventStream {
     }
     pub fn close(&self) {}
 }
-
-/// `/api/v1` + path.
-pub fn api(path: &str) -> String {
-    format!("{}{path}", crate::api::PREFIX)
-}

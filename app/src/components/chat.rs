@@ -4,7 +4,8 @@ use super::composer::Composer;
 use super::reply::MessageView;
 use super::retry_banner::RetryBanner;
 use super::state::Chat;
-use crate::client::{api, fetch_json, EventStream};
+use crate::api;
+use crate::client::{fetch_json, EventStream};
 use crate::wire::{AutoRetry, ClientConfig, Session, SessionDetail};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
@@ -18,7 +19,10 @@ pub fn SessionView() -> impl IntoView {
     provide_context(chat.retrier);
     Effect::new(move |_| {
         leptos::task::spawn_local(async move {
-            if let Ok(c) = fetch_json::<ClientConfig>("GET", &api("/config"), None).await {
+            let url = api::CONFIG.url(&[]);
+            let method = api::CONFIG.method();
+            if let Ok(c) = fetch_json::<ClientConfig>(method, &url, None).await {
+                chat.retrier.configure(&c);
                 chat.config.set(Some(c));
             }
         });
@@ -32,17 +36,12 @@ pub fn SessionView() -> impl IntoView {
         chat.session.set(None);
         chat.notice.set(None);
         leptos::task::spawn_local(async move {
-            match fetch_json::<SessionDetail>(
-                "GET",
-                &api(&format!("/sessions/{id}?include_superseded=true")),
-                None,
-            )
-            .await
-            {
+            let url = format!("{}?include_superseded=true", api::SESSION.url(&[&id]));
+            match fetch_json::<SessionDetail>(api::SESSION.method(), &url, None).await {
                 Ok(detail) => {
                     let after = detail.last_event_id;
                     chat.load(detail);
-                    let url = api(&format!("/sessions/{id}/events?last_event_id={after}"));
+                    let url = format!("{}?last_event_id={after}", api::EVENTS.url(&[&id]));
                     stream.set_value(EventStream::open(&url, move |_, ev| chat.apply(ev)));
                 }
                 Err(e) => chat.error.set(Some(e.explain())),
@@ -127,9 +126,9 @@ fn AutoRetrySetting() -> impl IntoView {
         leptos::task::spawn_local(async move {
             // `{"auto_retry":"…"}`, written out: `serde_json::Value` costs the browser bundle.
             let body = format!(r#"{{"auto_retry":"{}"}}"#, value.as_str());
-            match fetch_json::<Session>("PATCH", &api(&format!("/sessions/{sid}")), Some(body))
-                .await
-            {
+            let url = api::PATCH_SESSION.url(&[&sid]);
+            let method = api::PATCH_SESSION.method();
+            match fetch_json::<Session>(method, &url, Some(body)).await {
                 Ok(s) => {
                     chat.session.set(Some(s));
                     chat.refresh_session_state();

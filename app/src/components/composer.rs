@@ -1,7 +1,8 @@
 //! The composer: Enter sends, Shift+Enter adds a line; disabled, with the reason, while it
 //! cannot send.
 use super::state::Chat;
-use crate::client::{api, fetch_json, ClientError};
+use crate::api;
+use crate::client::{fetch_json, ClientError};
 use crate::wire::{PostMessage, Receipt};
 use leptos::prelude::*;
 
@@ -33,8 +34,12 @@ pub fn Composer(session_id: Memo<String>) -> impl IntoView {
         let sid = session_id.get_untracked();
         leptos::task::spawn_local(async move {
             let body = serde_json::to_string(&PostMessage { content }).ok();
-            let res: Result<Receipt, ClientError> =
-                fetch_json("POST", &api(&format!("/sessions/{sid}/messages")), body).await;
+            let res: Result<Receipt, ClientError> = fetch_json(
+                api::POST_MESSAGE.method(),
+                &api::POST_MESSAGE.url(&[&sid]),
+                body,
+            )
+            .await;
             sending.set(false);
             match res {
                 Ok(_) => {

@@ -2,7 +2,8 @@
 //! the retry banner), looked up on `GET /providers` when the turn failed with a class a
 //! cooldown gives, and how to end it (`DELETE /providers/cooldowns`).
 use super::state::Chat;
-use crate::client::{api, fetch_json};
+use crate::api;
+use crate::client::fetch_json;
 use crate::wire::{ClearCooldown, Cooldown, ProvidersResponse, RetryClass, RunStatus};
 use leptos::prelude::*;
 
@@ -42,7 +43,12 @@ pub fn watch(chat: Chat) -> RwSignal<Option<Cooldown>> {
             return;
         };
         leptos::task::spawn_local(async move {
-            let Ok(p) = fetch_json::<ProvidersResponse>("GET", &api("/providers"), None).await
+            let Ok(p) = fetch_json::<ProvidersResponse>(
+                api::PROVIDERS.method(),
+                &api::PROVIDERS.url(&[]),
+                None,
+            )
+            .await
             else {
                 return;
             };
@@ -64,8 +70,9 @@ pub fn watch(chat: Chat) -> RwSignal<Option<Cooldown>> {
 pub fn clear(key: String, cooldown: RwSignal<Option<Cooldown>>, error: RwSignal<Option<String>>) {
     leptos::task::spawn_local(async move {
         let body = serde_json::to_string(&ClearCooldown { key }).unwrap_or_default();
-        let url = api("/providers/cooldowns");
-        match fetch_json::<ProvidersResponse>("DELETE", &url, Some(body)).await {
+        let url = api::CLEAR_COOLDOWN.url(&[]);
+        let method = api::CLEAR_COOLDOWN.method();
+        match fetch_json::<ProvidersResponse>(method, &url, Some(body)).await {
             Ok(_) => {
                 cooldown.set(None);
                 error.set(None);

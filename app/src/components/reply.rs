@@ -1,7 +1,8 @@
 //! One message of the chat: an operator prompt (with its run's state) or an agent reply
 //! (streaming, complete, failed with its classification, or stopped).
 use super::state::Chat;
-use crate::client::{api, fetch_json};
+use crate::api;
+use crate::client::fetch_json;
 use crate::wire::{
     ErrorCode, Message, MessageStatus, Part, Receipt, Regenerate, RetryClass, Role, Run, RunKind,
     RunStatus,
@@ -68,9 +69,10 @@ fn run_tag(chat: Chat, r: &Run) -> Option<AnyView> {
                     return;
                 };
                 leptos::task::spawn_local(async move {
-                    let url = api(&format!("/sessions/{sid}/release"));
+                    let url = api::RELEASE.url(&[&sid]);
+                    let method = api::RELEASE.method();
                     if let Err(e) =
-                        fetch_json::<serde::de::IgnoredAny>("POST", &url, Some("{}".into())).await
+                        fetch_json::<serde::de::IgnoredAny>(method, &url, Some("{}".into())).await
                     {
                         chat.error.set(Some(e.explain()));
                     }
@@ -164,7 +166,7 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
         chat.notice.set(None);
         stop_error.set(None);
         leptos::task::spawn_local(async move {
-            let url = api(&format!("/sessions/{sid}/messages/{anchor}/regenerate"));
+            let url = api::REGENERATE.url(&[&sid, &anchor]);
             let body = serde_json::to_string(&Regenerate {
                 if_last_run: Some(run_id),
                 manual: true,

@@ -1,6 +1,7 @@
 //! The page's Tier 2 driver: feeds the pure [`Tier2`] machine and carries out its effects
 //! with a browser timer and abortable regenerate, cancel and dismiss calls.
-use crate::client::{api, fetch_json, fetch_json_with, Abort};
+use crate::api;
+use crate::client::{fetch_json, fetch_json_with, Abort};
 use crate::clock::now_ms;
 use crate::tier2::{self, Answer, Failure, Input, State, Tier2};
 use crate::wire::Backoff;
@@ -56,17 +57,15 @@ impl Retrier {
         let policy = self.machine.with_value(|m| m.policy());
         self.machine.set_value(Tier2::new(policy));
         self.sync();
-        let this = *self;
-        leptos::task::spawn_local(async move {
-            if let Ok(c) = fetch_json::<ClientConfig>("GET", &api("/config"), None).await {
-                this.machine.update_value(|m| {
-                    m.set_policy(Backoff {
-                        base_ms: c.tier2_base_ms,
-                        cap_ms: c.tier2_cap_ms,
-                    })
-                });
-            }
-        });
+    }
+
+    /// Takes the server's Tier 2 schedule (`GET /config`, read once by the page).
+    pub fn configure(&self, c: &ClientConfig) {
+        let policy = Backoff {
+            base_ms: c.tier2_base_ms,
+            cap_ms: c.tier2_cap_ms,
+        };
+        self.machine.update_value(|m| m.set_policy(policy));
     }
 
     /// Tells the machine about a run's new state; `live` is false for a loaded snapshot;
@@ -154,7 +153,7 @@ impl Retrier {
                 self.abort.set_value(abort.clone());
                 self.pending
                     .set_value(Some((anchor_id.clone(), if_last_run.clone())));
-                let url = api(&format!("/sessions/{sid}/messages/{anchor_id}/regenerate"));
+                let url = api::REGENERATE.url(&[&sid, &anchor_id]);
                 let body = serde_json::to_string(&crate::wire::Regenerate {
                     if_last_run: Some(if_last_run),
                     manual: false,
@@ -193,9 +192,10 @@ impl Retrier {
                 };
                 let sid = self.session_id.get_value();
                 leptos::task::spawn_local(async move {
-                    let url = api(&format!("/sessions/{sid}"));
+                    let url = api::SESSION.url(&[&sid]);
+                    let method = api::SESSION.method();
                     let Ok(detail) =
-                        fetch_json::<crate::wire::SessionDetail>("GET", &url, None).await
+                        fetch_json::<crate::wire::SessionDetail>(method, &url, None).await
                     else {
                         return;
                     };
@@ -206,16 +206,18 @@ impl Retrier {
                         .find(|r| r.anchor_message_id == anchor)
                         .filter(|r| r.id != failed && r.status.is_active());
                     if let Some(run) = stray {
-                        let url = api(&format!("/sessions/{sid}/runs/{}/cancel", run.id));
-                        let _ = fetch_json::<Run>("POST", &url, Some("{}".into())).await;
+                        let url = api::CANCEL_RUN.url(&[&sid, &run.id]);
+                        let method = api::CANCEL_RUN.method();
+                        let _ = fetch_json::<Run>(method, &url, Some("{}".into())).await;
                     }
                 });
             }
             tier2::Effect::DismissRetry { run_id } => {
                 let sid = self.session_id.get_value();
                 leptos::task::spawn_local(async move {
-                    let url = api(&format!("/sessions/{sid}/runs/{run_id}/dismiss-retry"));
-                    if let Err(e) = fetch_json::<Run>("POST", &url, Some("{}".into())).await {
+                    let url = api::DISMISS_RETRY.url(&[&sid, &run_id]);
+                    let method = api::DISMISS_RETRY.method();
+                    if let Err(e) = fetch_json::<Run>(method, &url, Some("{}".into())).await {
                         // A run that ended otherwise meanwhile (`conflict`) has nothing to keep.
                         if e.code != ErrorCode::Conflict {
                             this.error.set(Some(e.explain()));
@@ -226,8 +228,9 @@ impl Retrier {
             tier2::Effect::CancelRun { run_id } => {
                 let sid = self.session_id.get_value();
                 leptos::task::spawn_local(async move {
-                    let url = api(&format!("/sessions/{sid}/runs/{run_id}/cancel"));
-                    let _ = fetch_json::<Run>("POST", &url, Some("{}".into())).await;
+                    let url = api::CANCEL_RUN.url(&[&sid, &run_id]);
+                    let method = api::CANCEL_RUN.method();
+                    let _ = fetch_json::<Run>(method, &url, Some("{}".into())).await;
                 });
             }
         }

@@ -1,6 +1,7 @@
 //! The session list: every session with its state, and the form that creates one.
 use super::use_sessions;
-use crate::client::{api, fetch_json, ClientError};
+use crate::api;
+use crate::client::{fetch_json, ClientError};
 use crate::clock::{at, at_with_hint, now_ms};
 use crate::wire::{CreateSession, RunStatus, Session, SessionList as List, SessionStatus};
 use leptos::prelude::*;
@@ -15,7 +16,13 @@ pub fn SessionList() -> impl IntoView {
     let error = RwSignal::new(None::<String>);
     let load = move || {
         leptos::task::spawn_local(async move {
-            match fetch_json::<List>("GET", &api("/sessions"), None).await {
+            match fetch_json::<List>(
+                api::LIST_SESSIONS.method(),
+                &api::LIST_SESSIONS.url(&[]),
+                None,
+            )
+            .await
+            {
                 Ok(list) => {
                     sessions.0.set(list.sessions);
                     error.set(None);
@@ -136,8 +143,12 @@ fn NewSession() -> impl IntoView {
             // The answer is a `CreatedSession`: its session, flattened, plus the agent token,
             // which the list does not show. Read as a `Session` (unknown fields are ignored),
             // it skips `#[serde(flatten)]`'s buffering, which costs the browser bundle.
-            let res: Result<Session, ClientError> =
-                fetch_json("POST", &api("/sessions"), body).await;
+            let res: Result<Session, ClientError> = fetch_json(
+                api::CREATE_SESSION.method(),
+                &api::CREATE_SESSION.url(&[]),
+                body,
+            )
+            .await;
             busy.set(false);
             match res {
                 Ok(session) => {

@@ -2,7 +2,8 @@
 //! from the snapshot and the event stream; shared through context by the chat's parts.
 use super::retrier::Retrier;
 use super::use_sessions;
-use crate::client::{api, fetch_json};
+use crate::api;
+use crate::client::fetch_json;
 use crate::wire::{
     AttemptEvent, AutoRetry, ClientConfig, Event, Message, Run, RunStatus, RunSummary, Session,
     SessionDetail, SessionStatus,
@@ -80,8 +81,8 @@ impl Chat {
         let Some(id) = self.session_id() else { return };
         let this = *self;
         leptos::task::spawn_local(async move {
-            let url = api(&format!("/sessions/{id}?include_superseded=true"));
-            match fetch_json::<SessionDetail>("GET", &url, None).await {
+            let url = format!("{}?include_superseded=true", api::SESSION.url(&[&id]));
+            match fetch_json::<SessionDetail>(api::SESSION.method(), &url, None).await {
                 Ok(d) if this.session_id().as_deref() == Some(id.as_str()) => {
                     for m in d.messages {
                         this.apply(Event::Message(m));
@@ -216,8 +217,8 @@ impl Chat {
         let Some(sid) = self.session_id() else { return };
         let this = *self;
         leptos::task::spawn_local(async move {
-            let url = api(&format!("/sessions/{sid}/runs/{run_id}/cancel"));
-            match fetch_json::<Run>("POST", &url, Some("{}".into())).await {
+            let url = api::CANCEL_RUN.url(&[&sid, &run_id]);
+            match fetch_json::<Run>(api::CANCEL_RUN.method(), &url, Some("{}".into())).await {
                 Ok(run) => this.apply(Event::Run(run)),
                 Err(e) => error.set(Some(e.explain())),
             }

@@ -7,7 +7,8 @@
 use super::cooldown_note;
 use super::retrier::Retrier;
 use super::state::Chat;
-use crate::client::{api, fetch_json};
+use crate::api;
+use crate::client::fetch_json;
 use crate::clock::{at_with_hint, now_ms};
 use crate::tier2::{ArmKind, Input, State};
 use crate::wire::{AutoRetry, RetryClass, RetryReceipt, Run, RunStatus, Session};
@@ -75,13 +76,14 @@ pub fn RetryBanner() -> impl IntoView {
         cooldown_note::clear(key, cooldown, cooldown_error);
     };
     // A background session's retries belong to the server: these act on its waiting retry.
-    let server_call = move |method: &'static str, path: &'static str| {
+    let server_call = move |route: api::Route| {
         let Some(sid) = chat.session_id() else { return };
         retrier.error.set(None);
         leptos::task::spawn_local(async move {
-            let url = api(&format!("/sessions/{sid}/{path}"));
-            let res = match method {
-                "POST" => fetch_json::<RetryReceipt>("POST", &url, Some("{}".into()))
+            let url = route.url(&[&sid]);
+            let method = route.method.as_str();
+            let res = match route.method {
+                api::Method::Post => fetch_json::<RetryReceipt>(method, &url, Some("{}".into()))
                     .await
                     .map(|_| ()),
                 _ => fetch_json::<Session>(method, &url, None).await.map(|_| ()),
@@ -227,11 +229,11 @@ pub fn RetryBanner() -> impl IntoView {
             };
         let main = move |_| match act {
             Act::Retry(_) => retrier.feed(Input::OperatorRetryNow { now: now_ms() }),
-            Act::ServerRetry(_) => server_call("POST", "retry"),
+            Act::ServerRetry(_) => server_call(api::RETRY.route),
             Act::None => {}
         };
         let stop = move |_| match cancel {
-            Some(true) => server_call("DELETE", "waiting-retry"),
+            Some(true) => server_call(api::CANCEL_WAITING_RETRY.route),
             _ => retrier.feed(Input::OperatorCancel),
         };
         Some(view! {
