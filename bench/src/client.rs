@@ -3,6 +3,7 @@
 //! and the client side: the API calls the benchmarks make and a session's SSE stream that
 //! resumes with `Last-Event-ID` after a drop, as `EventSource` does.
 use crate::R;
+use app::api;
 use app::wire::{Event, Receipt, Run};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -156,7 +157,7 @@ impl Server {
         Ok(Server {
             child,
             pid,
-            base: format!("http://{addr}{}", app::api::PREFIX),
+            base: format!("http://{addr}"),
             token: token.to_string(),
             data_dir,
             http,
@@ -215,7 +216,7 @@ impl Server {
         let v = self
             .expect(
                 reqwest::Method::POST,
-                "/sessions",
+                &api::CREATE_SESSION.url(&[]),
                 Some(json!({"title": "bench", "model": model})),
                 201,
             )
@@ -230,7 +231,7 @@ impl Server {
         let v = self
             .expect(
                 reqwest::Method::POST,
-                &format!("/sessions/{sid}/messages"),
+                &api::POST_MESSAGE.url(&[sid]),
                 Some(json!({"content": content})),
                 202,
             )
@@ -242,7 +243,7 @@ impl Server {
     pub async fn cancel(&self, sid: &str, rid: &str) -> R<(u16, Value)> {
         self.call(
             reqwest::Method::POST,
-            &format!("/sessions/{sid}/runs/{rid}/cancel"),
+            &api::CANCEL_RUN.url(&[sid, rid]),
             None,
         )
         .await
@@ -251,7 +252,7 @@ impl Server {
     pub async fn patch_session(&self, sid: &str, body: Value) -> R<(u16, Value)> {
         self.call(
             reqwest::Method::PATCH,
-            &format!("/sessions/{sid}"),
+            &api::PATCH_SESSION.url(&[sid]),
             Some(body),
         )
         .await
@@ -259,7 +260,7 @@ impl Server {
 
     pub async fn run(&self, rid: &str) -> R<Run> {
         let v = self
-            .expect(reqwest::Method::GET, &format!("/runs/{rid}"), None, 200)
+            .expect(reqwest::Method::GET, &api::RUN.url(&[rid]), None, 200)
             .await?;
         serde_json::from_value(v["run"].clone()).map_err(|e| format!("run: {e}"))
     }
@@ -268,7 +269,7 @@ impl Server {
     pub async fn events(&self, sid: &str) -> R<Events> {
         let mut e = Events {
             http: self.http.clone(),
-            url: format!("{}/sessions/{sid}/events", self.base),
+            url: format!("{}{}", self.base, api::EVENTS.url(&[sid])),
             token: self.token.clone(),
             inner: None,
             last_id: None,
