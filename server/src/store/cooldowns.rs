@@ -11,7 +11,7 @@ impl Table for Store {
     fn note(&self, key: Key, until: i64, reason: RetryClass, _now: i64) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             // The later deadline wins (an ended one is always earlier).
-            let done: Result<_, sqlx::Error> = with_writer!(self, pool => {
+            let done: Result<_, sqlx::Error> = with_writer!(self, |pool| {
                 sqlx::query(
                     "INSERT INTO cooldowns (key, shown, until, reason) VALUES ($1, $2, $3, $4)
                      ON CONFLICT (key) DO UPDATE SET until = excluded.until, reason = excluded.reason
@@ -33,7 +33,7 @@ impl Table for Store {
 
     fn check<'a>(&'a self, key: &'a Key, now: i64) -> BoxFuture<'a, Option<Wait>> {
         Box::pin(async move {
-            let row: Result<Option<(i64, String)>, sqlx::Error> = with_pool!(self, pool => {
+            let row: Result<Option<(i64, String)>, sqlx::Error> = with_pool!(self, |pool| {
                 sqlx::query_as("SELECT until, reason FROM cooldowns WHERE key = $1 AND until > $2")
                     .bind(key.id())
                     .bind(now)
@@ -55,7 +55,7 @@ impl Table for Store {
 
     fn list(&self, now: i64) -> BoxFuture<'_, Vec<Cooldown>> {
         Box::pin(async move {
-            let rows: Result<Vec<Cooldown>, sqlx::Error> = with_pool!(self, pool => {
+            let rows: Result<Vec<Cooldown>, sqlx::Error> = with_pool!(self, |pool| {
                 sqlx::query(
                     "SELECT shown, until, reason FROM cooldowns WHERE until > $1
                      ORDER BY until, shown",
@@ -63,11 +63,15 @@ impl Table for Store {
                 .bind(now)
                 .fetch_all(pool)
                 .await
-                .map(|rows| rows.iter().map(|r| Cooldown {
-                    key: r.get("shown"),
-                    until: r.get("until"),
-                    reason: RetryClass::parse(&r.get::<String, _>("reason")),
-                }).collect())
+                .map(|rows| {
+                    rows.iter()
+                        .map(|r| Cooldown {
+                            key: r.get("shown"),
+                            until: r.get("until"),
+                            reason: RetryClass::parse(&r.get::<String, _>("reason")),
+                        })
+                        .collect()
+                })
             });
             rows.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "could not list provider cooldowns");
@@ -78,16 +82,17 @@ impl Table for Store {
 
     fn clear<'a>(&'a self, shown: &'a str, now: i64) -> BoxFuture<'a, Option<Cooldown>> {
         Box::pin(async move {
-            let row: Result<Option<(String, i64, String)>, sqlx::Error> = with_writer!(self, pool => {
-                sqlx::query_as(
-                    "DELETE FROM cooldowns WHERE shown = $1 AND until > $2
+            let row: Result<Option<(String, i64, String)>, sqlx::Error> =
+                with_writer!(self, |pool| {
+                    sqlx::query_as(
+                        "DELETE FROM cooldowns WHERE shown = $1 AND until > $2
                      RETURNING shown, until, reason",
-                )
-                .bind(shown)
-                .bind(now)
-                .fetch_optional(pool)
-                .await
-            });
+                    )
+                    .bind(shown)
+                    .bind(now)
+                    .fetch_optional(pool)
+                    .await
+                });
             match row {
                 Ok(found) => found.map(|(key, until, reason)| Cooldown {
                     key,

@@ -26,53 +26,55 @@ fn static_event_name(name: &str) -> Option<&'static str> {
 
 impl Store {
     pub async fn max_event_id(&self) -> Result<i64> {
-        with_pool!(self, pool => {
-        Ok(
-            sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
-                .fetch_one(pool)
-                .await?,
-        )
-            })
+        with_pool!(self, |pool| {
+            Ok(
+                sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
+                    .fetch_one(pool)
+                    .await?,
+            )
+        })
     }
 
     /// Appends a batch of events in one transaction.
     pub async fn append_events(&self, batch: &[&LoggedEvent]) -> Result<()> {
-        with_writer!(self, pool => {
-        let mut tx = pool.begin().await?;
-        for chunk in batch.chunks(200) {
-            let mut qb =
-                sqlx::QueryBuilder::new("INSERT INTO events (id, session_id, name, data) ");
-            qb.push_values(chunk, |mut b, e| {
-                b.push_bind(e.id)
-                    .push_bind(&e.session_id)
-                    .push_bind(e.name)
-                    .push_bind(&e.data);
-            });
-            qb.build().execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-            })
+        with_writer!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            for chunk in batch.chunks(200) {
+                let mut qb =
+                    sqlx::QueryBuilder::new("INSERT INTO events (id, session_id, name, data) ");
+                qb.push_values(chunk, |mut b, e| {
+                    b.push_bind(e.id)
+                        .push_bind(&e.session_id)
+                        .push_bind(e.name)
+                        .push_bind(&e.data);
+                });
+                qb.build().execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
     }
 
     /// Deletes the `delta` events of each session logged before the given id (a run's end:
     /// a session runs one run at a time, so every delta before it belongs to an ended run,
     /// whose reply and `message` events hold the text). Answers how many went.
     pub async fn prune_deltas(&self, ends: &[(String, i64)]) -> Result<u64> {
-        with_writer!(self, pool => {
-        let mut tx = pool.begin().await?;
-        let mut n = 0;
-        for (session_id, end_id) in ends {
-            n += sqlx::query("DELETE FROM events WHERE session_id = $1 AND id < $2 AND name = 'delta'")
+        with_writer!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            let mut n = 0;
+            for (session_id, end_id) in ends {
+                n += sqlx::query(
+                    "DELETE FROM events WHERE session_id = $1 AND id < $2 AND name = 'delta'",
+                )
                 .bind(session_id)
                 .bind(end_id)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-        }
-        tx.commit().await?;
-        Ok(n)
-            })
+            }
+            tx.commit().await?;
+            Ok(n)
+        })
     }
 
     /// The session's logged events with `after < id < before`, in order.
@@ -82,8 +84,8 @@ impl Store {
         after: i64,
         before: i64,
     ) -> Result<Vec<LoggedEvent>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query(
+        with_pool!(self, |pool| {
+            let rows = sqlx::query(
             "SELECT id, name, data FROM events WHERE session_id = $1 AND id > $2 AND id < $3 ORDER BY id",
         )
         .bind(session_id)
@@ -91,7 +93,10 @@ impl Store {
         .bind(before)
         .fetch_all(pool)
         .await?;
-        Ok(rows.iter().filter_map(|r| logged_event(r, session_id.to_string())).collect())
-            })
+            Ok(rows
+                .iter()
+                .filter_map(|r| logged_event(r, session_id.to_string()))
+                .collect())
+        })
     }
 }

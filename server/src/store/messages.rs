@@ -18,41 +18,41 @@ impl Store {
         session_id: &str,
         include_superseded: bool,
     ) -> Result<Vec<Message>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = $1 ORDER BY m.seq"
-        ))
-        .bind(session_id)
-        .fetch_all(pool)
-        .await?;
-        Ok(rows
-            .iter()
-            .map(rows::message)
-            .filter(|m| include_superseded || !m.superseded)
-            .collect())
-            })
+        with_pool!(self, |pool| {
+            let rows = sqlx::query(&format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = $1 ORDER BY m.seq"
+            ))
+            .bind(session_id)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows
+                .iter()
+                .map(rows::message)
+                .filter(|m| include_superseded || !m.superseded)
+                .collect())
+        })
     }
 
     pub async fn message(&self, id: &str) -> Result<Message> {
-        with_pool!(self, pool => {
-        let row = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(pool)
-        .await?
-        .ok_or_else(|| Error::not_found("message", id))?;
-        Ok(rows::message(&row))
-            })
+        with_pool!(self, |pool| {
+            let row = sqlx::query(&format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = $1"
+            ))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .ok_or_else(|| Error::not_found("message", id))?;
+            Ok(rows::message(&row))
+        })
     }
 
     /// The conversation a run sends: every visible message up to and including its anchor,
     /// as `(role, content)`; operator prompts that have not run yet and empty or still
     /// streaming replies are left out. One statement.
     pub async fn history(&self, anchor_message_id: &str) -> Result<Vec<HistoryEntry>> {
-        with_pool!(self, pool => {
-        let rows: Vec<(String, String, String, bool)> = sqlx::query_as(
-            "SELECT m.id, m.role, m.content,
+        with_pool!(self, |pool| {
+            let rows: Vec<(String, String, String, bool)> = sqlx::query_as(
+                "SELECT m.id, m.role, m.content,
                     EXISTS (SELECT 1 FROM tool_calls t WHERE t.message_id = m.id) AS has_calls
              FROM messages m, messages a
              WHERE a.id = $1 AND m.session_id = a.session_id AND m.seq <= a.seq
@@ -66,45 +66,45 @@ impl Store {
                         AND (m.content <> ''
                              OR EXISTS (SELECT 1 FROM tool_calls t WHERE t.message_id = m.id)) END
              ORDER BY m.seq",
-        )
-        .bind(anchor_message_id)
-        .fetch_all(pool)
-        .await?;
-        if rows.is_empty() {
-            // The anchor itself always belongs: nothing means there is no such message.
-            return Err(Error::not_found("message", anchor_message_id));
-        }
-        Ok(rows
-            .into_iter()
-            .map(|(id, role, content, has_calls)| HistoryEntry {
-                id,
-                has_calls,
-                role: app::wire::Role::parse(&role).unwrap_or(app::wire::Role::Agent),
-                content,
-            })
-            .collect())
-            })
+            )
+            .bind(anchor_message_id)
+            .fetch_all(pool)
+            .await?;
+            if rows.is_empty() {
+                // The anchor itself always belongs: nothing means there is no such message.
+                return Err(Error::not_found("message", anchor_message_id));
+            }
+            Ok(rows
+                .into_iter()
+                .map(|(id, role, content, has_calls)| HistoryEntry {
+                    id,
+                    has_calls,
+                    role: app::wire::Role::parse(&role).unwrap_or(app::wire::Role::Agent),
+                    content,
+                })
+                .collect())
+        })
     }
 
     /// Stores streaming replies' text so far, `(message id, text, delta count)`, in one
     /// transaction (called in batches on a timer, never per delta). A reply that has ended,
     /// or whose stored text is already further on, is left alone.
     pub async fn save_reply_texts(&self, saves: &[(String, String, u64)]) -> Result<()> {
-        with_writer!(self, pool => {
-        let mut tx = pool.begin().await?;
-        for (id, content, seq) in saves {
-            sqlx::query(
-                "UPDATE messages SET content = $1, delta_seq = $2
+        with_writer!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            for (id, content, seq) in saves {
+                sqlx::query(
+                    "UPDATE messages SET content = $1, delta_seq = $2
                  WHERE id = $3 AND status = 'streaming' AND delta_seq < $2",
-            )
-            .bind(content)
-            .bind(*seq as i64)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
-            })
+                )
+                .bind(content)
+                .bind(*seq as i64)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
     }
 }

@@ -62,9 +62,10 @@ enum Pool {
 
 /// Runs `$body` with `$pool` bound to the open pool, whichever backend it is (the body is
 /// compiled once per backend, so rows and transactions keep their concrete types). For reads;
-/// a body that writes uses [`with_writer!`].
+/// a body that writes uses [`with_writer!`]. Written like a closure,
+/// `with_pool!(self, |pool| { … })`, so that rustfmt formats the body; it is not one.
 macro_rules! with_pool {
-    ($store:expr, $pool:ident => $body:expr) => {
+    ($store:expr, |$pool:ident| $body:expr) => {
         match &$store.pool {
             Pool::Sqlite { read: $pool, .. } => $body,
             Pool::Postgres($pool) => $body,
@@ -75,7 +76,7 @@ pub(crate) use with_pool;
 
 /// [`with_pool!`] for a body that writes: SQLite's one writer connection.
 macro_rules! with_writer {
-    ($store:expr, $pool:ident => $body:expr) => {
+    ($store:expr, |$pool:ident| $body:expr) => {
         match &$store.pool {
             Pool::Sqlite { write: $pool, .. } => $body,
             Pool::Postgres($pool) => $body,

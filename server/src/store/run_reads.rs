@@ -4,150 +4,153 @@ use super::*;
 
 impl Store {
     pub async fn runs(&self, session_id: &str) -> Result<Vec<Run>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query("SELECT * FROM runs WHERE session_id = $1 ORDER BY seq")
-            .bind(session_id)
-            .fetch_all(pool)
-            .await?;
-        Ok(rows.iter().map(rows::run).collect())
-            })
+        with_pool!(self, |pool| {
+            let rows = sqlx::query("SELECT * FROM runs WHERE session_id = $1 ORDER BY seq")
+                .bind(session_id)
+                .fetch_all(pool)
+                .await?;
+            Ok(rows.iter().map(rows::run).collect())
+        })
     }
 
     pub async fn run(&self, id: &str) -> Result<Run> {
-        with_pool!(self, pool => {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-            .ok_or_else(|| Error::not_found("run", id))?;
-        Ok(rows::run(&row))
-            })
+        with_pool!(self, |pool| {
+            let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+                .ok_or_else(|| Error::not_found("run", id))?;
+            Ok(rows::run(&row))
+        })
     }
 
     /// The latest run anchored on a message.
     pub async fn latest_run_for(&self, anchor_message_id: &str) -> Result<Option<Run>> {
-        with_pool!(self, pool => {
-        let row =
-            sqlx::query("SELECT * FROM runs WHERE anchor_message_id = $1 ORDER BY seq DESC LIMIT 1")
-                .bind(anchor_message_id)
-                .fetch_optional(pool)
-                .await?;
-        Ok(row.as_ref().map(rows::run))
-            })
+        with_pool!(self, |pool| {
+            let row = sqlx::query(
+                "SELECT * FROM runs WHERE anchor_message_id = $1 ORDER BY seq DESC LIMIT 1",
+            )
+            .bind(anchor_message_id)
+            .fetch_optional(pool)
+            .await?;
+            Ok(row.as_ref().map(rows::run))
+        })
     }
 
     /// How many runs a prompt has had: on itself, and as the origin of automatic resumes.
     pub async fn tries_of(&self, prompt_id: &str) -> Result<u32> {
-        with_pool!(self, pool => {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM runs WHERE anchor_message_id = $1 OR prompt_id = $2",
-        )
-        .bind(prompt_id)
-        .bind(prompt_id)
-        .fetch_one(pool)
-        .await?;
-        Ok(n as u32)
-            })
+        with_pool!(self, |pool| {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM runs WHERE anchor_message_id = $1 OR prompt_id = $2",
+            )
+            .bind(prompt_id)
+            .bind(prompt_id)
+            .fetch_one(pool)
+            .await?;
+            Ok(n as u32)
+        })
     }
 
     /// How many automatic resumes (manual retries included) a prompt has had.
     pub async fn resumes_of(&self, prompt_id: &str) -> Result<u32> {
-        with_pool!(self, pool => {
-        let n: i64 = sqlx::query_scalar(
+        with_pool!(self, |pool| {
+            let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM runs WHERE prompt_id = $1 AND provenance_kind = 'auto_resume'",
         )
         .bind(prompt_id)
         .fetch_one(pool)
         .await?;
-        Ok(n as u32)
-            })
+            Ok(n as u32)
+        })
     }
 
     /// The session's last turn: its latest run not held behind a failure.
     pub async fn last_turn(&self, session_id: &str) -> Result<Option<Run>> {
-        with_pool!(self, pool => {
-        let row = sqlx::query(
+        with_pool!(self, |pool| {
+            let row = sqlx::query(
             "SELECT * FROM runs WHERE session_id = $1 AND held_by IS NULL ORDER BY seq DESC LIMIT 1",
         )
         .bind(session_id)
         .fetch_optional(pool)
         .await?;
-        Ok(row.as_ref().map(rows::run))
-            })
+            Ok(row.as_ref().map(rows::run))
+        })
     }
 
     /// Whether the session has a run running or queued (held prompts excepted).
     pub async fn has_active_run(&self, session_id: &str) -> Result<bool> {
-        with_pool!(self, pool => {
-        Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1
+        with_pool!(self, |pool| {
+            Ok(sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1
                 AND (status = 'running' OR (status = 'queued' AND held_by IS NULL)))",
-        )
-        .bind(session_id)
-        .fetch_one(pool)
-        .await?)
-            })
+            )
+            .bind(session_id)
+            .fetch_one(pool)
+            .await?)
+        })
     }
 
     /// The run to start next in the session: its oldest queued run that is not held, unless
     /// one is running.
     pub async fn next_to_start(&self, session_id: &str) -> Result<Option<Run>> {
-        with_pool!(self, pool => {
-        let row = sqlx::query(
-            "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NULL
+        with_pool!(self, |pool| {
+            let row = sqlx::query(
+                "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NULL
                AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $1 AND status = 'running')
              ORDER BY seq LIMIT 1",
-        )
-        .bind(session_id)
-        .fetch_optional(pool)
-        .await?;
-        Ok(row.as_ref().map(rows::run))
-            })
+            )
+            .bind(session_id)
+            .fetch_optional(pool)
+            .await?;
+            Ok(row.as_ref().map(rows::run))
+        })
     }
 
     /// The session's prompts held behind a failed turn (`finish_run` holds them), in order.
     pub async fn held_runs(&self, session_id: &str) -> Result<Vec<Run>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query(
+        with_pool!(self, |pool| {
+            let rows = sqlx::query(
             "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL ORDER BY seq",
         )
         .bind(session_id)
         .fetch_all(pool)
         .await?;
-        Ok(rows.iter().map(rows::run).collect())
-            })
+            Ok(rows.iter().map(rows::run).collect())
+        })
     }
 
     /// Runs that were `running` when the server stopped: their ids and session ids.
     pub async fn runs_left_running(&self) -> Result<Vec<Run>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query("SELECT * FROM runs WHERE status = 'running' ORDER BY seq")
-            .fetch_all(pool)
-            .await?;
-        Ok(rows.iter().map(rows::run).collect())
-            })
+        with_pool!(self, |pool| {
+            let rows = sqlx::query("SELECT * FROM runs WHERE status = 'running' ORDER BY seq")
+                .fetch_all(pool)
+                .await?;
+            Ok(rows.iter().map(rows::run).collect())
+        })
     }
 
     /// Runs recorded `running` with `owner` as the instance executing them.
     pub async fn running_runs_of(&self, owner: &str) -> Result<Vec<Run>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query("SELECT * FROM runs WHERE status = 'running' AND owner = $1 ORDER BY seq")
+        with_pool!(self, |pool| {
+            let rows = sqlx::query(
+                "SELECT * FROM runs WHERE status = 'running' AND owner = $1 ORDER BY seq",
+            )
             .bind(owner)
             .fetch_all(pool)
             .await?;
-        Ok(rows.iter().map(rows::run).collect())
-            })
+            Ok(rows.iter().map(rows::run).collect())
+        })
     }
 
     /// Sessions with a queued run that is free to start.
     pub async fn sessions_with_queued_runs(&self) -> Result<Vec<String>> {
-        with_pool!(self, pool => {
-        let rows = sqlx::query(
-            "SELECT DISTINCT session_id FROM runs WHERE status = 'queued' AND held_by IS NULL",
-        )
-        .fetch_all(pool)
-        .await?;
-        Ok(rows.iter().map(|r| r.get("session_id")).collect())
-            })
+        with_pool!(self, |pool| {
+            let rows = sqlx::query(
+                "SELECT DISTINCT session_id FROM runs WHERE status = 'queued' AND held_by IS NULL",
+            )
+            .fetch_all(pool)
+            .await?;
+            Ok(rows.iter().map(|r| r.get("session_id")).collect())
+        })
     }
 }

@@ -51,24 +51,24 @@ fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>
 impl Store {
     /// Records that a run's conversation was compacted after a context overflow.
     pub async fn mark_compacted(&self, run_id: &str) -> Result<()> {
-        with_writer!(self, pool => {
-        sqlx::query("UPDATE runs SET compacted = TRUE WHERE id = $1")
-            .bind(run_id)
-            .execute(pool)
-            .await?;
-        Ok(())
-            })
+        with_writer!(self, |pool| {
+            sqlx::query("UPDATE runs SET compacted = TRUE WHERE id = $1")
+                .bind(run_id)
+                .execute(pool)
+                .await?;
+            Ok(())
+        })
     }
 
     /// In one transaction: an optional new operator message, the supersession of what follows
     /// the anchor (queued and held prompts excepted) and a queued run.
     pub async fn dispatch(&self, d: NewRun<'_>) -> Result<Dispatched> {
-        with_writer!(self, pool => {
-        let mut tx = pool.begin().await?;
-        let now = now_ms();
-        let message = match &d.new_message {
-            Some(content) => {
-                let row = sqlx::query(&format!(
+        with_writer!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            let now = now_ms();
+            let message = match &d.new_message {
+                Some(content) => {
+                    let row = sqlx::query(&format!(
                     "INSERT INTO messages (id, session_id, seq, role, content, created_at, provenance)
                      VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
                              'operator', $3, $4, $5)
@@ -81,17 +81,17 @@ impl Store {
                 .bind(rows::provenance_json(&d.message_provenance))
                 .fetch_one(&mut *tx)
                 .await?;
-                Some(rows::message(&row))
-            }
-            None => None,
-        };
-        let anchor_id = match (&message, d.anchor_id) {
-            (Some(m), _) => m.id.clone(),
-            (None, Some(id)) => id.to_string(),
-            (None, None) => return Err(Error::internal("a dispatch needs an anchor")),
-        };
-        let run_id = new_id("r");
-        let row = sqlx::query(
+                    Some(rows::message(&row))
+                }
+                None => None,
+            };
+            let anchor_id = match (&message, d.anchor_id) {
+                (Some(m), _) => m.id.clone(),
+                (None, Some(id)) => id.to_string(),
+                (None, None) => return Err(Error::internal("a dispatch needs an anchor")),
+            };
+            let run_id = new_id("r");
+            let row = sqlx::query(
             "INSERT INTO runs (id, session_id, seq, anchor_message_id, status, kind, attempt, provenance, created_at,
                                prompt_id, provenance_kind)
              VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE session_id = $2), $3, 'queued', $4, $5, $6, $7,
@@ -109,9 +109,9 @@ impl Store {
         .bind(d.provenance.as_ref().map(|p| p.kind.as_str()))
         .fetch_one(&mut *tx)
         .await?;
-        let run = rows::run(&row);
-        let superseded: Vec<String> = if d.supersede_after_anchor {
-            sqlx::query_scalar(
+            let run = rows::run(&row);
+            let superseded: Vec<String> = if d.supersede_after_anchor {
+                sqlx::query_scalar(
                 "INSERT INTO supersessions (message_id, by_run_id, at)
                  SELECT m.id, $1, $2 FROM messages m
                  WHERE m.session_id = $3 AND m.seq > (SELECT seq FROM messages WHERE id = $4)
@@ -125,26 +125,26 @@ impl Store {
             .bind(&anchor_id)
             .fetch_all(&mut *tx)
             .await?
-        } else {
-            Vec::new()
-        };
-        tx.commit().await?;
-        Ok(Dispatched {
-            message,
-            run,
-            superseded,
-        })
+            } else {
+                Vec::new()
+            };
+            tx.commit().await?;
+            Ok(Dispatched {
+                message,
+                run,
+                superseded,
             })
+        })
     }
 
     /// In one transaction: the run becomes `running`, gets an empty streaming reply, and its
     /// first Tier 1 attempt starts (the provider is called next; the runner records the later
     /// ones). `owner` is the instance that executes it (its heartbeat is the run's lease).
     pub async fn start_run(&self, run: &Run, owner: &str) -> Result<(Run, Message)> {
-        with_writer!(self, pool => {
-        let mut tx = pool.begin().await?;
-        let now = now_ms();
-        let reply = sqlx::query(&format!(
+        with_writer!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            let now = now_ms();
+            let reply = sqlx::query(&format!(
             "INSERT INTO messages (id, session_id, seq, role, content, created_at, run_id, status, provenance)
              VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
                      'agent', '', $3, $4, 'streaming', $5)
@@ -157,17 +157,17 @@ impl Store {
         .bind(rows::provenance_json(&run.provenance))
         .fetch_one(&mut *tx)
         .await?;
-        let reply = rows::message(&reply);
-        sqlx::query(
-            "INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, 1, $2)
+            let reply = rows::message(&reply);
+            sqlx::query(
+                "INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, 1, $2)
              ON CONFLICT (run_id, n) DO UPDATE
              SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL",
-        )
-        .bind(&run.id)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        let run = sqlx::query(
+            )
+            .bind(&run.id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            let run = sqlx::query(
             "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
                  tier1_attempts = 1, steps = 1
              WHERE id = $4 RETURNING *",
@@ -178,9 +178,9 @@ impl Store {
         .bind(&run.id)
         .fetch_one(&mut *tx)
         .await?;
-        tx.commit().await?;
-        Ok((rows::run(&run), reply))
-            })
+            tx.commit().await?;
+            Ok((rows::run(&run), reply))
+        })
     }
 
     /// In one transaction: the run's end, its reply's final text and status, the session's
@@ -191,35 +191,35 @@ impl Store {
         run_id: &str,
         o: &Outcome,
     ) -> Result<Option<(Run, Option<Message>)>> {
-        with_writer!(self, pool => {
-        let mut tx = pool.begin().await?;
-        let now = now_ms();
-        let (retryable, class, until) = retry_columns(&o.retry);
-        let done = sqlx::query(
-            "UPDATE runs SET status = $1, error_message = $2, retryable = $3, retry_class = $4,
+        with_writer!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            let now = now_ms();
+            let (retryable, class, until) = retry_columns(&o.retry);
+            let done = sqlx::query(
+                "UPDATE runs SET status = $1, error_message = $2, retryable = $3, retry_class = $4,
                  retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7
              WHERE id = $8 AND status IN ('queued', 'running')
              RETURNING *",
-        )
-        .bind(o.status.as_str())
-        .bind(&o.error_message)
-        .bind(retryable)
-        .bind(class)
-        .bind(until)
-        .bind(now)
-        .bind(o.tokens_used)
-        .bind(run_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(run) = done.as_ref().map(rows::run) else {
-            return Ok(None);
-        };
-        let msg_status = match o.status {
-            RunStatus::Completed => MessageStatus::Complete,
-            RunStatus::Cancelled => MessageStatus::Cancelled,
-            _ => MessageStatus::Failed,
-        };
-        let reply = sqlx::query(
+            )
+            .bind(o.status.as_str())
+            .bind(&o.error_message)
+            .bind(retryable)
+            .bind(class)
+            .bind(until)
+            .bind(now)
+            .bind(o.tokens_used)
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(run) = done.as_ref().map(rows::run) else {
+                return Ok(None);
+            };
+            let msg_status = match o.status {
+                RunStatus::Completed => MessageStatus::Complete,
+                RunStatus::Cancelled => MessageStatus::Cancelled,
+                _ => MessageStatus::Failed,
+            };
+            let reply = sqlx::query(
             "UPDATE messages SET content = $1, status = $2, error_message = $3, retryable = $4,
                  retry_class = $5, retry_after_until = $6
              WHERE id = $7
@@ -236,70 +236,75 @@ impl Store {
         .await?
         .as_ref()
         .map(rows::message);
-        // A call still running when its run ends never got its result: cancelled with the
-        // run, else its outcome is unknown.
-        sqlx::query(
-            "UPDATE tool_calls SET status = $1, finished_at = $2
-             WHERE run_id = $3 AND status = 'running'",
-        )
-        .bind(if o.status == RunStatus::Cancelled { "cancelled" } else { "interrupted" })
-        .bind(now)
-        .bind(run_id)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("UPDATE sessions SET tokens_used = tokens_used + $1 WHERE id = $2")
-        .bind(o.tokens_used)
-        .bind(&run.session_id)
-        .execute(&mut *tx)
-        .await?;
-        if o.status == RunStatus::Failed {
-            // Prompts queued behind a failed turn are held in the same step, so no reader
-            // sees the failure with them still free to start.
+            // A call still running when its run ends never got its result: cancelled with the
+            // run, else its outcome is unknown.
             sqlx::query(
-                "UPDATE runs SET held_by = $1
-                 WHERE session_id = (SELECT session_id FROM runs WHERE id = $1)
-                   AND status = 'queued' AND held_by IS NULL",
+                "UPDATE tool_calls SET status = $1, finished_at = $2
+             WHERE run_id = $3 AND status = 'running'",
             )
+            .bind(if o.status == RunStatus::Cancelled {
+                "cancelled"
+            } else {
+                "interrupted"
+            })
+            .bind(now)
             .bind(run_id)
             .execute(&mut *tx)
             .await?;
-        }
-        tx.commit().await?;
-        Ok(Some((run, reply)))
-            })
+            sqlx::query("UPDATE sessions SET tokens_used = tokens_used + $1 WHERE id = $2")
+                .bind(o.tokens_used)
+                .bind(&run.session_id)
+                .execute(&mut *tx)
+                .await?;
+            if o.status == RunStatus::Failed {
+                // Prompts queued behind a failed turn are held in the same step, so no reader
+                // sees the failure with them still free to start.
+                sqlx::query(
+                    "UPDATE runs SET held_by = $1
+                 WHERE session_id = (SELECT session_id FROM runs WHERE id = $1)
+                   AND status = 'queued' AND held_by IS NULL",
+                )
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(Some((run, reply)))
+        })
     }
 
     /// Records the operator's cancel of Tier 2 on a failed run (the first time wins; a repeat
     /// answers the run as it is). `None` when the run is not `failed`.
     pub async fn dismiss_retry(&self, run_id: &str) -> Result<Option<Run>> {
-        with_writer!(self, pool => {
-        let row = sqlx::query(
-            "UPDATE runs SET retry_dismissed_at = COALESCE(retry_dismissed_at, $1)
+        with_writer!(self, |pool| {
+            let row = sqlx::query(
+                "UPDATE runs SET retry_dismissed_at = COALESCE(retry_dismissed_at, $1)
              WHERE id = $2 AND status = 'failed'
              RETURNING *",
-        )
-        .bind(now_ms())
-        .bind(run_id)
-        .fetch_optional(pool)
-        .await?;
-        Ok(row.as_ref().map(rows::run))
-            })
+            )
+            .bind(now_ms())
+            .bind(run_id)
+            .fetch_optional(pool)
+            .await?;
+            Ok(row.as_ref().map(rows::run))
+        })
     }
 
     /// Lets every held prompt of the session go on; answers the released runs, in order.
     pub async fn release_held(&self, session_id: &str) -> Result<Vec<Run>> {
-        with_writer!(self, pool => {
-        let rows = sqlx::query(
-            "UPDATE runs SET held_by = NULL
+        with_writer!(self, |pool| {
+            let rows = sqlx::query(
+                "UPDATE runs SET held_by = NULL
              WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL
              RETURNING *",
-        )
-        .bind(session_id)
-        .fetch_all(pool)
-        .await?;
-        let mut released: Vec<(i64, Run)> = rows.iter().map(|r| (r.int("seq"), rows::run(r))).collect();
-        released.sort_by_key(|(seq, _)| *seq);
-        Ok(released.into_iter().map(|(_, r)| r).collect())
-            })
+            )
+            .bind(session_id)
+            .fetch_all(pool)
+            .await?;
+            let mut released: Vec<(i64, Run)> =
+                rows.iter().map(|r| (r.int("seq"), rows::run(r))).collect();
+            released.sort_by_key(|(seq, _)| *seq);
+            Ok(released.into_iter().map(|(_, r)| r).collect())
+        })
     }
 }

@@ -110,9 +110,9 @@ impl Store {
         tools: &[String],
     ) -> Result<Session> {
         let tools = serde_json::to_string(tools).unwrap_or_else(|_| "[]".into());
-        with_writer!(self, pool => {
-        let id = new_id("s");
-        sqlx::query(
+        with_writer!(self, |pool| {
+            let id = new_id("s");
+            sqlx::query(
             "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry, tools)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
@@ -126,48 +126,48 @@ impl Store {
         .bind(tools)
         .execute(pool)
         .await?;
-        Ok(self.session(&id).await?.session)
-            })
+            Ok(self.session(&id).await?.session)
+        })
     }
 
     pub async fn session(&self, id: &str) -> Result<SessionRecord> {
-        with_pool!(self, pool => {
-        let row = sqlx::query(&format!("{} WHERE s.id = $1", session_select()))
-        .bind(id)
-        .fetch_optional(pool)
-        .await?
-        .ok_or_else(|| Error::not_found("session", id))?;
-        Ok(session_from_row(&row))
-            })
+        with_pool!(self, |pool| {
+            let row = sqlx::query(&format!("{} WHERE s.id = $1", session_select()))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+                .ok_or_else(|| Error::not_found("session", id))?;
+            Ok(session_from_row(&row))
+        })
     }
 
     /// `not_found` unless the session exists (one indexed lookup, no summary).
     pub async fn session_exists(&self, id: &str) -> Result<()> {
-        with_pool!(self, pool => {
-        sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-            .map(|_| ())
-            .ok_or_else(|| Error::not_found("session", id))
-            })
+        with_pool!(self, |pool| {
+            sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+                .map(|_| ())
+                .ok_or_else(|| Error::not_found("session", id))
+        })
     }
 
     /// What a run's provider request needs of its session: the model, the tokens spent and
     /// the tool sources.
     pub async fn model_and_spend(&self, id: &str) -> Result<SessionCall> {
-        with_pool!(self, pool => {
-        let row = sqlx::query("SELECT model, tokens_used, tools FROM sessions WHERE id = $1")
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-            .ok_or_else(|| Error::not_found("session", id))?;
-        Ok(SessionCall {
-            model: row.text("model"),
-            tokens_used: row.int("tokens_used"),
-            tools: rows::tools(&row),
-        })
+        with_pool!(self, |pool| {
+            let row = sqlx::query("SELECT model, tokens_used, tools FROM sessions WHERE id = $1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+                .ok_or_else(|| Error::not_found("session", id))?;
+            Ok(SessionCall {
+                model: row.text("model"),
+                tokens_used: row.int("tokens_used"),
+                tools: rows::tools(&row),
             })
+        })
     }
 
     /// Sessions, newest first, one page of them, in one query. `invalid` when `before`
@@ -191,8 +191,8 @@ impl Store {
         page: &SessionPage,
         root: Option<&str>,
     ) -> Result<Vec<Session>> {
-        with_pool!(self, pool => {
-        let mut sql = match root {
+        with_pool!(self, |pool| {
+            let mut sql = match root {
             Some(_) => format!(
                 "WITH RECURSIVE family(id) AS (
                      SELECT id FROM sessions WHERE parent_id = $3
@@ -202,42 +202,46 @@ impl Store {
             ),
             None => session_select(),
         };
-        let cursor: Option<i64> = match &page.before {
-            Some(id) => Some(
-                sqlx::query_scalar("SELECT created_at FROM sessions WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(pool)
-                    .await?
-                    .ok_or_else(|| Error::invalid(format!("`before`: there is no session {id:?}")))?,
-            ),
-            None => None,
-        };
-        if cursor.is_some() && root.is_none() {
-            sql.push_str(" WHERE s.created_at < $1 OR (s.created_at = $1 AND s.id < $2)");
-        }
-        sql.push_str(" ORDER BY s.created_at DESC, s.id DESC");
-        if let Some(limit) = page.limit {
-            sql.push_str(&format!(" LIMIT {}", limit.min(MAX_SESSION_PAGE)));
-        }
-        let mut q = sqlx::query(&sql);
-        if let Some(root) = root {
-            q = q.bind(cursor).bind(page.before.as_deref()).bind(root);
-        } else if let (Some(at), Some(id)) = (cursor, &page.before) {
-            q = q.bind(at).bind(id);
-        }
-        let rows = q.fetch_all(pool).await?;
-        Ok(rows.iter().map(|r| session_from_row(r).session).collect())
-            })
+            let cursor: Option<i64> = match &page.before {
+                Some(id) => Some(
+                    sqlx::query_scalar("SELECT created_at FROM sessions WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(pool)
+                        .await?
+                        .ok_or_else(|| {
+                            Error::invalid(format!("`before`: there is no session {id:?}"))
+                        })?,
+                ),
+                None => None,
+            };
+            if cursor.is_some() && root.is_none() {
+                sql.push_str(" WHERE s.created_at < $1 OR (s.created_at = $1 AND s.id < $2)");
+            }
+            sql.push_str(" ORDER BY s.created_at DESC, s.id DESC");
+            if let Some(limit) = page.limit {
+                sql.push_str(&format!(" LIMIT {}", limit.min(MAX_SESSION_PAGE)));
+            }
+            let mut q = sqlx::query(&sql);
+            if let Some(root) = root {
+                q = q.bind(cursor).bind(page.before.as_deref()).bind(root);
+            } else if let (Some(at), Some(id)) = (cursor, &page.before) {
+                q = q.bind(at).bind(id);
+            }
+            let rows = q.fetch_all(pool).await?;
+            Ok(rows.iter().map(|r| session_from_row(r).session).collect())
+        })
     }
 
     /// The session whose agent token has this hash (an indexed lookup).
     pub async fn session_by_token_hash(&self, hash: &str) -> Result<Option<(String, String)>> {
-        with_pool!(self, pool => {
-        Ok(sqlx::query_as("SELECT id, agent_token_hash FROM sessions WHERE agent_token_hash = $1")
+        with_pool!(self, |pool| {
+            Ok(sqlx::query_as(
+                "SELECT id, agent_token_hash FROM sessions WHERE agent_token_hash = $1",
+            )
             .bind(hash)
             .fetch_optional(pool)
             .await?)
-            })
+        })
     }
 
     /// Every session's `(id, parent_id, agent_token_hash)`, in one light query: what MCP's
@@ -246,19 +250,19 @@ impl Store {
     /// from `id` by the primary key, so the cost follows the depth, not the server's sessions.
     /// `UNION` ends the walk even on a cycle of parent links.
     pub async fn is_descendant(&self, ancestor: &str, id: &str) -> Result<bool> {
-        with_pool!(self, pool => {
-        let found: Option<i64> = sqlx::query_scalar(
-            "WITH RECURSIVE up(id, parent_id) AS (
+        with_pool!(self, |pool| {
+            let found: Option<i64> = sqlx::query_scalar(
+                "WITH RECURSIVE up(id, parent_id) AS (
                  SELECT id, parent_id FROM sessions WHERE id = $1
                  UNION SELECT s.id, s.parent_id FROM sessions s JOIN up ON s.id = up.parent_id)
              SELECT CAST(1 AS BIGINT) FROM up WHERE parent_id = $2 AND id <> $2 LIMIT 1",
-        )
-        .bind(id)
-        .bind(ancestor)
-        .fetch_optional(pool)
-        .await?;
-        Ok(found.is_some())
-            })
+            )
+            .bind(id)
+            .bind(ancestor)
+            .fetch_optional(pool)
+            .await?;
+            Ok(found.is_some())
+        })
     }
 
     pub async fn update_session(
@@ -269,8 +273,8 @@ impl Store {
         tools: Option<&[String]>,
     ) -> Result<Session> {
         let tools = tools.map(|t| serde_json::to_string(t).unwrap_or_else(|_| "[]".into()));
-        with_writer!(self, pool => {
-        sqlx::query(
+        with_writer!(self, |pool| {
+            sqlx::query(
             "UPDATE sessions SET title = COALESCE($1, title), auto_retry = COALESCE($2, auto_retry),
                  tools = COALESCE($3, tools)
              WHERE id = $4",
@@ -281,13 +285,13 @@ impl Store {
         .bind(id)
         .execute(pool)
         .await?;
-        Ok(self.session(id).await?.session)
-            })
+            Ok(self.session(id).await?.session)
+        })
     }
 
     /// Sets the session's waiting background retry.
     pub async fn set_waiting_retry(&self, session_id: &str, w: &WaitingRetry) -> Result<()> {
-        with_writer!(self, pool => {
+        with_writer!(self, |pool| {
             let done = sqlx::query(
                 "UPDATE sessions SET retry_attempt = $1, retry_fires_at = $2, retry_reason = $3
                  WHERE id = $4",
@@ -308,7 +312,7 @@ impl Store {
     /// Ends the session's waiting background retry, if one waits (answers whether one did);
     /// its attempt number stays. One statement: no read-then-write race.
     pub async fn clear_waiting_retry(&self, session_id: &str) -> Result<bool> {
-        with_writer!(self, pool => {
+        with_writer!(self, |pool| {
             let done = sqlx::query(
                 "UPDATE sessions SET retry_fires_at = NULL, retry_reason = NULL
                  WHERE id = $1 AND retry_fires_at IS NOT NULL",
@@ -322,7 +326,7 @@ impl Store {
 
     /// Sessions whose waiting background retry is due at `now`, soonest first.
     pub async fn due_waiting_retries(&self, now: i64) -> Result<Vec<String>> {
-        with_pool!(self, pool => {
+        with_pool!(self, |pool| {
             Ok(sqlx::query_scalar(
                 "SELECT id FROM sessions WHERE retry_fires_at IS NOT NULL AND retry_fires_at <= $1
                  ORDER BY retry_fires_at",

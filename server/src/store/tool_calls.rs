@@ -59,7 +59,7 @@ impl Store {
     pub async fn tool_call_started(&self, c: &NewToolCall<'_>) -> Result<()> {
         let arguments = serde_json::to_string(&c.call.arguments).unwrap_or_else(|_| "null".into());
         let sent = c.call.status == ToolCallStatus::Running;
-        with_writer!(self, pool => {
+        with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             sqlx::query(
                 "INSERT INTO tool_calls (id, run_id, message_id, session_id, step, ord, provider_id,
@@ -104,7 +104,7 @@ impl Store {
         run_id: &str,
         not_sent: bool,
     ) -> Result<()> {
-        with_writer!(self, pool => {
+        with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             let n = sqlx::query(
                 "UPDATE tool_calls SET status = $1, result = $2, finished_at = $3,
@@ -138,7 +138,7 @@ impl Store {
         &self,
         session_id: &str,
     ) -> Result<HashMap<String, Vec<RecordedCall>>> {
-        let rows: Vec<RecordedCall> = with_pool!(self, pool => {
+        let rows: Vec<RecordedCall> = with_pool!(self, |pool| {
             sqlx::query("SELECT * FROM tool_calls WHERE session_id = $1 ORDER BY message_id, ord")
                 .bind(session_id)
                 .fetch_all(pool)
@@ -156,7 +156,7 @@ impl Store {
 
     /// The recorded calls of one message, in the order asked for.
     pub async fn tool_calls_of_message(&self, message_id: &str) -> Result<Vec<RecordedCall>> {
-        Ok(with_pool!(self, pool => {
+        Ok(with_pool!(self, |pool| {
             sqlx::query("SELECT * FROM tool_calls WHERE message_id = $1 ORDER BY ord")
                 .bind(message_id)
                 .fetch_all(pool)
