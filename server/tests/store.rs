@@ -163,3 +163,25 @@ async fn descent_is_found_by_walking_up_the_family() {
     assert!(!is(&root, &other).await);
     assert!(!is(&root, "s_missing").await);
 }
+
+/// The background-retry loop sleeps until the earliest waiting retry: the store names it,
+/// and nothing when none waits.
+#[tokio::test]
+async fn the_next_waiting_retry_is_the_earliest() {
+    use app::wire::{RetryClass, WaitingRetry};
+    let store = open("store-next-retry").await;
+    assert_eq!(store.next_waiting_retry().await.unwrap(), None);
+    for (hash, fires_at) in [("h-late", 9_000), ("h-soon", 4_000)] {
+        let s = store
+            .create_session("t", "demo", None, hash, AutoRetry::Background, &[])
+            .await
+            .unwrap();
+        let waiting = WaitingRetry {
+            attempt: 1,
+            fires_at,
+            reason: RetryClass::Overloaded,
+        };
+        store.set_waiting_retry(&s.id, &waiting).await.unwrap();
+    }
+    assert_eq!(store.next_waiting_retry().await.unwrap(), Some(4_000));
+}

@@ -11,8 +11,10 @@ use crate::retry::background;
 use app::wire::{AutoRetry, Event, ProvenanceKind, Run, Session};
 use std::time::Duration;
 
-/// How often each instance looks for due waiting retries.
+/// The shortest wait between two looks for due waiting retries.
 const TICK: Duration = Duration::from_millis(250);
+/// The longest: how late a retry another instance left (and can no longer fire) may fire here.
+const IDLE: Duration = Duration::from_secs(5);
 
 impl Engine {
     /// After `run` failed (call under the session's lock): leaves a waiting retry when the
@@ -43,6 +45,7 @@ impl Engine {
             "a background retry is waiting"
         );
         store.set_waiting_retry(&run.session_id, &waiting).await?;
+        self.inner.background_wake.notify_one();
         metrics().background_retry("scheduled");
         self.publish_session(&run.session_id).await?;
         Ok(())
@@ -70,10 +73,33 @@ impl Engine {
         Ok(session)
     }
 
-    /// Starts the loop that fires due waiting retries until the server stops.
+    /// Starts the loop that fires due waiting retries until the server stops. It sleeps until
+    /// the earliest waiting retry (at least [`TICK`], at most [`IDLE`]), woken early when this
+    /// instance leaves one: an idle server does not ask its database four times a second.
     pub fn fire_background_retries(&self) {
-        self.every(TICK, "could not fire background retries", |e| {
-            Box::pin(async move { e.fire_due().await })
+        let engine = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = engine.fire_due().await {
+                    tracing::warn!(error = %e, "could not fire background retries; trying again");
+                }
+                let wait = match engine.store().next_waiting_retry().await {
+                    Ok(Some(at)) => {
+                        let ms = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
+                        Duration::from_millis(ms).clamp(TICK, IDLE)
+                    }
+                    Ok(None) => IDLE,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read the next background retry");
+                        TICK
+                    }
+                };
+                tokio::select! {
+                    _ = engine.inner.stopping.cancelled() => return,
+                    _ = engine.inner.background_wake.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
         });
     }
 

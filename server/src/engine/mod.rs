@@ -56,6 +56,8 @@ struct Inner {
     tasks: TaskTracker,
     /// Cancelled when the server stops: runners record their run as interrupted.
     stopping: CancellationToken,
+    /// Wakes the background-retry loop when this instance leaves a waiting retry.
+    background_wake: tokio::sync::Notify,
 }
 
 impl Engine {
@@ -79,6 +81,7 @@ impl Engine {
                 active: Mutex::default(),
                 tasks: TaskTracker::new(),
                 stopping: CancellationToken::new(),
+                background_wake: tokio::sync::Notify::new(),
             }),
         }
     }

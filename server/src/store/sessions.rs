@@ -324,6 +324,17 @@ impl Store {
         })
     }
 
+    /// When the earliest waiting background retry fires, if one waits.
+    pub async fn next_waiting_retry(&self) -> Result<Option<i64>> {
+        with_pool!(self, |pool| {
+            Ok(sqlx::query_scalar(
+                "SELECT MIN(retry_fires_at) FROM sessions WHERE retry_fires_at IS NOT NULL",
+            )
+            .fetch_one(pool)
+            .await?)
+        })
+    }
+
     /// Sessions whose waiting background retry is due at `now`, soonest first.
     pub async fn due_waiting_retries(&self, now: i64) -> Result<Vec<String>> {
         with_pool!(self, |pool| {
