@@ -169,26 +169,11 @@ impl TestServer {
     pub async fn stored_content(&self, message_id: &str) -> String {
         let url = database_url(&self.data_dir)
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("mulligan.db").display()));
-        let sql = "SELECT content FROM messages WHERE id = $1";
-        if url.starts_with("postgres") {
-            let pool = sqlx::PgPool::connect(&url).await.unwrap();
-            let c = sqlx::query_scalar(sql)
-                .bind(message_id)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-            pool.close().await;
-            c
-        } else {
-            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-            let c = sqlx::query_scalar(sql)
-                .bind(message_id)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-            pool.close().await;
-            c
-        }
+        // The store's own read, on whichever backend the server uses: the row as written.
+        let store = server::store::Store::open(&url).await.unwrap();
+        let content = store.message(message_id).await.unwrap().content;
+        store.close().await;
+        content
     }
 
     pub fn url(&self, path: &str) -> String {
