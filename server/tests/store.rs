@@ -20,21 +20,30 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         .create_session("t", "demo", None, "hash", AutoRetry::Off, &[])
         .await
         .unwrap();
-    let run = store
-        .dispatch(NewRun {
-            session_id: &session.id,
-            new_message: Some("go"),
-            message_provenance: None,
-            anchor_id: None,
-            kind: RunKind::Prompt,
-            attempt: 1,
-            provenance: None,
-            supersede_after_anchor: false,
-        })
+    let queued = store
+        .dispatch(
+            NewRun {
+                session_id: &session.id,
+                new_message: Some("go"),
+                message_provenance: None,
+                anchor_id: None,
+                kind: RunKind::Prompt,
+                attempt: 1,
+                provenance: None,
+                supersede_after_anchor: false,
+            },
+            None,
+        )
         .await
         .unwrap()
         .run;
-    let (run, reply) = store.start_run(&run, "i-test").await.unwrap();
+    let (run, reply) = store
+        .start_next(&session.id, "i-test")
+        .await
+        .unwrap()
+        .expect("the queued run starts");
+    assert_eq!(run.id, queued.id);
+    assert_eq!(reply.run_id.as_deref(), Some(run.id.as_str()));
     let save = |text: &str, seq: u64| vec![(reply.id.clone(), text.to_string(), seq)];
 
     store.save_reply_texts(&save("a b", 2)).await.unwrap();
@@ -61,6 +70,58 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
     let m = store.message(&reply.id).await.unwrap();
     assert_eq!(m.content, "a b c", "a save after the end changed the reply");
     assert_eq!(m.status, Some(MessageStatus::Complete));
+}
+
+/// A dispatch with an owner starts the session's next run in the same transaction, only
+/// when none is running, and the oldest queued first; a session that does not exist is
+/// `not_found` and leaves nothing behind.
+#[tokio::test]
+async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
+    let store = open("store-dispatch-start").await;
+    let session = store
+        .create_session("t", "demo", None, "hash-start", AutoRetry::Off, &[])
+        .await
+        .unwrap();
+    let prompt = |content: &'static str, session_id: &'static str| NewRun {
+        session_id,
+        new_message: Some(content),
+        message_provenance: None,
+        anchor_id: None,
+        kind: RunKind::Prompt,
+        attempt: 1,
+        provenance: None,
+        supersede_after_anchor: false,
+    };
+    let sid: &'static str = Box::leak(session.id.clone().into_boxed_str());
+    let first = store.dispatch(prompt("one", sid), Some("i-a")).await.unwrap();
+    let (started, reply) = first.started.expect("a free session starts the run at once");
+    assert_eq!(started.id, first.run.id);
+    assert_eq!(started.status, RunStatus::Running);
+    assert_eq!(started.reply_message_id.as_deref(), Some(reply.id.as_str()));
+    assert_eq!(reply.run_id.as_deref(), Some(first.run.id.as_str()));
+    assert_eq!(reply.status, Some(MessageStatus::Streaming));
+    // Busy: queued, not started.
+    let second = store.dispatch(prompt("two", sid), Some("i-a")).await.unwrap();
+    assert!(second.started.is_none(), "a second run started beside the first");
+    assert_eq!(second.run.status, RunStatus::Queued);
+    // The first ends: the next start takes the queued one.
+    let done = Outcome {
+        status: RunStatus::Completed,
+        content: "ok".into(),
+        error_message: None,
+        retry: None,
+        tokens_used: 1,
+    };
+    store.finish_run(&first.run.id, &done).await.unwrap();
+    let (next, _) = store.start_next(sid, "i-a").await.unwrap().unwrap();
+    assert_eq!(next.id, second.run.id);
+    assert!(store.start_next(sid, "i-a").await.unwrap().is_none());
+
+    let missing = store
+        .dispatch(prompt("hello", "s_missing"), Some("i-a"))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), app::wire::ErrorCode::NotFound, "{missing:?}");
 }
 
 /// A prompt's tries count runs anchored on it and runs whose provenance names it; its
@@ -98,7 +159,7 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
     }
     let sid = session.id.as_str();
     let prompt = store
-        .dispatch(run(sid, None, Some("go"), None))
+        .dispatch(run(sid, None, Some("go"), None), None)
         .await
         .unwrap()
         .message
@@ -108,12 +169,10 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
     assert_eq!(store.resumes_of(&prompt).await.unwrap(), 0);
     // A regenerate on the prompt, and an automatic resume anchored on a continuation.
     store
-        .dispatch(run(
-            sid,
-            Some(&prompt),
+        .dispatch(
+            run(sid, Some(&prompt), None, Some(ProvenanceKind::Regenerate)),
             None,
-            Some(ProvenanceKind::Regenerate),
-        ))
+        )
         .await
         .unwrap();
     let resume = NewRun {
@@ -121,7 +180,7 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
         anchor_id: None,
         ..run(sid, Some(&prompt), None, Some(ProvenanceKind::AutoResume))
     };
-    store.dispatch(resume).await.unwrap();
+    store.dispatch(resume, None).await.unwrap();
     assert_eq!(store.tries_of(&prompt).await.unwrap(), 3);
     assert_eq!(store.resumes_of(&prompt).await.unwrap(), 1);
     assert_eq!(store.tries_of("m_other").await.unwrap(), 0);

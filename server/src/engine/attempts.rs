@@ -79,7 +79,7 @@ impl tier1::Observer for RunAttempts<'_> {
             let n = self.offset + n;
             *self.made = (*self.made).max(n);
             if n == 1 {
-                return; // recorded in the transaction that started the run (`Store::start_run`)
+                return; // recorded in the transaction that started the run (`Store::start_next`)
             }
             let started = self
                 .engine

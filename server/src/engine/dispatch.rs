@@ -18,7 +18,8 @@ impl Engine {
             message,
             run,
             superseded,
-        } = self.store().dispatch(new).await?;
+            started,
+        } = self.store().dispatch(new, self.owner()).await?;
         for id in &superseded {
             if let Ok(m) = self.store().message(id).await {
                 self.publish(&session_id, Event::Message(m));
@@ -33,7 +34,7 @@ impl Engine {
             None => run.anchor_message_id.clone(),
         };
         self.publish(&session_id, Event::Run(run.clone()));
-        let started = self.pump(&session_id).await?;
+        let started = started.map(|(run, reply)| self.launch(run, reply));
         Ok(Receipt {
             message_id,
             queued: started.as_deref() != Some(run.id.as_str()),
@@ -47,7 +48,7 @@ impl Engine {
     /// in order), then queues this one behind them.
     pub async fn post_message(&self, session_id: &str, content: &str) -> Result<Receipt> {
         let content = validate_content(content)?;
-        self.store().session_exists(session_id).await?;
+        // A missing session is found by the dispatch (its message refers to the session).
         let _guard = self.lock(session_id).await?;
         for run in self.store().release_held(session_id).await? {
             self.publish(session_id, Event::Run(run));

@@ -28,33 +28,41 @@ impl Engine {
         session_id: &'a str,
     ) -> futures::future::BoxFuture<'a, Result<Option<String>>> {
         Box::pin(async move {
-            let store = &self.inner.store;
-            if self.inner.stopping.is_cancelled() {
-                return Ok(None);
-            }
-            let Some(next) = store.next_to_start(session_id).await? else {
+            let Some(owner) = self.owner() else {
                 return Ok(None);
             };
-            let (run, reply) = store.start_run(&next, &self.inner.instance).await?;
-            self.publish(session_id, Event::Run(run.clone()));
-            self.publish(session_id, Event::Message(reply.clone()));
-            let active = Active {
-                cancel: CancellationToken::new(),
-                live: Arc::default(),
-                ended: Arc::default(),
-            };
-            self.inner
-                .active
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(run.id.clone(), active.clone());
-            let engine = self.clone();
-            let id = run.id.clone();
-            self.inner
-                .tasks
-                .spawn(async move { runner::execute(engine, run, reply, active).await });
-            Ok(Some(id))
+            let started = self.inner.store.start_next(session_id, owner).await?;
+            Ok(started.map(|(run, reply)| self.launch(run, reply)))
         })
+    }
+
+    /// This instance's id as the owner of the runs it starts; `None` once the server is
+    /// stopping (nothing starts then).
+    pub(super) fn owner(&self) -> Option<&str> {
+        (!self.inner.stopping.is_cancelled()).then_some(self.inner.instance.as_str())
+    }
+
+    /// Announces a run the store just started and executes it as a task; answers its id.
+    pub(super) fn launch(&self, run: app::wire::Run, reply: app::wire::Message) -> String {
+        let session_id = run.session_id.clone();
+        self.publish(&session_id, Event::Run(run.clone()));
+        self.publish(&session_id, Event::Message(reply.clone()));
+        let active = Active {
+            cancel: CancellationToken::new(),
+            live: Arc::default(),
+            ended: Arc::default(),
+        };
+        self.inner
+            .active
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(run.id.clone(), active.clone());
+        let engine = self.clone();
+        let id = run.id.clone();
+        self.inner
+            .tasks
+            .spawn(async move { runner::execute(engine, run, reply, active).await });
+        id
     }
 
     /// Starts the session's next run under its lock.

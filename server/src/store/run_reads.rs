@@ -90,22 +90,6 @@ impl Store {
         })
     }
 
-    /// The run to start next in the session: its oldest queued run that is not held, unless
-    /// one is running.
-    pub async fn next_to_start(&self, session_id: &str) -> Result<Option<Run>> {
-        with_pool!(self, |pool| {
-            let row = sqlx::query(
-                "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NULL
-               AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $1 AND status = 'running')
-             ORDER BY seq LIMIT 1",
-            )
-            .bind(session_id)
-            .fetch_optional(pool)
-            .await?;
-            Ok(row.as_ref().map(rows::run))
-        })
-    }
-
     /// The session's prompts held behind a failed turn (`finish_run` holds them), in order.
     pub async fn held_runs(&self, session_id: &str) -> Result<Vec<Run>> {
         with_pool!(self, |pool| {

@@ -26,6 +26,8 @@ pub struct Dispatched {
     pub run: Run,
     /// The ids of the messages it superseded.
     pub superseded: Vec<String>,
+    /// The run it started (`running`, maybe not the queued one) and its empty reply.
+    pub started: Option<(Run, Message)>,
 }
 
 /// How a run ended.
@@ -37,6 +39,17 @@ pub struct Outcome {
     pub tokens_used: i64,
 }
 
+/// A foreign-key violation on a row of `session_id` is its session missing (the one key such
+/// an insert refers to that no caller has checked); anything else is the database failing.
+fn missing_session(e: sqlx::Error, session_id: &str) -> Error {
+    match &e {
+        sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+            Error::not_found("session", session_id)
+        }
+        _ => e.into(),
+    }
+}
+
 fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>, Option<i64>) {
     match r {
         Some(r) => (
@@ -46,6 +59,65 @@ fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>
         ),
         None => (None, None, None),
     }
+}
+
+/// Starts the session's next run inside transaction `$tx`, when no run of the session is
+/// running and an unheld run is queued: the run becomes `running` with an empty streaming
+/// reply, and its first Tier 1 attempt starts (the provider is called next; the runner
+/// records the later ones). Three statements: the reply is inserted from the chosen run's row,
+/// so choosing it is no separate read. Evaluates to `Result<Option<(Run, Message)>>`'s `Ok`
+/// value (errors return from the enclosing function).
+macro_rules! start_next_in {
+    ($tx:ident, $session_id:expr, $owner:expr, $now:expr) => {{
+        let now: i64 = $now;
+        let reply = sqlx::query(&format!(
+            "INSERT INTO messages (id, session_id, seq, role, content, created_at, run_id, status, provenance)
+             SELECT $1, r.session_id,
+                    (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
+                    'agent', '', $3, r.id, 'streaming', r.provenance
+             FROM runs r
+             WHERE r.id = (SELECT id FROM runs
+                           WHERE session_id = $2 AND status = 'queued' AND held_by IS NULL
+                             AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $2 AND status = 'running')
+                           ORDER BY seq LIMIT 1)
+             RETURNING {NEW_MESSAGE}"
+        ))
+        .bind(new_id("m"))
+        .bind($session_id)
+        .bind(now)
+        .fetch_optional(&mut *$tx)
+        .await?;
+        match reply.as_ref().map(rows::message) {
+            None => None,
+            Some(reply) => {
+                let run_id = reply
+                    .run_id
+                    .clone()
+                    .ok_or_else(|| Error::internal("a started reply has no run"))?;
+                sqlx::query(
+                    "INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, 1, $2)
+                     ON CONFLICT (run_id, n) DO UPDATE
+                     SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL",
+                )
+                .bind(&run_id)
+                .bind(now)
+                .execute(&mut *$tx)
+                .await?;
+                let run = sqlx::query(
+                    "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
+                         tier1_attempts = 1, steps = 1
+                     WHERE id = $4 RETURNING *",
+                )
+                .bind(now)
+                .bind(&reply.id)
+                .bind($owner)
+                .bind(&run_id)
+                .fetch_one(&mut *$tx)
+                .await?;
+                Some((rows::run(&run), reply))
+            }
+        }
+    }};
 }
 
 impl Store {
@@ -61,8 +133,11 @@ impl Store {
     }
 
     /// In one transaction: an optional new operator message, the supersession of what follows
-    /// the anchor (queued and held prompts excepted) and a queued run.
-    pub async fn dispatch(&self, d: NewRun<'_>) -> Result<Dispatched> {
+    /// the anchor (queued and held prompts excepted) and a queued run; with `start` (this
+    /// instance's id), also the start of the session's next run when none is running (the new
+    /// one, or a prompt queued before it), so a run on a free session starts in the
+    /// transaction that queued it. A session that does not exist is `not_found`.
+    pub async fn dispatch(&self, d: NewRun<'_>, start: Option<&str>) -> Result<Dispatched> {
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             let now = now_ms();
@@ -80,7 +155,8 @@ impl Store {
                 .bind(now)
                 .bind(rows::provenance_json(&d.message_provenance))
                 .fetch_one(&mut *tx)
-                .await?;
+                .await
+                .map_err(|e| missing_session(e, d.session_id))?;
                     Some(rows::message(&row))
                 }
                 None => None,
@@ -128,58 +204,33 @@ impl Store {
             } else {
                 Vec::new()
             };
+            let started = match start {
+                Some(owner) => start_next_in!(tx, d.session_id, owner, now),
+                None => None,
+            };
             tx.commit().await?;
             Ok(Dispatched {
                 message,
                 run,
                 superseded,
+                started,
             })
         })
     }
 
-    /// In one transaction: the run becomes `running`, gets an empty streaming reply, and its
-    /// first Tier 1 attempt starts (the provider is called next; the runner records the later
-    /// ones). `owner` is the instance that executes it (its heartbeat is the run's lease).
-    pub async fn start_run(&self, run: &Run, owner: &str) -> Result<(Run, Message)> {
+    /// In one transaction: starts the session's next run (see [`start_next_in!`]) unless one
+    /// is running or none waits. `owner` is the instance that executes it (its heartbeat is
+    /// the run's lease).
+    pub async fn start_next(
+        &self,
+        session_id: &str,
+        owner: &str,
+    ) -> Result<Option<(Run, Message)>> {
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let now = now_ms();
-            let reply = sqlx::query(&format!(
-            "INSERT INTO messages (id, session_id, seq, role, content, created_at, run_id, status, provenance)
-             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
-                     'agent', '', $3, $4, 'streaming', $5)
-             RETURNING {NEW_MESSAGE}"
-        ))
-        .bind(new_id("m"))
-        .bind(&run.session_id)
-        .bind(now)
-        .bind(&run.id)
-        .bind(rows::provenance_json(&run.provenance))
-        .fetch_one(&mut *tx)
-        .await?;
-            let reply = rows::message(&reply);
-            sqlx::query(
-                "INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, 1, $2)
-             ON CONFLICT (run_id, n) DO UPDATE
-             SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL",
-            )
-            .bind(&run.id)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            let run = sqlx::query(
-            "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
-                 tier1_attempts = 1, steps = 1
-             WHERE id = $4 RETURNING *",
-        )
-        .bind(now)
-        .bind(&reply.id)
-        .bind(owner)
-        .bind(&run.id)
-        .fetch_one(&mut *tx)
-        .await?;
+            let started = start_next_in!(tx, session_id, owner, now_ms());
             tx.commit().await?;
-            Ok((rows::run(&run), reply))
+            Ok(started)
         })
     }
 
