@@ -6,10 +6,15 @@ use crate::retry::cooldown::{reason_of, Key, Table, Wait};
 use app::wire::{Cooldown, RetryClass};
 use futures::future::BoxFuture;
 use sqlx::Row;
+use std::sync::atomic::Ordering::Relaxed;
 
 impl Table for Store {
     fn note(&self, key: Key, until: i64, reason: RetryClass, _now: i64) -> BoxFuture<'_, ()> {
         Box::pin(async move {
+            if let Pool::Sqlite { cooldowns_end, .. } = &self.pool {
+                // Before the write: a check from now on looks the key up.
+                cooldowns_end.fetch_max(until, Relaxed);
+            }
             // The later deadline wins (an ended one is always earlier).
             let done: Result<_, sqlx::Error> = with_writer!(self, |pool| {
                 sqlx::query(
@@ -33,6 +38,13 @@ impl Table for Store {
 
     fn check<'a>(&'a self, key: &'a Key, now: i64) -> BoxFuture<'a, Option<Wait>> {
         Box::pin(async move {
+            // One instance on SQLite: when every cooldown it ever noted has ended, there is
+            // nothing to look up (the common case: one read less before each provider call).
+            if let Pool::Sqlite { cooldowns_end, .. } = &self.pool {
+                if cooldowns_end.load(Relaxed) <= now {
+                    return None;
+                }
+            }
             let row: Result<Option<(i64, String)>, sqlx::Error> = with_pool!(self, |pool| {
                 sqlx::query_as("SELECT until, reason FROM cooldowns WHERE key = $1 AND until > $2")
                     .bind(key.id())

@@ -56,6 +56,9 @@ enum Pool {
     Sqlite {
         read: SqlitePool,
         write: SqlitePool,
+        /// No provider cooldown in this database ends after this time (ms): this process is
+        /// the database's one writer, so a request after it needs no lookup.
+        cooldowns_end: std::sync::Arc<std::sync::atomic::AtomicI64>,
     },
     Postgres(PgPool),
 }
@@ -133,7 +136,14 @@ impl Store {
                 .max_connections(8)
                 .connect_with(opts)
                 .await?;
-            Pool::Sqlite { read, write }
+            let end: Option<i64> = sqlx::query_scalar("SELECT MAX(until) FROM cooldowns")
+                .fetch_one(&read)
+                .await?;
+            Pool::Sqlite {
+                read,
+                write,
+                cooldowns_end: std::sync::Arc::new(end.unwrap_or(0).into()),
+            }
         } else {
             return Err(Error::invalid(format!(
                 "unsupported database URL {:?}: use sqlite://path or postgres://host/db",
@@ -150,7 +160,7 @@ impl Store {
 
     pub async fn close(&self) {
         match &self.pool {
-            Pool::Sqlite { read, write } => {
+            Pool::Sqlite { read, write, .. } => {
                 read.close().await;
                 write.close().await;
             }
