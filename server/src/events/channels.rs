@@ -9,6 +9,11 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 /// How many recent events per session a resume can be served from memory.
 pub(super) const RECENT: usize = 4096;
+/// How many events a session's live ring holds for its subscribers. Small: a subscriber that
+/// falls further behind catches up from `recent` (see the SSE handler), so the ring only
+/// has to cover one scheduling delay, and each session pays for its slots for as long as its
+/// channel lives.
+pub const RING: usize = 128;
 /// A session's channel with no subscriber and no event for this long is dropped from memory
 /// (a later resume reads the store instead).
 pub(super) const IDLE: Duration = Duration::from_secs(60);
@@ -86,7 +91,7 @@ pub(super) fn channel<'a>(inner: &'a mut Inner, session_id: &str, floor: i64) ->
             session_id.to_string(),
             Channel {
                 session_id: Arc::from(session_id),
-                tx: broadcast::channel(1024).0,
+                tx: broadcast::channel(RING).0,
                 recent: VecDeque::new(),
                 floor,
                 active_at: std::time::Instant::now(),

@@ -24,6 +24,7 @@ mod published;
 mod retention;
 mod writer;
 
+pub use channels::RING;
 pub use published::Published;
 pub use retention::SHARED_PRUNE_GRACE;
 
