@@ -4,6 +4,7 @@ pub mod demo;
 pub mod limits;
 pub mod openai;
 mod sse;
+mod sse_lines;
 pub mod tool_calls;
 
 pub use limits::Limits;

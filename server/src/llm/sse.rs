@@ -1,9 +1,9 @@
-//! Reading provider responses: SSE parsing (eventsource-stream) behind a size guard, and the
+//! Reading provider responses: their SSE bodies as stream items ([`SseLines`]), and the
 //! error answer's fields, every one bounded by the provider's [`Limits`].
 use super::limits::{self, Limits};
 use super::{DeltaStream, ProviderError, RetryAfter, StreamItem};
-use eventsource_stream::{EventStreamError, Eventsource};
-use futures::{Stream, StreamExt};
+use super::sse_lines::{Malformed, SseLines};
+use futures::StreamExt;
 use reqwest::header::HeaderMap;
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -152,7 +152,8 @@ impl From<reqwest::Error> for ProviderError {
 
 /// Turns a 2xx SSE body into stream items with a provider's per-event parser
 /// (`parse(event_name, data)`). The stream ends after the parser yields `Done`; a body that
-/// ends or breaks before that is a `StreamCut` ("ended before `what_ends`").
+/// ends or breaks before that is a `StreamCut` ("ended before `what_ends`"). Each chunk is
+/// read as it comes ([`SseLines`]: no copy per event); the items of one chunk go out in order.
 pub fn item_stream<F>(
     resp: reqwest::Response,
     what_ends: &'static str,
@@ -162,121 +163,90 @@ pub fn item_stream<F>(
 where
     F: FnMut(&str, &str) -> Result<Vec<StreamItem>, ProviderError> + Send + 'static,
 {
-    let state = (
-        guarded(resp.bytes_stream(), limits.max_event_bytes).eventsource(),
-        VecDeque::new(),
-        false,
+    let reader = Reader {
+        body: resp.bytes_stream().boxed(),
+        lines: SseLines::new(limits.max_event_bytes),
+        pending: VecDeque::new(),
+        ended: false,
         parse,
-    );
-    futures::stream::unfold(
-        state,
-        move |(mut events, mut pending, mut done, mut parse)| async move {
-            loop {
-                if let Some(item) = pending.pop_front() {
-                    return Some((Ok(item), (events, pending, done, parse)));
-                }
-                if done {
-                    return None;
-                }
-                let failure = match events.next().await {
-                    None => ProviderError::StreamCut {
-                        message: format!("ended before {what_ends}"),
-                    },
-                    Some(Err(EventStreamError::Transport(Read::TooLarge(max)))) => {
-                        ProviderError::Protocol {
-                            message: format!("an event or line longer than {max} bytes"),
-                        }
-                    }
-                    Some(Err(e)) => ProviderError::StreamCut {
-                        message: limits::error_text(&e.to_string()),
-                    },
-                    Some(Ok(ev)) => match parse(&ev.event, &ev.data) {
-                        Ok(items) => {
-                            done = items.contains(&StreamItem::Done);
-                            pending.extend(items);
-                            continue;
-                        }
-                        Err(e) => e,
-                    },
-                };
-                return Some((Err(failure), (events, pending, true, parse)));
-            }
-        },
-    )
+        what_ends,
+    };
+    futures::stream::unfold(reader, |mut r| async move {
+        let item = r.next().await?;
+        Some((item, r))
+    })
     .boxed()
 }
 
-/// A failure reading the body: the transport's (its text as [`ProviderError::Transport`]
-/// words it: no URL, the source chain), or an event past the size cap.
-#[derive(Debug)]
-pub enum Read {
-    Transport(String),
-    TooLarge(usize),
+/// [`item_stream`]'s state: the body, the event reader and the items read but not yet taken.
+struct Reader<F> {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    lines: SseLines,
+    pending: VecDeque<Result<StreamItem, ProviderError>>,
+    /// `Done` or a failure is pending: nothing more is read.
+    ended: bool,
+    parse: F,
+    what_ends: &'static str,
 }
 
-impl std::fmt::Display for Read {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Read::Transport(message) => write!(f, "{message}"),
-            Read::TooLarge(max) => write!(f, "an event or line longer than {max} bytes"),
-        }
-    }
-}
-
-impl std::error::Error for Read {}
-
-/// The body's chunks, failed with [`Read::TooLarge`] as soon as one SSE event (the bytes
-/// since the last blank line) passes `max` bytes, so that no line or event is ever buffered
-/// whole past the cap. One pass over each chunk's bytes; nothing is copied.
-fn guarded<B: AsRef<[u8]> + Send + 'static>(
-    body: impl Stream<Item = Result<B, reqwest::Error>> + Send + 'static,
-    max: usize,
-) -> impl Stream<Item = Result<B, Read>> + Send + 'static {
-    let mut scan = EventSize::default();
-    let mut failed = false;
-    body.map(move |chunk| {
-        if failed {
-            return Err(Read::TooLarge(max));
-        }
-        let chunk = chunk.map_err(|e| match ProviderError::from(e) {
-            ProviderError::Transport { message } => Read::Transport(message),
-            other => Read::Transport(other.to_string()),
-        })?;
-        if scan.feed(chunk.as_ref(), max) {
-            Ok(chunk)
-        } else {
-            failed = true;
-            Err(Read::TooLarge(max))
-        }
-    })
-}
-
-/// How far into the current line and event a byte stream is.
-#[derive(Default)]
-struct EventSize {
-    line: usize,
-    event: usize,
-}
-
-impl EventSize {
-    /// Takes the next bytes; false once the current event passes `max`.
-    fn feed(&mut self, bytes: &[u8], max: usize) -> bool {
-        for &b in bytes {
-            match b {
-                b'\n' => {
-                    if self.line == 0 {
-                        self.event = 0; // a blank line ends the event
-                    }
-                    self.line = 0;
-                }
-                b'\r' => {}
-                _ => {
-                    self.line += 1;
-                    self.event += 1;
-                }
+impl<F> Reader<F>
+where
+    F: FnMut(&str, &str) -> Result<Vec<StreamItem>, ProviderError>,
+{
+    async fn next(&mut self) -> Option<Result<StreamItem, ProviderError>> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some(item);
             }
+            if self.ended {
+                return None;
+            }
+            self.ended = true; // unless the chunk below says otherwise
+            let chunk = match self.body.next().await {
+                None => {
+                    return Some(Err(ProviderError::StreamCut {
+                        message: format!("ended before {}", self.what_ends),
+                    }))
+                }
+                Some(Err(e)) => {
+                    let message = match ProviderError::from(e) {
+                        ProviderError::Transport { message } => message,
+                        other => other.to_string(),
+                    };
+                    return Some(Err(ProviderError::StreamCut {
+                        message: limits::error_text(&message),
+                    }));
+                }
+                Some(Ok(chunk)) => chunk,
+            };
+            let (pending, parse) = (&mut self.pending, &mut self.parse);
+            let mut ended = false;
+            let read = self.lines.feed(&chunk, |event, data| {
+                match parse(event, data) {
+                    Ok(items) => {
+                        ended = items.contains(&StreamItem::Done);
+                        pending.extend(items.into_iter().map(Ok));
+                    }
+                    Err(e) => {
+                        ended = true;
+                        pending.push_back(Err(e));
+                    }
+                }
+                !ended
+            });
+            if let Err(malformed) = read {
+                ended = true;
+                pending.push_back(Err(ProviderError::Protocol {
+                    message: match malformed {
+                        Malformed::TooLarge(max) => {
+                            format!("an event or line longer than {max} bytes")
+                        }
+                        Malformed::NotUtf8 => "a line that is not UTF-8".into(),
+                    },
+                }));
+            }
+            self.ended = ended;
         }
-        self.event <= max
     }
 }
 
@@ -334,22 +304,5 @@ mod tests {
         let shown = err.to_string();
         assert!(shown.len() < 1_200, "{} bytes", shown.len());
         assert!(shown.contains("cut"), "says it was cut");
-    }
-
-    #[test]
-    fn an_event_past_the_cap_is_caught_without_a_newline() {
-        let mut size = EventSize::default();
-        assert!(size.feed(b"data: hello\n\n", 16));
-        assert!(size.feed(b"data: 0123456789\n", 16)); // 16 bytes: at the cap
-        assert!(!size.feed(b"x", 16), "the event passed the cap");
-        let mut size = EventSize::default();
-        // Many small events never add up.
-        for _ in 0..10_000 {
-            assert!(size.feed(b"data: {\"a\":1}\r\n\r\n", 16));
-        }
-        // A line with no newline at all, fed in pieces.
-        let mut size = EventSize::default();
-        assert!(size.feed(&[b'a'; 10], 16));
-        assert!(!size.feed(&[b'a'; 10], 16));
     }
 }
