@@ -93,16 +93,27 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         supersede_after_anchor: false,
     };
     let sid: &'static str = Box::leak(session.id.clone().into_boxed_str());
-    let first = store.dispatch(prompt("one", sid), Some("i-a")).await.unwrap();
-    let (started, reply) = first.started.expect("a free session starts the run at once");
+    let first = store
+        .dispatch(prompt("one", sid), Some("i-a"))
+        .await
+        .unwrap();
+    let (started, reply) = first
+        .started
+        .expect("a free session starts the run at once");
     assert_eq!(started.id, first.run.id);
     assert_eq!(started.status, RunStatus::Running);
     assert_eq!(started.reply_message_id.as_deref(), Some(reply.id.as_str()));
     assert_eq!(reply.run_id.as_deref(), Some(first.run.id.as_str()));
     assert_eq!(reply.status, Some(MessageStatus::Streaming));
     // Busy: queued, not started.
-    let second = store.dispatch(prompt("two", sid), Some("i-a")).await.unwrap();
-    assert!(second.started.is_none(), "a second run started beside the first");
+    let second = store
+        .dispatch(prompt("two", sid), Some("i-a"))
+        .await
+        .unwrap();
+    assert!(
+        second.started.is_none(),
+        "a second run started beside the first"
+    );
     assert_eq!(second.run.status, RunStatus::Queued);
     // The first ends: the next start takes the queued one.
     let done = Outcome {
@@ -121,7 +132,11 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         .dispatch(prompt("hello", "s_missing"), Some("i-a"))
         .await
         .unwrap_err();
-    assert_eq!(missing.code(), app::wire::ErrorCode::NotFound, "{missing:?}");
+    assert_eq!(
+        missing.code(),
+        app::wire::ErrorCode::NotFound,
+        "{missing:?}"
+    );
 }
 
 /// A prompt's tries count runs anchored on it and runs whose provenance names it; its

@@ -1,8 +1,8 @@
 //! Reading provider responses: their SSE bodies as stream items ([`SseLines`]), and the
 //! error answer's fields, every one bounded by the provider's [`Limits`].
 use super::limits::{self, Limits};
-use super::{DeltaStream, ProviderError, RetryAfter, StreamItem};
 use super::sse_lines::{Malformed, SseLines};
+use super::{DeltaStream, ProviderError, RetryAfter, StreamItem};
 use futures::StreamExt;
 use reqwest::header::HeaderMap;
 use std::collections::VecDeque;

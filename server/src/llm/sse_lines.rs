@@ -176,7 +176,9 @@ mod tests {
     }
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
-        v.iter().map(|(e, d)| (e.to_string(), d.to_string())).collect()
+        v.iter()
+            .map(|(e, d)| (e.to_string(), d.to_string()))
+            .collect()
     }
 
     #[test]
@@ -192,7 +194,11 @@ mod tests {
             ("message", "[DONE]"),
         ]);
         for size in [1, 2, 3, 5, 7, 64, body.len()] {
-            assert_eq!(events(body.as_bytes(), size, 1024).unwrap(), want, "chunks of {size}");
+            assert_eq!(
+                events(body.as_bytes(), size, 1024).unwrap(),
+                want,
+                "chunks of {size}"
+            );
         }
     }
 
