@@ -148,7 +148,11 @@ impl EventHub {
     /// at once. Shared: queued for the log; the follower delivers it once it is there.
     pub fn publish(&self, session_id: &str, event: &Event) {
         let name = event.name();
-        let ends_run = matches!(event, Event::Run(r) if !r.status.is_active());
+        // Only a run that started has deltas, and a session runs one at a time: the end of a
+        // queued run (cancelled before it started) says nothing about the deltas of the run
+        // that is streaming meanwhile.
+        let ends_run =
+            matches!(event, Event::Run(r) if !r.status.is_active() && r.started_at.is_some());
         if self.mode == Mode::Shared {
             let data = event.data_json();
             let _ = self
@@ -202,5 +206,71 @@ impl EventHub {
             backlog,
             live,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use app::wire::{Delta, Run, RunStatus};
+
+    fn run(id: &str, status: RunStatus, started: bool) -> Event {
+        let mut r: Run = serde_json::from_value(serde_json::json!({
+            "id": id, "session_id": "s", "anchor_message_id": "m", "status": "queued",
+            "kind": "prompt", "attempt": 1, "tier1_attempts": 0, "created_at": 0
+        }))
+        .unwrap();
+        r.status = status;
+        r.started_at = started.then_some(1);
+        Event::Run(r)
+    }
+
+    fn delta(seq: u64) -> Event {
+        Event::Delta(Delta {
+            run_id: "r_a".into(),
+            message_id: "m_a".into(),
+            seq,
+            text: format!("t{seq}"),
+            step: 1,
+        })
+    }
+
+    /// The names of the session's events in the log after `after`.
+    async fn logged(hub: &EventHub, after: i64) -> Vec<&'static str> {
+        // Twice: the first writes the batch (and queues its prunes), the second lets the
+        // writer prune what fell due before it answers.
+        hub.flush().await;
+        hub.flush().await;
+        let logged = hub
+            .store()
+            .events_between("s", after, i64::MAX)
+            .await
+            .unwrap();
+        logged.iter().map(|e| e.name).collect()
+    }
+
+    /// The end of a queued run (cancelled before it started) is no run end for the log: the
+    /// deltas of the run streaming meanwhile stay until that run's own end prunes them.
+    #[tokio::test]
+    async fn a_queued_runs_end_never_prunes_the_streaming_runs_deltas() {
+        let dir = std::env::temp_dir().join(format!("mulligan-hub-{}", crate::clock::new_id("t")));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&format!("sqlite://{}", dir.join("m.db").display()))
+            .await
+            .unwrap();
+        let (hub, _writer) = EventHub::start(store).await.unwrap();
+        let before = hub.last_id();
+        hub.publish("s", &run("r_a", RunStatus::Running, true));
+        hub.publish("s", &delta(1));
+        // One instance writes a batch's newest delta: this one.
+        assert_eq!(logged(&hub, before).await, ["run", "delta"]);
+        hub.publish("s", &run("r_b", RunStatus::Cancelled, false));
+        assert_eq!(
+            logged(&hub, before).await,
+            ["run", "delta", "run"],
+            "a queued run's end pruned the streaming run's delta"
+        );
+        hub.publish("s", &run("r_a", RunStatus::Completed, true));
+        assert_eq!(logged(&hub, before).await, ["run", "run", "run"]);
     }
 }
