@@ -2,7 +2,7 @@
 use testkit as common;
 
 use app::wire::{AutoRetry, MessageStatus, ProvenanceKind, RunKind, RunStatus};
-use server::store::{NewRun, Outcome, Store};
+use server::store::{NewRun, Outcome, Started, Store};
 
 async fn open(tag: &str) -> Store {
     let dir = common::temp_dir(tag);
@@ -37,7 +37,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         .await
         .unwrap()
         .run;
-    let (run, reply) = store
+    let Started { run, reply, .. } = store
         .start_next(&session.id, "i-test")
         .await
         .unwrap()
@@ -97,9 +97,18 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         .dispatch(prompt("one", sid), Some("i-a"))
         .await
         .unwrap();
-    let (started, reply) = first
+    let Started {
+        run: started,
+        reply,
+        call,
+    } = first
         .started
         .expect("a free session starts the run at once");
+    assert_eq!(
+        (call.model.as_str(), call.tokens_used),
+        ("demo", 0),
+        "the session's call comes with the start"
+    );
     assert_eq!(started.id, first.run.id);
     assert_eq!(started.status, RunStatus::Running);
     assert_eq!(started.reply_message_id.as_deref(), Some(reply.id.as_str()));
@@ -124,8 +133,9 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         tokens_used: 1,
     };
     store.finish_run(&first.run.id, &done).await.unwrap();
-    let (next, _) = store.start_next(sid, "i-a").await.unwrap().unwrap();
-    assert_eq!(next.id, second.run.id);
+    let next = store.start_next(sid, "i-a").await.unwrap().unwrap();
+    assert_eq!(next.run.id, second.run.id);
+    assert_eq!(next.call.tokens_used, 1, "the first run's tokens are spent");
     assert!(store.start_next(sid, "i-a").await.unwrap().is_none());
 
     let missing = store

@@ -34,7 +34,7 @@ impl Engine {
             None => run.anchor_message_id.clone(),
         };
         self.publish(&session_id, Event::Run(run.clone()));
-        let started = started.map(|(run, reply)| self.launch(run, reply));
+        let started = started.map(|s| self.launch(s));
         Ok(Receipt {
             message_id,
             queued: started.as_deref() != Some(run.id.as_str()),

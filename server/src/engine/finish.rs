@@ -2,20 +2,25 @@
 //! releasing the prompts behind it, and starting the session's next run.
 use super::Engine;
 use crate::error::Result;
-use crate::store::Outcome;
+use crate::store::{Finished, Outcome};
 use app::wire::{Event, Run, RunStatus};
 use std::time::Duration;
 
 impl Engine {
     /// Records a run's end (unless it already ended), holds the prompts behind a failure,
-    /// and starts the next run. A failed write is tried again (a busy database must not
-    /// leave a run `running`); should every try fail, the reconcile ends the run later.
+    /// and starts the next run, in the same transaction. A failed write is tried again (a
+    /// busy database must not leave a run `running`); should every try fail, the reconcile
+    /// ends the run later.
     pub(super) async fn finish(&self, run: &Run, outcome: Outcome) {
         let session_id = &run.session_id;
         let mut delay = Duration::from_millis(50);
+        let mut next_tried = false;
         for attempt in 1..=FINISH_TRIES {
             match self.record_end(run, &outcome).await {
-                Ok(()) => break,
+                Ok(tried) => {
+                    next_tried = tried;
+                    break;
+                }
                 Err(e) if attempt < FINISH_TRIES => {
                     tracing::warn!(run = %run.id, attempt, error = %e, "could not record the end of a run; trying again");
                     tokio::time::sleep(delay).await;
@@ -29,15 +34,20 @@ impl Engine {
         if let Some(active) = self.forget_active(&run.id) {
             active.ended.notify_waiters();
         }
+        if next_tried {
+            return;
+        }
         if let Err(e) = self.start_next(session_id).await {
             tracing::error!(session = %session_id, error = %e, "could not start the next run");
         }
     }
 
-    /// Records the end under the session's lock and announces what it changed.
-    async fn record_end(&self, run: &Run, outcome: &Outcome) -> Result<()> {
+    /// Records the end under the session's lock, announces what it changed and launches the
+    /// next run the same transaction started. Answers whether that transaction looked for
+    /// a next run (else the caller starts it).
+    async fn record_end(&self, run: &Run, outcome: &Outcome) -> Result<bool> {
         let session_id = &run.session_id;
-        let _guard = match self.lock(session_id).await {
+        let guard = match self.lock(session_id).await {
             Ok(g) => Some(g),
             Err(e) => {
                 // Recording the end matters more: it is conditional on the run not having ended.
@@ -45,33 +55,42 @@ impl Engine {
                 None
             }
         };
-        if let Some((run, reply)) = self.inner.store.finish_run(&run.id, outcome).await? {
-            if let Some(mut reply) = reply {
-                if run.tools_executed > 0 || run.steps > 1 {
-                    if let Err(e) = self.inner.store.with_parts_of(&mut reply).await {
-                        tracing::warn!(run = %run.id, error = %e, "could not read a reply's tool calls");
-                    }
+        // Without the lock nothing may start here: the caller starts the next run under it.
+        let start = guard.as_ref().and(self.owner());
+        let ended = self.inner.store.end_run(&run.id, outcome, start).await?;
+        let Some(Finished {
+            run,
+            reply,
+            released,
+            started,
+        }) = ended
+        else {
+            return Ok(false);
+        };
+        if let Some(mut reply) = reply {
+            if run.tools_executed > 0 || run.steps > 1 {
+                if let Err(e) = self.inner.store.with_parts_of(&mut reply).await {
+                    tracing::warn!(run = %run.id, error = %e, "could not read a reply's tool calls");
                 }
-                self.publish(session_id, Event::Message(reply));
             }
-            self.publish(session_id, Event::Run(run.clone()));
-            match run.status {
-                RunStatus::Failed => {
-                    for held in self.inner.store.held_runs(session_id).await? {
-                        self.publish(session_id, Event::Run(held));
-                    }
-                    self.schedule_background(&run).await?;
-                }
-                // A turn that completes lets the prompts held behind a failure go on.
-                RunStatus::Completed => {
-                    for released in self.inner.store.release_held(session_id).await? {
-                        self.publish(session_id, Event::Run(released));
-                    }
-                }
-                _ => {}
-            }
+            self.publish(session_id, Event::Message(reply));
         }
-        Ok(())
+        self.publish(session_id, Event::Run(run.clone()));
+        // A turn that completes lets the prompts held behind a failure go on.
+        for released in released {
+            self.publish(session_id, Event::Run(released));
+        }
+        // Before anything below can fail: the run is `running` in the store already.
+        if let Some(started) = started {
+            self.launch(started);
+        }
+        if run.status == RunStatus::Failed {
+            for held in self.inner.store.held_runs(session_id).await? {
+                self.publish(session_id, Event::Run(held));
+            }
+            self.schedule_background(&run).await?;
+        }
+        Ok(start.is_some())
     }
 }
 

@@ -2,6 +2,7 @@
 //! session) and releasing the prompts held behind a failed turn.
 use super::{runner, Active, Engine};
 use crate::error::Result;
+use crate::store::Started;
 use app::wire::Event;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -32,7 +33,7 @@ impl Engine {
                 return Ok(None);
             };
             let started = self.inner.store.start_next(session_id, owner).await?;
-            Ok(started.map(|(run, reply)| self.launch(run, reply)))
+            Ok(started.map(|s| self.launch(s)))
         })
     }
 
@@ -43,7 +44,8 @@ impl Engine {
     }
 
     /// Announces a run the store just started and executes it as a task; answers its id.
-    pub(super) fn launch(&self, run: app::wire::Run, reply: app::wire::Message) -> String {
+    pub(super) fn launch(&self, started: Started) -> String {
+        let Started { run, reply, call } = started;
         let session_id = run.session_id.clone();
         self.publish(&session_id, Event::Run(run.clone()));
         self.publish(&session_id, Event::Message(reply.clone()));
@@ -61,7 +63,7 @@ impl Engine {
         let id = run.id.clone();
         self.inner
             .tasks
-            .spawn(async move { runner::execute(engine, run, reply, active).await });
+            .spawn(async move { runner::execute(engine, run, reply, call, active).await });
         id
     }
 

@@ -5,7 +5,7 @@ use super::{Active, Engine};
 use crate::clock::now_ms;
 use crate::llm::{limits, ProviderError};
 use crate::retry::classify;
-use crate::store::Outcome;
+use crate::store::{Outcome, SessionCall};
 use crate::wake::WhenWoken;
 use app::wire::{Message, RetryClass, Run, RunStatus};
 use futures::FutureExt;
@@ -29,13 +29,19 @@ pub(super) enum End {
 /// Executes the run and records its end, whatever happens: a panic anywhere in executing it
 /// is caught and recorded as `failed`/`internal` (retryable), and the run leaves this
 /// instance's active set (waking a waiting cancel) even if recording it panics too.
-pub(super) async fn execute(engine: Engine, run: Run, reply: Message, active: Active) {
+pub(super) async fn execute(
+    engine: Engine,
+    run: Run,
+    reply: Message,
+    call: SessionCall,
+    active: Active,
+) {
     let _leaves = Leaves {
         engine: engine.clone(),
         run_id: run.id.clone(),
         active: active.clone(),
     };
-    let executed = AssertUnwindSafe(outcome_of(&engine, &run, &reply, &active))
+    let executed = AssertUnwindSafe(outcome_of(&engine, &run, &reply, call, &active))
         .catch_unwind()
         .await;
     let outcome = match executed {
@@ -84,7 +90,13 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Streams the run and says how to record its end.
-async fn outcome_of(engine: &Engine, run: &Run, reply: &Message, active: &Active) -> Outcome {
+async fn outcome_of(
+    engine: &Engine,
+    run: &Run,
+    reply: &Message,
+    call: SessionCall,
+    active: &Active,
+) -> Outcome {
     let mut tokens = 0u64;
     let max_run = engine.inner.cfg.max_run;
     // Polled only when they are woken, not on each of the stream's wake-ups (the stopping
@@ -96,7 +108,7 @@ async fn outcome_of(engine: &Engine, run: &Run, reply: &Message, active: &Active
         biased;
         _ = cancelled => End::Cancelled,
         _ = stopping => End::Stopping,
-        end = stream_reply(engine, run, reply, active, &mut tokens) => end,
+        end = stream_reply(engine, run, reply, call, active, &mut tokens) => end,
         () = limit => End::Failed(ProviderError::Timeout {
             message: format!(
                 "the run took longer than its limit of {} s (MULLIGAN_MAX_RUN_MS)",

@@ -7,6 +7,7 @@ use super::{step, Active, Engine};
 use crate::llm::limits;
 use crate::llm::tool_calls::AssembledCall;
 use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem, ToolSpec};
+use crate::store::SessionCall;
 use crate::wake::WhenWoken;
 use app::wire::{Delta, Event, Message, RetryClass, Role, Run};
 use futures::StreamExt;
@@ -19,10 +20,11 @@ pub(super) async fn stream_reply(
     engine: &Engine,
     run: &Run,
     reply: &Message,
+    call: SessionCall,
     active: &Active,
     tokens: &mut u64,
 ) -> End {
-    let turn = match turn_for(engine, run).await {
+    let turn = match turn_for(engine, run, call).await {
         Ok(t) => t,
         Err(e) => {
             return End::Refused {
@@ -238,13 +240,9 @@ struct Turn {
     spent: u64,
 }
 
-async fn turn_for(engine: &Engine, run: &Run) -> crate::error::Result<Turn> {
+async fn turn_for(engine: &Engine, run: &Run, session: SessionCall) -> crate::error::Result<Turn> {
     let store = engine.store();
-    // Reads at once (SQLite's WAL and PostgreSQL both serve them side by side).
-    let (session, history) = futures::try_join!(
-        store.model_and_spend(&run.session_id),
-        store.history(&run.anchor_message_id)
-    )?;
+    let history = store.history(&run.anchor_message_id).await?;
     // One more read only for a conversation whose replies made tool calls.
     let mut calls = if history.iter().any(|m| m.has_calls) {
         store.tool_calls_of_session(&run.session_id).await?

@@ -30,7 +30,7 @@ use std::str::FromStr;
 
 pub use events::LoggedEvent;
 pub use messages::HistoryEntry;
-pub use runs::{Dispatched, NewRun, Outcome};
+pub use runs::{Dispatched, Finished, NewRun, Outcome, Started};
 pub use sessions::{SessionCall, SessionPage, SessionRecord, MAX_SESSION_PAGE};
 pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL};
 pub use tool_calls::{parts, NewToolCall, RecordedCall};

@@ -175,9 +175,23 @@ pub fn message(row: &impl Get) -> Message {
 /// A session's tool sources: its JSON list; a session made before tools existed has the
 /// built-in source only.
 pub fn tools(row: &impl Get) -> Vec<String> {
-    row.opt_text("tools")
+    tools_in(row, "tools")
+}
+
+/// A session's tool sources from column `column` (JSON); the built-in tools when unset.
+fn tools_in(row: &impl Get, column: &str) -> Vec<String> {
+    row.opt_text(column)
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_else(|| vec![crate::tools::BUILTIN.to_string()])
+}
+
+/// Columns: `session_model`, `session_tokens_used`, `session_tools` (a started run's row).
+pub fn session_call(row: &impl Get) -> super::SessionCall {
+    super::SessionCall {
+        model: row.text("session_model"),
+        tokens_used: row.int("session_tokens_used"),
+        tools: tools_in(row, "session_tools"),
+    }
 }
 
 /// Columns: runs.*.

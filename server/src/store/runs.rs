@@ -26,8 +26,42 @@ pub struct Dispatched {
     pub run: Run,
     /// The ids of the messages it superseded.
     pub superseded: Vec<String>,
-    /// The run it started (`running`, maybe not the queued one) and its empty reply.
-    pub started: Option<(Run, Message)>,
+    /// The run it started (maybe not the queued one).
+    pub started: Option<Started>,
+}
+
+/// A run the store just started: `running`, its empty streaming reply, and what its provider
+/// request needs of the session (read in the same statement).
+#[derive(Debug)]
+pub struct Started {
+    pub run: Run,
+    pub reply: Message,
+    pub call: SessionCall,
+}
+
+/// What [`Store::end_run`] recorded.
+#[derive(Debug)]
+pub struct Finished {
+    /// The ended run.
+    pub run: Run,
+    /// Its reply, final.
+    pub reply: Option<Message>,
+    /// After a completion: the prompts held behind an earlier failure, now free, in order.
+    pub released: Vec<Run>,
+    /// The session's next run, started in the same transaction.
+    pub started: Option<Started>,
+}
+
+/// Lets every held prompt of session `$1` go on (`RETURNING` the runs, in no order).
+const RELEASE_HELD: &str = "UPDATE runs SET held_by = NULL
+     WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL
+     RETURNING *";
+
+/// Released runs' rows in the order they were queued.
+fn released_in_order<R: rows::Get>(rows: &[R]) -> Vec<Run> {
+    let mut released: Vec<(i64, Run)> = rows.iter().map(|r| (r.int("seq"), rows::run(r))).collect();
+    released.sort_by_key(|(seq, _)| *seq);
+    released.into_iter().map(|(_, r)| r).collect()
 }
 
 /// How a run ended.
@@ -65,8 +99,9 @@ fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>
 /// running and an unheld run is queued: the run becomes `running` with an empty streaming
 /// reply, and its first Tier 1 attempt starts (the provider is called next; the runner
 /// records the later ones). Three statements: the reply is inserted from the chosen run's row,
-/// so choosing it is no separate read. Evaluates to `Result<Option<(Run, Message)>>`'s `Ok`
-/// value (errors return from the enclosing function).
+/// so choosing it is no separate read, and the run's row comes back with its session's model,
+/// spend and tools. Evaluates to an `Option<Started>` (errors return from the enclosing
+/// function).
 macro_rules! start_next_in {
     ($tx:ident, $session_id:expr, $owner:expr, $now:expr) => {{
         let now: i64 = $now;
@@ -106,7 +141,11 @@ macro_rules! start_next_in {
                 let run = sqlx::query(
                     "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
                          tier1_attempts = 1, steps = 1
-                     WHERE id = $4 RETURNING *",
+                     WHERE id = $4
+                     RETURNING *,
+                         (SELECT model FROM sessions s WHERE s.id = runs.session_id) AS session_model,
+                         (SELECT tokens_used FROM sessions s WHERE s.id = runs.session_id) AS session_tokens_used,
+                         (SELECT tools FROM sessions s WHERE s.id = runs.session_id) AS session_tools",
                 )
                 .bind(now)
                 .bind(&reply.id)
@@ -114,7 +153,11 @@ macro_rules! start_next_in {
                 .bind(&run_id)
                 .fetch_one(&mut *$tx)
                 .await?;
-                Some((rows::run(&run), reply))
+                Some(Started {
+                    run: rows::run(&run),
+                    reply,
+                    call: rows::session_call(&run),
+                })
             }
         }
     }};
@@ -221,11 +264,7 @@ impl Store {
     /// In one transaction: starts the session's next run (see [`start_next_in!`]) unless one
     /// is running or none waits. `owner` is the instance that executes it (its heartbeat is
     /// the run's lease).
-    pub async fn start_next(
-        &self,
-        session_id: &str,
-        owner: &str,
-    ) -> Result<Option<(Run, Message)>> {
+    pub async fn start_next(&self, session_id: &str, owner: &str) -> Result<Option<Started>> {
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             let started = start_next_in!(tx, session_id, owner, now_ms());
@@ -234,14 +273,29 @@ impl Store {
         })
     }
 
-    /// In one transaction: the run's end, its reply's final text and status, the session's
-    /// spend, and after a failure the hold on the prompts queued behind it. A run that
-    /// already ended is left alone (returns `None`).
+    /// [`Store::end_run`] starting nothing: the ended run and its reply.
     pub async fn finish_run(
         &self,
         run_id: &str,
         o: &Outcome,
     ) -> Result<Option<(Run, Option<Message>)>> {
+        Ok(self
+            .end_run(run_id, o, None)
+            .await?
+            .map(|f| (f.run, f.reply)))
+    }
+
+    /// In one transaction: the run's end, its reply's final text and status, the session's
+    /// spend; after a failure the hold on the prompts queued behind it, after a completion the
+    /// release of the prompts held behind an earlier failure; and with `start` (this instance's
+    /// id) the start of the session's next run. A run that already ended is left alone
+    /// (returns `None`, nothing starts).
+    pub async fn end_run(
+        &self,
+        run_id: &str,
+        o: &Outcome,
+        start: Option<&str>,
+    ) -> Result<Option<Finished>> {
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             let now = now_ms();
@@ -319,8 +373,26 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             }
+            let released = if o.status == RunStatus::Completed {
+                let rows = sqlx::query(RELEASE_HELD)
+                    .bind(&run.session_id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                released_in_order(&rows)
+            } else {
+                Vec::new()
+            };
+            let started = match start {
+                Some(owner) => start_next_in!(tx, &run.session_id, owner, now),
+                None => None,
+            };
             tx.commit().await?;
-            Ok(Some((run, reply)))
+            Ok(Some(Finished {
+                run,
+                reply,
+                released,
+                started,
+            }))
         })
     }
 
@@ -344,18 +416,11 @@ impl Store {
     /// Lets every held prompt of the session go on; answers the released runs, in order.
     pub async fn release_held(&self, session_id: &str) -> Result<Vec<Run>> {
         with_writer!(self, |pool| {
-            let rows = sqlx::query(
-                "UPDATE runs SET held_by = NULL
-             WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL
-             RETURNING *",
-            )
-            .bind(session_id)
-            .fetch_all(pool)
-            .await?;
-            let mut released: Vec<(i64, Run)> =
-                rows.iter().map(|r| (r.int("seq"), rows::run(r))).collect();
-            released.sort_by_key(|(seq, _)| *seq);
-            Ok(released.into_iter().map(|(_, r)| r).collect())
+            let rows = sqlx::query(RELEASE_HELD)
+                .bind(session_id)
+                .fetch_all(pool)
+                .await?;
+            Ok(released_in_order(&rows))
         })
     }
 }

@@ -26,7 +26,7 @@ fn session_select() -> String {
     )
 }
 
-/// What a run's provider request needs of its session ([`Store::model_and_spend`]).
+/// What a run's provider request needs of its session, read as the run starts.
 #[derive(Debug)]
 pub struct SessionCall {
     pub model: String,
@@ -150,23 +150,6 @@ impl Store {
                 .await?
                 .map(|_| ())
                 .ok_or_else(|| Error::not_found("session", id))
-        })
-    }
-
-    /// What a run's provider request needs of its session: the model, the tokens spent and
-    /// the tool sources.
-    pub async fn model_and_spend(&self, id: &str) -> Result<SessionCall> {
-        with_pool!(self, |pool| {
-            let row = sqlx::query("SELECT model, tokens_used, tools FROM sessions WHERE id = $1")
-                .bind(id)
-                .fetch_optional(pool)
-                .await?
-                .ok_or_else(|| Error::not_found("session", id))?;
-            Ok(SessionCall {
-                model: row.text("model"),
-                tokens_used: row.int("tokens_used"),
-                tools: rows::tools(&row),
-            })
         })
     }
 
