@@ -61,6 +61,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         error_message: None,
         retry: None,
         tokens_used: 3,
+        tool_calls_recorded: false,
     };
     let (ended, final_reply) = store.finish_run(&run.id, &outcome).await.unwrap().unwrap();
     assert_eq!(ended.status, RunStatus::Completed);
@@ -131,6 +132,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         error_message: None,
         retry: None,
         tokens_used: 1,
+        tool_calls_recorded: false,
     };
     store.finish_run(&first.run.id, &done).await.unwrap();
     let next = store.start_next(sid, "i-a").await.unwrap().unwrap();

@@ -29,6 +29,8 @@ pub struct Live {
     pub seq: u64,
     /// Model steps whose provider call opened.
     pub steps: u32,
+    /// Tool calls whose start was (or was being) recorded.
+    pub tool_calls: u32,
 }
 
 impl Engine {

@@ -30,6 +30,7 @@ impl Engine {
                     error_message: None,
                     retry: None,
                     tokens_used: 0,
+                    tool_calls_recorded: false, // a queued run never called a tool
                 };
                 let (run, _) = self
                     .inner

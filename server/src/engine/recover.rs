@@ -50,6 +50,7 @@ impl Engine {
             error_message: Some(why.into()),
             retry: Some(classify::of(RetryClass::Interrupted, None)),
             tokens_used: 0,
+            tool_calls_recorded: true, // unknown after a restart
         };
         tracing::warn!(run = %run.id, "marking a run interrupted by a server stop");
         if let Some((run, reply)) = store.finish_run(&run.id, &outcome).await? {

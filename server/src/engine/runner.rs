@@ -44,7 +44,7 @@ pub(super) async fn execute(
     let executed = AssertUnwindSafe(outcome_of(&engine, &run, &reply, call, &active))
         .catch_unwind()
         .await;
-    let outcome = match executed {
+    let mut outcome = match executed {
         Ok(outcome) => outcome,
         Err(panic) => {
             let what = panic_text(&*panic);
@@ -62,6 +62,7 @@ pub(super) async fn execute(
             )
         }
     };
+    outcome.tool_calls_recorded = active.live().tool_calls > 0;
     crate::metrics::metrics().run_ended(outcome.status);
     engine.finish(&run, outcome).await;
 }
@@ -190,5 +191,6 @@ fn outcome(
         error_message,
         retry,
         tokens_used: i64::try_from(tokens).unwrap_or(i64::MAX),
+        tool_calls_recorded: true,
     }
 }

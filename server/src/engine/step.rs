@@ -166,6 +166,7 @@ impl Engine {
                 call: &call,
                 text_offset,
             };
+            active.live().tool_calls += 1; // before: a failed write may still have landed
             if let Err(e) = self.store().tool_call_started(&new).await {
                 return Executed::Unrecorded(format!("could not record a tool call's start: {e}"));
             }

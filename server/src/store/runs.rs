@@ -71,6 +71,8 @@ pub struct Outcome {
     pub error_message: Option<String>,
     pub retry: Option<RetryClassification>,
     pub tokens_used: i64,
+    /// Whether the run may have tool calls recorded (false: their end needs no write).
+    pub tool_calls_recorded: bool,
 }
 
 /// A foreign-key violation on a row of `session_id` is its session missing (the one key such
@@ -343,19 +345,21 @@ impl Store {
         .map(rows::message);
             // A call still running when its run ends never got its result: cancelled with the
             // run, else its outcome is unknown.
-            sqlx::query(
-                "UPDATE tool_calls SET status = $1, finished_at = $2
+            if o.tool_calls_recorded {
+                sqlx::query(
+                    "UPDATE tool_calls SET status = $1, finished_at = $2
              WHERE run_id = $3 AND status = 'running'",
-            )
-            .bind(if o.status == RunStatus::Cancelled {
-                "cancelled"
-            } else {
-                "interrupted"
-            })
-            .bind(now)
-            .bind(run_id)
-            .execute(&mut *tx)
-            .await?;
+                )
+                .bind(if o.status == RunStatus::Cancelled {
+                    "cancelled"
+                } else {
+                    "interrupted"
+                })
+                .bind(now)
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?;
+            }
             sqlx::query("UPDATE sessions SET tokens_used = tokens_used + $1 WHERE id = $2")
                 .bind(o.tokens_used)
                 .bind(&run.session_id)
