@@ -1,7 +1,7 @@
 //! The store's own guarantees, on SQLite or (with `MULLIGAN_TEST_DATABASE=postgres`) PostgreSQL.
 use testkit as common;
 
-use app::wire::{AutoRetry, MessageStatus, ProvenanceKind, RunKind, RunStatus};
+use app::wire::{AutoRetry, MessageStatus, ProvenanceKind, RunStatus};
 use server::store::{NewRun, Outcome, Started, Store};
 
 async fn open(tag: &str) -> Store {
@@ -21,19 +21,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         .await
         .unwrap();
     let queued = store
-        .dispatch(
-            NewRun {
-                session_id: &session.id,
-                new_message: Some("go"),
-                message_provenance: None,
-                anchor_id: None,
-                kind: RunKind::Prompt,
-                attempt: 1,
-                provenance: None,
-                supersede_after_anchor: false,
-            },
-            None,
-        )
+        .dispatch(NewRun::prompt(&session.id, "go"), None)
         .await
         .unwrap()
         .run;
@@ -83,19 +71,9 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         .create_session("t", "demo", None, "hash-start", AutoRetry::Off, &[])
         .await
         .unwrap();
-    let prompt = |content: &'static str, session_id: &'static str| NewRun {
-        session_id,
-        new_message: Some(content),
-        message_provenance: None,
-        anchor_id: None,
-        kind: RunKind::Prompt,
-        attempt: 1,
-        provenance: None,
-        supersede_after_anchor: false,
-    };
-    let sid: &'static str = Box::leak(session.id.clone().into_boxed_str());
+    let sid = session.id.as_str();
     let first = store
-        .dispatch(prompt("one", sid), Some("i-a"))
+        .dispatch(NewRun::prompt(sid, "one"), Some("i-a"))
         .await
         .unwrap();
     let Started {
@@ -117,7 +95,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
     assert_eq!(reply.status, Some(MessageStatus::Streaming));
     // Busy: queued, not started.
     let second = store
-        .dispatch(prompt("two", sid), Some("i-a"))
+        .dispatch(NewRun::prompt(sid, "two"), Some("i-a"))
         .await
         .unwrap();
     assert!(
@@ -141,7 +119,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
     assert!(store.start_next(sid, "i-a").await.unwrap().is_none());
 
     let missing = store
-        .dispatch(prompt("hello", "s_missing"), Some("i-a"))
+        .dispatch(NewRun::prompt("s_missing", "hello"), Some("i-a"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -174,14 +152,10 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
             from: None,
         });
         NewRun {
-            session_id,
             new_message: new,
-            message_provenance: None,
             anchor_id: if new.is_some() { None } else { anchor },
-            kind: RunKind::Prompt,
-            attempt: 1,
             provenance,
-            supersede_after_anchor: false,
+            ..NewRun::prompt(session_id, "")
         }
     }
     let sid = session.id.as_str();

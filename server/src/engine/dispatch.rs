@@ -53,17 +53,7 @@ impl Engine {
         for run in self.store().release_held(session_id).await? {
             self.publish(session_id, Event::Run(run));
         }
-        self.queue(NewRun {
-            session_id,
-            new_message: Some(content),
-            message_provenance: None,
-            anchor_id: None,
-            kind: RunKind::Prompt,
-            attempt: 1,
-            provenance: None,
-            supersede_after_anchor: false,
-        })
-        .await
+        self.queue(NewRun::prompt(session_id, content)).await
     }
 
     /// Supersedes everything after operator message `mid` (queued and held prompts excepted)

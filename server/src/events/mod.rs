@@ -209,6 +209,17 @@ impl EventHub {
     }
 }
 
+/// A hub on a new SQLite store of its own, for the crate's unit tests.
+#[cfg(test)]
+pub(crate) async fn test_hub() -> EventHub {
+    let dir = std::env::temp_dir().join(format!("mulligan-hub-{}", crate::clock::new_id("t")));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let store = Store::open(&format!("sqlite://{}", dir.join("m.db").display()))
+        .await
+        .expect("a store");
+    EventHub::start(store).await.expect("a hub").0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,12 +264,7 @@ mod tests {
     /// deltas of the run streaming meanwhile stay until that run's own end prunes them.
     #[tokio::test]
     async fn a_queued_runs_end_never_prunes_the_streaming_runs_deltas() {
-        let dir = std::env::temp_dir().join(format!("mulligan-hub-{}", crate::clock::new_id("t")));
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&format!("sqlite://{}", dir.join("m.db").display()))
-            .await
-            .unwrap();
-        let (hub, _writer) = EventHub::start(store).await.unwrap();
+        let hub = test_hub().await;
         let before = hub.last_id();
         hub.publish("s", &run("r_a", RunStatus::Running, true));
         hub.publish("s", &delta(1));

@@ -193,19 +193,13 @@ impl Live {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
     use app::wire::{Delta, Event};
 
     /// A subscriber that falls several rings behind (a slow client, a busy machine) gets every
     /// event it missed, in order and once, and its stream goes on: no reconnect.
     #[tokio::test]
     async fn a_lagging_subscriber_catches_up_in_place() {
-        let dir = std::env::temp_dir().join(format!("mulligan-sse-{}", crate::clock::new_id("t")));
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&format!("sqlite://{}", dir.join("m.db").display()))
-            .await
-            .unwrap();
-        let (hub, _writer) = EventHub::start(store).await.unwrap();
+        let hub = crate::events::test_hub().await;
         let sid = "s_slow".to_string();
         let sub = hub.subscribe(&sid, None);
         let delta = |seq: u64| {

@@ -17,6 +17,22 @@ pub struct NewRun<'a> {
     pub supersede_after_anchor: bool,
 }
 
+impl<'a> NewRun<'a> {
+    /// An operator's prompt: a new message, answered by its first run.
+    pub fn prompt(session_id: &'a str, content: &'a str) -> NewRun<'a> {
+        NewRun {
+            session_id,
+            new_message: Some(content),
+            message_provenance: None,
+            anchor_id: None,
+            kind: RunKind::Prompt,
+            attempt: 1,
+            provenance: None,
+            supersede_after_anchor: false,
+        }
+    }
+}
+
 /// What [`Store::dispatch`] recorded.
 #[derive(Debug)]
 pub struct Dispatched {
