@@ -2,9 +2,9 @@
 //! embedded default) or PostgreSQL (several instances on one database). The SQL is written
 //! once, in the dialect both accept (`$n` parameters, `ON CONFLICT`, `RETURNING`);
 //! [`with_pool!`] runs a body against whichever pool is open. One file per aggregate:
-//! `sessions`, `messages`, `runs` (with `run_reads` and their `attempts`), `tool_calls`,
-//! `events` (the event log) and `cooldowns`; `rows` maps rows to wire types, `shared` holds
-//! what several PostgreSQL instances share (session locks, notifications).
+//! `sessions`, `messages`, `runs` (with `run_reads`, `starts` and their `attempts`),
+//! `tool_calls`, `events` (the event log) and `cooldowns`; `rows` maps rows to wire types,
+//! `shared` holds what several PostgreSQL instances share (session locks, notifications).
 mod attempts;
 mod cooldowns;
 mod events;
@@ -14,6 +14,7 @@ mod run_reads;
 mod runs;
 mod sessions;
 mod shared;
+mod starts;
 mod tool_calls;
 
 use crate::clock::{new_id, now_ms};
@@ -30,9 +31,10 @@ use std::str::FromStr;
 
 pub use events::LoggedEvent;
 pub use messages::HistoryEntry;
-pub use runs::{Dispatched, Finished, NewRun, Outcome, Started};
+pub use runs::{Dispatched, Finished, NewRun, Outcome};
 pub use sessions::{SessionCall, SessionPage, SessionRecord, MAX_SESSION_PAGE};
 pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL};
+pub use starts::Started;
 pub use tool_calls::{parts, NewToolCall, RecordedCall};
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
