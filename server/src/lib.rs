@@ -9,6 +9,7 @@ pub mod llm;
 pub mod mcp_client;
 pub mod metrics;
 pub mod retry;
+pub mod sse_lines;
 pub mod store;
 pub mod tools;
 pub mod wake;

@@ -6,11 +6,14 @@ use super::{Failure, Outcome};
 use app::api::native::Client;
 use app::api::{self};
 use app::wire::{Event, Run, RunStatus, ToolCall, ToolCallStatus};
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
+use server::sse_lines::owned_events;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
+
+/// The largest event read from the server (a `message` event holds a whole reply).
+const MAX_EVENT_BYTES: usize = 16 << 20;
 
 /// How often a dropped event stream is opened again before giving up.
 const RECONNECTS: u32 = 5;
@@ -41,7 +44,7 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
                 resp.status()
             )));
         }
-        let mut events = resp.bytes_stream().eventsource();
+        let mut events = std::pin::pin!(owned_events(resp.bytes_stream(), MAX_EVENT_BYTES));
         loop {
             let next = tokio::select! {
                 ev = events.next() => ev,
@@ -60,7 +63,7 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
             if let Ok(id) = ev.id.parse::<i64>() {
                 last = last.max(id);
             }
-            let Some(Ok(event)) = Event::parse(&ev.event, &ev.data) else {
+            let Some(Ok(event)) = Event::parse(&ev.name, &ev.data) else {
                 continue;
             };
             match event {

@@ -130,9 +130,10 @@ impl Bridge {
             .is_some_and(|c| c.starts_with("text/event-stream"));
         let mut answers = Vec::new();
         if sse {
-            use eventsource_stream::Eventsource;
             use futures::StreamExt;
-            let mut events = resp.bytes_stream().eventsource();
+            // Bounded, generously: a tool's whole answer is one event.
+            let events = server::sse_lines::owned_events(resp.bytes_stream(), 64 << 20);
+            let mut events = std::pin::pin!(events);
             while let Some(event) = events.next().await {
                 match event {
                     Ok(ev) if !ev.data.trim().is_empty() => answers.push(ev.data),

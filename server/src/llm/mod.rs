@@ -4,7 +4,6 @@ pub mod demo;
 pub mod limits;
 pub mod openai;
 mod sse;
-mod sse_lines;
 pub mod tool_calls;
 
 pub use limits::Limits;

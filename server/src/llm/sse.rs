@@ -1,8 +1,8 @@
 //! Reading provider responses: their SSE bodies as stream items ([`SseLines`]), and the
 //! error answer's fields, every one bounded by the provider's [`Limits`].
 use super::limits::{self, Limits};
-use super::sse_lines::{Malformed, SseLines};
 use super::{DeltaStream, ProviderError, RetryAfter, StreamItem};
+use crate::sse_lines::SseLines;
 use futures::StreamExt;
 use reqwest::header::HeaderMap;
 use std::collections::VecDeque;
@@ -221,8 +221,8 @@ where
             };
             let (pending, parse) = (&mut self.pending, &mut self.parse);
             let mut ended = false;
-            let read = self.lines.feed(&chunk, |event, data| {
-                match parse(event, data) {
+            let read = self.lines.feed(&chunk, |e| {
+                match parse(e.name, e.data) {
                     Ok(items) => {
                         ended = items.contains(&StreamItem::Done);
                         pending.extend(items.into_iter().map(Ok));
@@ -237,12 +237,7 @@ where
             if let Err(malformed) = read {
                 ended = true;
                 pending.push_back(Err(ProviderError::Protocol {
-                    message: match malformed {
-                        Malformed::TooLarge(max) => {
-                            format!("an event or line longer than {max} bytes")
-                        }
-                        Malformed::NotUtf8 => "a line that is not UTF-8".into(),
-                    },
+                    message: malformed.to_string(),
                 }));
             }
             self.ended = ended;

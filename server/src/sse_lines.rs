@@ -1,7 +1,21 @@
-//! The SSE wire format of a provider's body: bytes in, `(event type, data)` out, as the HTML
+//! The SSE wire format, read: a body's bytes in, events (type, data, last id) out, as the HTML
 //! standard's event-stream rules read them, in buffers reused from one event to the next (no
 //! allocation or copy per event) and bounded: an event past the cap fails the read as soon as
-//! its bytes arrive, whether or not a newline ever comes.
+//! its bytes arrive, whether or not a newline ever comes. Providers' streams are read with it,
+//! and the CLI reads the server's own ([`owned_events`]).
+use futures::{Stream, StreamExt};
+use std::collections::VecDeque;
+
+/// One event, borrowed from the reader's buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SseEvent<'a> {
+    /// Its type (`message` when the event named none).
+    pub name: &'a str,
+    /// Its `data:` lines, joined by `\n`.
+    pub data: &'a str,
+    /// The stream's last event id so far (`id:`; empty when none was sent).
+    pub id: &'a str,
+}
 
 /// Why a body could not be read as events.
 #[derive(Debug, PartialEq, Eq)]
@@ -12,6 +26,15 @@ pub enum Malformed {
     NotUtf8,
 }
 
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Malformed::TooLarge(max) => write!(f, "an event or line longer than {max} bytes"),
+            Malformed::NotUtf8 => write!(f, "a line that is not UTF-8"),
+        }
+    }
+}
+
 /// Reads events out of a body's chunks, one chunk at a time.
 pub struct SseLines {
     /// Bytes of the line not yet ended.
@@ -20,6 +43,8 @@ pub struct SseLines {
     event: String,
     /// The data buffer: each `data:` line's value followed by `\n`.
     data: String,
+    /// The last event id buffer (kept from one event to the next).
+    id: String,
     /// Bytes of the current event so far (line ends not counted).
     size: usize,
     max: usize,
@@ -36,6 +61,7 @@ impl SseLines {
             partial: Vec::new(),
             event: String::new(),
             data: String::new(),
+            id: String::new(),
             size: 0,
             max,
             after_cr: false,
@@ -43,12 +69,12 @@ impl SseLines {
         }
     }
 
-    /// Reads `chunk`, calling `on(event_type, data)` for each event it completes, in order,
-    /// until `on` answers `false` (the caller has read enough: the rest is left unread).
+    /// Reads `chunk`, calling `on` for each event it completes, in order, until `on` answers
+    /// `false` (the caller has read enough: the rest is left unread).
     pub fn feed(
         &mut self,
         mut chunk: &[u8],
-        mut on: impl FnMut(&str, &str) -> bool,
+        mut on: impl FnMut(SseEvent<'_>) -> bool,
     ) -> Result<(), Malformed> {
         if self.at_start && !chunk.is_empty() {
             const BOM: &[u8] = "\u{feff}".as_bytes();
@@ -111,7 +137,7 @@ impl SseLines {
     fn line(
         &mut self,
         line: &[u8],
-        on: &mut impl FnMut(&str, &str) -> bool,
+        on: &mut impl FnMut(SseEvent<'_>) -> bool,
     ) -> Result<bool, Malformed> {
         if line.is_empty() {
             return Ok(self.dispatch(on));
@@ -133,13 +159,18 @@ impl SseLines {
                 self.data.push_str(value);
                 self.data.push('\n');
             }
-            _ => {} // `id`, `retry` and unknown fields: nothing a provider's reply needs
+            // An id with a NUL in it is ignored, as the standard says.
+            "id" if !value.contains('\0') => {
+                self.id.clear();
+                self.id.push_str(value);
+            }
+            _ => {} // `retry` and unknown fields: nothing a reader here needs
         }
         Ok(true)
     }
 
     /// A blank line: hands over the event, if it has data, and starts the next one.
-    fn dispatch(&mut self, on: &mut impl FnMut(&str, &str) -> bool) -> bool {
+    fn dispatch(&mut self, on: &mut impl FnMut(SseEvent<'_>) -> bool) -> bool {
         self.size = 0;
         let keep_going = if self.data.is_empty() {
             true
@@ -150,12 +181,71 @@ impl SseLines {
             } else {
                 &self.event
             };
-            on(event, data)
+            on(SseEvent {
+                name: event,
+                data,
+                id: &self.id,
+            })
         };
         self.event.clear();
         self.data.clear();
         keep_going
     }
+}
+
+/// An event read whole: its type, data and the stream's last id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedEvent {
+    pub name: String,
+    pub data: String,
+    pub id: String,
+}
+
+/// The events of an SSE body as owned values, for a reader that keeps them (the CLI). The
+/// stream ends with the body; a transport failure or a malformed body is its last item.
+pub fn owned_events<B, E>(
+    body: impl Stream<Item = Result<B, E>> + Send + 'static,
+    max: usize,
+) -> impl Stream<Item = Result<OwnedEvent, String>> + Send + 'static
+where
+    B: AsRef<[u8]> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let state = (body.boxed(), SseLines::new(max), VecDeque::new(), false);
+    futures::stream::unfold(
+        state,
+        |(mut body, mut lines, mut ready, mut ended)| async move {
+            loop {
+                if let Some(event) = ready.pop_front() {
+                    return Some((event, (body, lines, ready, ended)));
+                }
+                if ended {
+                    return None;
+                }
+                match body.next().await {
+                    None => return None,
+                    Some(Err(e)) => {
+                        ended = true;
+                        ready.push_back(Err(e.to_string()));
+                    }
+                    Some(Ok(chunk)) => {
+                        let read = lines.feed(chunk.as_ref(), |e| {
+                            ready.push_back(Ok(OwnedEvent {
+                                name: e.name.to_string(),
+                                data: e.data.to_string(),
+                                id: e.id.to_string(),
+                            }));
+                            true
+                        });
+                        if let Err(m) = read {
+                            ended = true;
+                            ready.push_back(Err(m.to_string()));
+                        }
+                    }
+                }
+            }
+        },
+    )
 }
 
 #[cfg(test)]
@@ -167,8 +257,8 @@ mod tests {
         let mut lines = SseLines::new(max);
         let mut out = Vec::new();
         for chunk in body.chunks(size.max(1)) {
-            lines.feed(chunk, |e, d| {
-                out.push((e.to_string(), d.to_string()));
+            lines.feed(chunk, |e| {
+                out.push((e.name.to_string(), e.data.to_string()));
                 true
             })?;
         }
@@ -207,9 +297,9 @@ mod tests {
         let mut lines = SseLines::new(1024);
         let mut seen = Vec::new();
         lines
-            .feed(b"data: 1\n\ndata: 2\n\ndata: 3\n\n", |_, d| {
-                seen.push(d.to_string());
-                d != "2"
+            .feed(b"data: 1\n\ndata: 2\n\ndata: 3\n\n", |e| {
+                seen.push(e.data.to_string());
+                e.data != "2"
             })
             .unwrap();
         assert_eq!(seen, ["1", "2"]);
@@ -228,11 +318,32 @@ mod tests {
         );
         // A line that never ends, fed in pieces: caught before a newline comes.
         let mut lines = SseLines::new(16);
-        assert!(lines.feed(&[b'a'; 10], |_, _| true).is_ok());
+        assert!(lines.feed(&[b'a'; 10], |_| true).is_ok());
         assert_eq!(
-            lines.feed(&[b'a'; 10], |_, _| true),
+            lines.feed(&[b'a'; 10], |_| true),
             Err(Malformed::TooLarge(16))
         );
+    }
+
+    #[test]
+    fn the_last_id_goes_with_each_event_until_a_new_one() {
+        let mut lines = SseLines::new(1024);
+        let mut seen = Vec::new();
+        lines
+            .feed(
+                b"id: 7\ndata: a\n\ndata: b\n\nid: 8\0x\ndata: c\n\nid: 9\ndata: d\n\n",
+                |e| {
+                    seen.push((e.id.to_string(), e.data.to_string()));
+                    true
+                },
+            )
+            .unwrap();
+        let want = [("7", "a"), ("7", "b"), ("7", "c"), ("9", "d")];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(i, d)| (i.to_string(), d.to_string()))
+            .collect();
+        assert_eq!(seen, want, "an id with a NUL is ignored; ids carry over");
     }
 
     #[test]
