@@ -226,12 +226,7 @@ pub(crate) async fn play(script: Script) -> Response {
                 tokio::time::sleep(stall).await;
                 Ok(Bytes::from("data: [DONE]\n\n"))
             }));
-            let mut resp = Body::from_stream(stream).into_response();
-            resp.headers_mut().insert(
-                "content-type",
-                HeaderValue::from_static("text/event-stream"),
-            );
-            resp
+            event_stream(Body::from_stream(stream))
         }
         Script::Stream {
             deltas,
@@ -262,12 +257,7 @@ pub(crate) async fn play(script: Script) -> Response {
                 }
                 },
             );
-            let mut resp = Body::from_stream(stream).into_response();
-            resp.headers_mut().insert(
-                "content-type",
-                HeaderValue::from_static("text/event-stream"),
-            );
-            resp
+            event_stream(Body::from_stream(stream))
         }
     }
 }
