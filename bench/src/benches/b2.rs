@@ -1,11 +1,10 @@
 //! B2 concurrency: many streams at once, directly and through Mulligan, and the server's
 //! cost per run start.
 use super::{all, direct, relay, Trace};
-use crate::client::{Events, Server, Usage};
+use crate::client::{Server, Usage};
 use crate::fake::{stream_model, Fake};
 use crate::report::{median, ms, percentile, Table};
 use crate::{Opts, R};
-use futures::StreamExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -207,16 +206,7 @@ pub async fn b2_relay(
     every_ms: u64,
 ) -> R<B2Relay> {
     let model = stream_model(n, every_ms);
-    let subscribed: Vec<R<(String, Events)>> = futures::stream::iter(0..sessions)
-        .map(|_| async {
-            let sid = server.create_session(&model).await?;
-            let events = server.events(&sid).await?;
-            Ok((sid, events))
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    let subscribed = subscribed.into_iter().collect::<R<Vec<_>>>()?;
+    let subscribed = super::subscribed(server, &model, sessions).await?;
     let before: Usage = server.usage();
     let client_before = crate::client::usage(std::process::id());
     let machine_before = crate::client::machine_jiffies();
@@ -248,16 +238,7 @@ pub async fn b2_relay(
 /// B2's CPU can be split into run starts and relayed deltas.
 pub async fn run_starts(server: &std::sync::Arc<Server>, sessions: usize) -> R<Duration> {
     let model = stream_model(1, 0);
-    let subscribed: Vec<R<(String, Events)>> = futures::stream::iter(0..sessions)
-        .map(|_| async {
-            let sid = server.create_session(&model).await?;
-            let events = server.events(&sid).await?;
-            Ok((sid, events))
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    let subscribed = subscribed.into_iter().collect::<R<Vec<_>>>()?;
+    let subscribed = super::subscribed(server, &model, sessions).await?;
     let before = server.usage();
     let tasks = subscribed
         .into_iter()

@@ -4,8 +4,7 @@ use crate::client::{Events, Server};
 use crate::fake::{clock_us, Fake};
 use crate::report::{ms, percentile, Table};
 use crate::{Opts, R};
-use app::wire::{Event, RunStatus, ToolCallStatus};
-use futures::StreamExt;
+use app::wire::{Event, ToolCallStatus};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,16 +170,7 @@ pub async fn run_turns(
     tag: &str,
 ) -> R<Vec<B6Turn>> {
     let model = crate::fake::tool_model(1);
-    let subscribed: Vec<R<(String, Events)>> = futures::stream::iter(0..sessions)
-        .map(|_| async {
-            let sid = server.create_session(&model).await?;
-            let events = server.events(&sid).await?;
-            Ok((sid, events))
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    let subscribed = subscribed.into_iter().collect::<R<Vec<_>>>()?;
+    let subscribed = super::subscribed(server, &model, sessions).await?;
     let tasks = subscribed
         .into_iter()
         .enumerate()
@@ -237,13 +227,7 @@ async fn turn(
                 }
             }
             Event::Run(r) if r.id == rid && !r.status.is_active() => {
-                if r.status != RunStatus::Completed {
-                    return Err(format!(
-                        "run ended {:?}: {}",
-                        r.status,
-                        r.error_message.unwrap_or_default()
-                    ));
-                }
+                super::completed(&r)?;
                 break;
             }
             _ => {}

@@ -110,13 +110,7 @@ pub async fn relay(server: &Server, events: &mut Events, sid: &str, n: usize) ->
                 trace.delta(&d.text, at)?;
             }
             Event::Run(r) if r.id == rid && !r.status.is_active() => {
-                if r.status != RunStatus::Completed {
-                    return Err(format!(
-                        "run ended {:?}: {}",
-                        r.status,
-                        r.error_message.unwrap_or_default()
-                    ));
-                }
+                completed(&r)?;
                 break;
             }
             _ => {}
@@ -125,6 +119,33 @@ pub async fn relay(server: &Server, events: &mut Events, sid: &str, n: usize) ->
     trace.expect_count(n)?;
     trace.reconnects = events.reconnects;
     Ok(trace)
+}
+
+/// Ok when an ended run `completed`; else how it ended, as the benchmark's failure.
+fn completed(r: &app::wire::Run) -> R<()> {
+    if r.status == RunStatus::Completed {
+        return Ok(());
+    }
+    Err(format!(
+        "run ended {:?}: {}",
+        r.status,
+        r.error_message.as_deref().unwrap_or_default()
+    ))
+}
+
+/// `sessions` new sessions on `model`, each already subscribed to its events (untimed set-up,
+/// 32 at a time).
+async fn subscribed(server: &Server, model: &str, sessions: usize) -> R<Vec<(String, Events)>> {
+    let subscribed: Vec<R<(String, Events)>> = futures::stream::iter(0..sessions)
+        .map(|_| async {
+            let sid = server.create_session(model).await?;
+            let events = server.events(&sid).await?;
+            Ok((sid, events))
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    subscribed.into_iter().collect()
 }
 
 async fn all<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<R<T>>>) -> R<Vec<T>> {
