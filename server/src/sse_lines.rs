@@ -50,7 +50,7 @@ pub struct SseLines {
     max: usize,
     /// The last line ended with `\r`: a `\n` first in the next chunk belongs to it.
     after_cr: bool,
-    /// The body's first bytes are still to come (a byte-order mark there is skipped).
+    /// The body's first line is still to come (a byte-order mark opening it is skipped).
     at_start: bool,
 }
 
@@ -76,19 +76,6 @@ impl SseLines {
         mut chunk: &[u8],
         mut on: impl FnMut(SseEvent<'_>) -> bool,
     ) -> Result<(), Malformed> {
-        if self.at_start && !chunk.is_empty() {
-            const BOM: &[u8] = "\u{feff}".as_bytes();
-            let have = self.partial.len() + chunk.len();
-            if have < BOM.len() && BOM.starts_with(&[&self.partial[..], chunk].concat()) {
-                self.partial.extend_from_slice(chunk);
-                return Ok(()); // maybe the start of a mark: wait for more
-            }
-            self.at_start = false;
-            let mut head = std::mem::take(&mut self.partial);
-            head.extend_from_slice(chunk);
-            let rest = head.strip_prefix(BOM).unwrap_or(&head).to_vec();
-            return self.feed(&rest, on);
-        }
         if self.after_cr {
             self.after_cr = false;
             if let Some(rest) = chunk.strip_prefix(b"\n") {
@@ -139,6 +126,11 @@ impl SseLines {
         line: &[u8],
         on: &mut impl FnMut(SseEvent<'_>) -> bool,
     ) -> Result<bool, Malformed> {
+        // A byte-order mark may open the body: it is part of the first line.
+        let line = match std::mem::take(&mut self.at_start) {
+            true => line.strip_prefix("\u{feff}".as_bytes()).unwrap_or(line),
+            false => line,
+        };
         if line.is_empty() {
             return Ok(self.dispatch(on));
         }

@@ -201,14 +201,16 @@ where
             if self.ended {
                 return None;
             }
-            self.ended = true; // unless the chunk below says otherwise
             let chunk = match self.body.next().await {
+                Some(Ok(chunk)) => chunk,
                 None => {
+                    self.ended = true;
                     return Some(Err(ProviderError::StreamCut {
                         message: format!("ended before {}", self.what_ends),
-                    }))
+                    }));
                 }
                 Some(Err(e)) => {
+                    self.ended = true;
                     let message = match ProviderError::from(e) {
                         ProviderError::Transport { message } => message,
                         other => other.to_string(),
@@ -217,30 +219,27 @@ where
                         message: limits::error_text(&message),
                     }));
                 }
-                Some(Ok(chunk)) => chunk,
             };
-            let (pending, parse) = (&mut self.pending, &mut self.parse);
-            let mut ended = false;
+            let (pending, parse, ended) = (&mut self.pending, &mut self.parse, &mut self.ended);
             let read = self.lines.feed(&chunk, |e| {
                 match parse(e.name, e.data) {
                     Ok(items) => {
-                        ended = items.contains(&StreamItem::Done);
+                        *ended = items.contains(&StreamItem::Done);
                         pending.extend(items.into_iter().map(Ok));
                     }
                     Err(e) => {
-                        ended = true;
+                        *ended = true;
                         pending.push_back(Err(e));
                     }
                 }
-                !ended
+                !*ended
             });
             if let Err(malformed) = read {
-                ended = true;
-                pending.push_back(Err(ProviderError::Protocol {
+                self.ended = true;
+                self.pending.push_back(Err(ProviderError::Protocol {
                     message: malformed.to_string(),
                 }));
             }
-            self.ended = ended;
         }
     }
 }
