@@ -6,9 +6,15 @@ pub mod fake {
     pub use fake_provider::{FakeProvider, Script};
 }
 
-use app::wire::{Event, Receipt, Run, RunStatus, SessionDetail};
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
+mod db;
+mod process;
+mod sse;
+
+pub use db::{database_url, fresh_postgres_database, on_postgres, postgres_url};
+pub use process::{mulligan_bin, serve};
+pub use sse::{run_ended, Sse};
+
+use app::wire::{Receipt, Run, RunStatus, SessionDetail};
 use serde_json::Value;
 use server::config::{Config, ProviderKind};
 use std::path::PathBuf;
@@ -31,66 +37,6 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// The PostgreSQL server the multi-instance tests use (`MULLIGAN_TEST_POSTGRES_URL`).
-pub fn postgres_url() -> Option<String> {
-    std::env::var("MULLIGAN_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-}
-
-/// Whether the suite runs against PostgreSQL (`MULLIGAN_TEST_DATABASE=postgres`), else SQLite.
-pub fn on_postgres() -> bool {
-    std::env::var("MULLIGAN_TEST_DATABASE").as_deref() == Ok("postgres")
-}
-
-/// The database of a test's data dir: SQLite in it (the default), or, when the suite runs on
-/// PostgreSQL, a fresh database made for that dir once (a restart in the same dir finds it).
-pub fn database_url(data_dir: &std::path::Path) -> Option<String> {
-    if !on_postgres() {
-        return None;
-    }
-    let base =
-        postgres_url().expect("MULLIGAN_TEST_DATABASE=postgres needs MULLIGAN_TEST_POSTGRES_URL");
-    let kept = data_dir.join("postgres-url");
-    if let Ok(url) = std::fs::read_to_string(&kept) {
-        return Some(url);
-    }
-    let url = fresh_postgres_database(&base);
-    std::fs::create_dir_all(data_dir).unwrap();
-    std::fs::write(&kept, &url).unwrap();
-    Some(url)
-}
-
-/// Creates an empty database beside `base`'s (on its own thread: tests run inside a runtime).
-pub fn fresh_postgres_database(base: &str) -> String {
-    let base = base.to_string();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            use sqlx::Connection;
-            let mut admin = sqlx::PgConnection::connect(&base)
-                .await
-                .expect("MULLIGAN_TEST_POSTGRES_URL is reachable");
-            let name = format!("mulligan_t_{}", uuid::Uuid::now_v7().simple());
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&mut admin)
-                .await
-                .unwrap();
-            let (head, tail) = match base.split_once('?') {
-                Some((h, t)) => (h, format!("?{t}")),
-                None => (base.as_str(), String::new()),
-            };
-            let root = head.rsplit_once('/').map_or(head, |(r, _)| r);
-            format!("{root}/{name}{tail}")
-        })
-    })
-    .join()
-    .unwrap()
 }
 
 /// A fresh fake provider and an in-process server on it (its own data dir named by `tag`).
@@ -287,123 +233,8 @@ impl TestServer {
         }
         let resp = req.send().await.unwrap();
         assert_eq!(resp.status(), 200);
-        Sse {
-            inner: resp.bytes_stream().eventsource().boxed(),
-        }
+        Sse::of(resp)
     }
-}
-
-type EventBox = futures::stream::BoxStream<
-    'static,
-    Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
->;
-
-/// A session's event stream as the contract's events.
-pub struct Sse {
-    inner: EventBox,
-}
-
-impl Sse {
-    /// The next event with its id; panics after `within`.
-    pub async fn next(&mut self, within: Duration) -> (i64, Event) {
-        loop {
-            let ev = tokio::time::timeout(within, self.inner.next())
-                .await
-                .expect("an event in time")
-                .expect("the stream is open")
-                .expect("a well-formed event");
-            if let Some(parsed) = Event::parse(&ev.event, &ev.data) {
-                return (ev.id.parse().unwrap(), parsed.unwrap());
-            }
-        }
-    }
-
-    /// Events until `done` says stop (inclusive).
-    pub async fn until(
-        &mut self,
-        within: Duration,
-        mut done: impl FnMut(&Event) -> bool,
-    ) -> Vec<(i64, Event)> {
-        let mut out = Vec::new();
-        loop {
-            let e = self.next(within).await;
-            let stop = done(&e.1);
-            out.push(e);
-            if stop {
-                return out;
-            }
-        }
-    }
-}
-
-/// True for a `run` event of `rid` that has ended.
-pub fn run_ended(rid: &str) -> impl FnMut(&Event) -> bool + '_ {
-    move |e| matches!(e, Event::Run(r) if r.id == rid && !r.status.is_active())
-}
-
-/// Starts `mulligan serve` as a child process (on `database_url`, else SQLite in `dir`) and
-/// answers the child and a client of it (a [`TestServer`] whose server is that child).
-pub async fn serve(
-    dir: &std::path::Path,
-    provider: &str,
-    log: &std::path::Path,
-    database_url: Option<String>,
-    extra_env: &[(&str, &str)],
-) -> (tokio::process::Child, TestServer) {
-    let (child, base, token) = serve_raw(dir, provider, log, database_url, extra_env).await;
-    let client = TestServer {
-        running: None,
-        base,
-        token,
-        data_dir: dir.to_path_buf(),
-        http: reqwest::Client::new(),
-    };
-    (child, client)
-}
-
-async fn serve_raw(
-    dir: &std::path::Path,
-    provider: &str,
-    log: &std::path::Path,
-    database_url: Option<String>,
-    extra_env: &[(&str, &str)],
-) -> (tokio::process::Child, String, String) {
-    use tokio::io::AsyncBufReadExt;
-    let mut child = tokio::process::Command::new(mulligan_bin())
-        .arg("serve")
-        .env("MULLIGAN_BIND", "127.0.0.1:0")
-        .env("MULLIGAN_DATA_DIR", dir)
-        .envs(database_url.map(|u| ("MULLIGAN_DATABASE_URL", u)))
-        .env("MULLIGAN_PROVIDER", "openai")
-        .env("MULLIGAN_BASE_URL", provider)
-        .env("MULLIGAN_API_KEY", API_KEY)
-        .env("RUST_LOG", "trace")
-        .envs(extra_env.iter().copied())
-        .stdout(std::process::Stdio::piped())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let url = line
-        .split("open ")
-        .nth(1)
-        .expect("the printed URL")
-        .trim()
-        .to_string();
-    let (base, token) = url.split_once("/?token=").unwrap();
-    (child, base.to_string(), token.to_string())
 }
 
 /// Now, in milliseconds since the Unix epoch (the contract's time).
@@ -412,15 +243,4 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
-}
-
-/// The `mulligan` binary cargo builds for the server's integration tests, beside the running
-/// test (`target/<profile>/mulligan`; the test itself is in `target/<profile>/deps/`).
-pub fn mulligan_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let mut dir = exe.parent().expect("the test's directory").to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    dir.join(format!("mulligan{}", std::env::consts::EXE_SUFFIX))
 }

@@ -1,0 +1,60 @@
+//! A session's event stream as a test reads it, with an SSE parser independent of the server's.
+use app::wire::Event;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use std::time::Duration;
+
+type EventBox = futures::stream::BoxStream<
+    'static,
+    Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
+>;
+
+/// A session's event stream as the contract's events.
+pub struct Sse {
+    inner: EventBox,
+}
+
+impl Sse {
+    /// The stream of an answered `GET …/events`.
+    pub(crate) fn of(resp: reqwest::Response) -> Sse {
+        Sse {
+            inner: resp.bytes_stream().eventsource().boxed(),
+        }
+    }
+
+    /// The next event with its id; panics after `within`.
+    pub async fn next(&mut self, within: Duration) -> (i64, Event) {
+        loop {
+            let ev = tokio::time::timeout(within, self.inner.next())
+                .await
+                .expect("an event in time")
+                .expect("the stream is open")
+                .expect("a well-formed event");
+            if let Some(parsed) = Event::parse(&ev.event, &ev.data) {
+                return (ev.id.parse().unwrap(), parsed.unwrap());
+            }
+        }
+    }
+
+    /// Events until `done` says stop (inclusive).
+    pub async fn until(
+        &mut self,
+        within: Duration,
+        mut done: impl FnMut(&Event) -> bool,
+    ) -> Vec<(i64, Event)> {
+        let mut out = Vec::new();
+        loop {
+            let e = self.next(within).await;
+            let stop = done(&e.1);
+            out.push(e);
+            if stop {
+                return out;
+            }
+        }
+    }
+}
+
+/// True for a `run` event of `rid` that has ended.
+pub fn run_ended(rid: &str) -> impl FnMut(&Event) -> bool + '_ {
+    move |e| matches!(e, Event::Run(r) if r.id == rid && !r.status.is_active())
+}
