@@ -393,10 +393,7 @@ mod tests {
     use super::*;
     use crate::wire::RetryClass;
 
-    const P: Backoff = Backoff {
-        base_ms: 2000,
-        cap_ms: 300_000,
-    };
+    const P: Backoff = Backoff::CONTRACT;
 
     fn failure(run: &str, retryable: bool, after: Option<Millis>) -> Failure {
         Failure {

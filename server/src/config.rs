@@ -43,9 +43,9 @@ pub struct Config {
     pub tier1_base_ms: u64,
     #[arg(long, env = "MULLIGAN_TIER1_CAP_MS", default_value_t = 30_000)]
     pub tier1_cap_ms: u64,
-    #[arg(long, env = "MULLIGAN_TIER2_BASE_MS", default_value_t = 2000)]
+    #[arg(long, env = "MULLIGAN_TIER2_BASE_MS", default_value_t = app::wire::Backoff::CONTRACT.base_ms)]
     pub tier2_base_ms: u64,
-    #[arg(long, env = "MULLIGAN_TIER2_CAP_MS", default_value_t = 300_000)]
+    #[arg(long, env = "MULLIGAN_TIER2_CAP_MS", default_value_t = app::wire::Backoff::CONTRACT.cap_ms)]
     pub tier2_cap_ms: u64,
     /// Per-session token budget.
     #[arg(long, env = "MULLIGAN_SPEND_LIMIT_TOKENS")]

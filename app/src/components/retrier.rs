@@ -33,10 +33,8 @@ impl Default for Retrier {
 
 impl Retrier {
     pub fn new() -> Self {
-        let policy = Backoff {
-            base_ms: 2000,
-            cap_ms: 300_000,
-        };
+        // Until the server's `/config` says otherwise (`Retrier::configure`).
+        let policy = Backoff::CONTRACT;
         Retrier {
             machine: StoredValue::new(Tier2::new(policy)),
             state: RwSignal::new(State::Idle),

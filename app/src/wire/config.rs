@@ -49,6 +49,12 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// The contract's schedule and the default: 2 s, doubling, capped at 300 s.
+    pub const CONTRACT: Backoff = Backoff {
+        base_ms: 2000,
+        cap_ms: 300_000,
+    };
+
     /// The countdown before retry `attempt` (1-based): `min(cap, base·2^(attempt-1))`.
     pub fn delay_ms(&self, attempt: u32) -> u64 {
         let shift = attempt.saturating_sub(1).min(40);

@@ -64,10 +64,7 @@ async fn engine() -> Engine {
         reconcile_every: Duration::from_secs(30),
         max_steps: 20,
         tool_timeout: Duration::from_secs(120),
-        background: app::wire::Backoff {
-            base_ms: 2000,
-            cap_ms: 300_000,
-        },
+        background: app::wire::Backoff::CONTRACT,
     };
     let tools = crate::tools::Toolbox::new(crate::mcp_client::McpServers::empty(), vec![]);
     Engine::new(store, hub, Arc::new(Panicking::default()), tools, cfg)

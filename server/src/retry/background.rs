@@ -30,10 +30,7 @@ mod tests {
     use crate::retry::classify;
     use app::wire::RetryClass;
 
-    const POLICY: Backoff = Backoff {
-        base_ms: 2_000,
-        cap_ms: 300_000,
-    };
+    const POLICY: Backoff = Backoff::CONTRACT;
 
     #[test]
     fn countdown_doubles_from_the_base_up_to_the_cap() {
