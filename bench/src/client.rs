@@ -65,6 +65,9 @@ pub struct Server {
 pub struct Usage {
     pub cpu: Duration,
     pub peak_rss_kb: u64,
+    /// Context switches of all its threads so far (voluntary and not): each is a thread
+    /// that went to sleep or was preempted, so it counts the wake-ups the process paid for.
+    pub switches: u64,
 }
 
 pub fn usage(pid: u32) -> Usage {
@@ -86,7 +89,29 @@ pub fn usage(pid: u32) -> Usage {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
-    Usage { cpu, peak_rss_kb }
+    Usage {
+        cpu,
+        peak_rss_kb,
+        switches: switches(pid),
+    }
+}
+
+/// The sum of every thread's context switches (`/proc/<pid>/task/*/status`).
+fn switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 /// Busy and total jiffies of the whole machine (`/proc/stat`), for how loaded it was.

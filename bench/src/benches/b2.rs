@@ -110,7 +110,7 @@ pub async fn run(opts: &Opts, fake: &Fake, sessions: usize, t: &mut Table) -> R<
         Some(rss * 1024.0 / sessions.max(1) as f64 <= 150.0),
     );
     // CPU per relayed delta: streaming CPU less the run starts' share (measured apart).
-    let starts_cpu = per_start.as_secs_f64() * sessions as f64;
+    let starts_cpu = per_start.cpu.as_secs_f64() * sessions as f64;
     let per_delta_us = col(&|(_, r)| {
         (r.cpu.as_secs_f64() - starts_cpu).max(0.0) * 1e6 / r.side.deltas.max(1) as f64
     });
@@ -119,12 +119,13 @@ pub async fn run(opts: &Opts, fake: &Fake, sessions: usize, t: &mut Table) -> R<
         "server CPU per relayed delta · per run start",
         "".into(),
         format!(
-            "{per_delta_us:.1} µs · {:.2} ms",
-            per_start.as_secs_f64() * 1000.0
+            "{per_delta_us:.1} µs · {:.2} ms ({:.0} thread switches)",
+            per_start.cpu.as_secs_f64() * 1000.0,
+            per_start.switches
         ),
         format!("(CPU while streaming − {sessions} starts) ÷ deltas relayed"),
         "≤ 15 µs · ≤ 0.5 ms",
-        Some(per_delta_us <= 15.0 && per_start <= Duration::from_micros(500)),
+        Some(per_delta_us <= 15.0 && per_start.cpu <= Duration::from_micros(500)),
     );
     t.row(
         &bench,
@@ -236,7 +237,7 @@ pub async fn b2_relay(
 /// Server CPU per run start: `sessions` sessions (subscribed first, untimed) each post one
 /// message whose reply is a single delta, all at once. Answers the server's CPU per run, so
 /// B2's CPU can be split into run starts and relayed deltas.
-pub async fn run_starts(server: &std::sync::Arc<Server>, sessions: usize) -> R<Duration> {
+pub async fn run_starts(server: &std::sync::Arc<Server>, sessions: usize) -> R<StartCost> {
     let model = stream_model(1, 0);
     let subscribed = super::subscribed(server, &model, sessions).await?;
     let before = server.usage();
@@ -250,5 +251,15 @@ pub async fn run_starts(server: &std::sync::Arc<Server>, sessions: usize) -> R<D
     all(tasks).await?;
     let after = server.usage();
     let n = u32::try_from(sessions.max(1)).unwrap_or(u32::MAX);
-    Ok(after.cpu.saturating_sub(before.cpu) / n)
+    Ok(StartCost {
+        cpu: after.cpu.saturating_sub(before.cpu) / n,
+        switches: after.switches.saturating_sub(before.switches) as f64 / f64::from(n),
+    })
+}
+
+/// What one one-delta run costs the server: CPU, and its threads' context switches.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StartCost {
+    pub cpu: Duration,
+    pub switches: f64,
 }
