@@ -129,13 +129,17 @@ impl Store {
                 .foreign_keys(true)
                 .busy_timeout(std::time::Duration::from_secs(10))
                 .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
+            // No ping before each use: a SQLite connection is a file this process holds
+            // open, and sqlx's ping is one more hop to the connection's thread per acquire.
             let write = SqlitePoolOptions::new()
                 .max_connections(1)
+                .test_before_acquire(false)
                 .connect_with(opts.clone())
                 .await?;
             SQLITE_MIGRATOR.run(&write).await?;
             let read = SqlitePoolOptions::new()
                 .max_connections(8)
+                .test_before_acquire(false)
                 .connect_with(opts)
                 .await?;
             let end: Option<i64> = sqlx::query_scalar("SELECT MAX(until) FROM cooldowns")
