@@ -163,7 +163,10 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
                 tracing::debug!(error = %e, "could not set TCP_NODELAY");
             }
         });
-        if let Err(e) = axum::serve(listener, app)
+        // `into_make_service`: each connection gets a clone of the router (one `Arc`). Served
+        // as a plain `Router`, axum re-applies the state per connection, which deep-copies
+        // every route's boxed services (heaptrack: ~40 KiB held per open connection).
+        if let Err(e) = axum::serve(listener, app.into_make_service())
             .with_graceful_shutdown(shutdown)
             .await
         {
