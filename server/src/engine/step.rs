@@ -131,7 +131,7 @@ impl Engine {
                 id: new_id("tc"),
                 step,
                 server: found.map(|o| o.server.clone()).unwrap_or_default(),
-                tool: found.map_or_else(|| limited(&a.name, 128), |o| o.tool.clone()),
+                tool: found.map_or_else(|| limited(&a.name, 128), |o| o.tool().to_string()),
                 arguments: match &arguments {
                     Ok(map) => Value::Object(map.clone()),
                     Err(_) => Value::String(limited(&a.arguments, 4096)),
@@ -212,7 +212,7 @@ impl Engine {
             // The session's own authority: it acts on its descendants only.
             let tools = Mulligan::new(self.clone());
             let caller = Caller::Agent(run.session_id.clone());
-            let call = tools.run(&caller, &o.tool, Value::Object(arguments));
+            let call = tools.run(&caller, o.tool(), Value::Object(arguments));
             return tokio::select! {
                 _ = active.cancel.cancelled() => (ToolCallStatus::Cancelled, None, false),
                 answer = tokio::time::timeout(timeout, call) => match answer {
@@ -225,7 +225,7 @@ impl Engine {
         // On a task of its own: when the run is cancelled, this future is dropped with the
         // run's, and the call still sees the cancel and sends MCP `notifications/cancelled`.
         let (servers, cancel) = (self.tools().external().clone(), active.cancel.clone());
-        let (server, tool) = (o.server.clone(), o.tool.clone());
+        let (server, tool) = (o.server.clone(), o.tool().to_string());
         let call = tokio::spawn(async move {
             servers
                 .call(&server, &tool, arguments, timeout, &cancel)

@@ -6,7 +6,7 @@ use super::runner::End;
 use super::{step, Active, Engine};
 use crate::llm::limits;
 use crate::llm::tool_calls::AssembledCall;
-use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem, ToolSpec};
+use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem};
 use crate::store::SessionCall;
 use crate::wake::WhenWoken;
 use app::wire::{Delta, Event, Message, RetryClass, Role, Run};
@@ -33,15 +33,6 @@ pub(super) async fn stream_reply(
             }
         }
     };
-    let specs: Vec<ToolSpec> = turn
-        .offered
-        .iter()
-        .map(|o| ToolSpec {
-            name: o.model_name.clone(),
-            description: o.description.clone(),
-            input_schema: o.input_schema.clone(),
-        })
-        .collect();
     let mut messages = turn.messages;
     let mut tally = Tally {
         tokens,
@@ -64,7 +55,7 @@ pub(super) async fn stream_reply(
         let request = ChatRequest {
             model: turn.model.clone(),
             messages: messages.clone(),
-            tools: specs.clone(),
+            tools: turn.offered.clone(),
         };
         let text_from = active.live().text.len();
         let asked = match relay_step(engine, run, reply, active, &mut tally, request, step).await {
@@ -236,7 +227,7 @@ fn save(engine: &Engine, reply: &Message, active: &Active) {
 struct Turn {
     model: String,
     messages: Vec<ChatMessage>,
-    offered: Vec<crate::tools::Offered>,
+    offered: std::sync::Arc<[crate::tools::Offered]>,
     spent: u64,
 }
 

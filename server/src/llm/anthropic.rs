@@ -146,7 +146,7 @@ fn request_body(req: &ChatRequest) -> serde_json::Value {
         body["tools"] = req
             .tools
             .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .map(|t| json!({"name": t.model_name, "description": t.description(), "input_schema": t.input_schema()}))
             .collect();
     }
     body
@@ -388,7 +388,7 @@ mod tests {
         let req = ChatRequest {
             model: "claude-x".into(),
             messages: messages.collect(),
-            tools: vec![],
+            tools: Default::default(),
         };
         let want = serde_json::json!({
             "model": "claude-x", "max_tokens": 4096, "stream": true, "system": "Be brief.",
@@ -398,7 +398,7 @@ mod tests {
         let bare = request_body(&ChatRequest {
             model: "m".into(),
             messages: vec![],
-            tools: vec![],
+            tools: Default::default(),
         });
         assert!(bare.get("system").is_none());
     }
@@ -437,7 +437,7 @@ mod tests {
                 result,
                 ChatMessage::text("user", "and?"),
             ],
-            tools: vec![],
+            tools: Default::default(),
         });
         let m = &body["messages"];
         assert_eq!(m[1]["content"][1]["type"], "tool_use");

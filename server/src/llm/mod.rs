@@ -18,16 +18,9 @@ use std::time::Duration;
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
-    /// The tools the model may call in this step (none: a plain chat completion).
-    pub tools: Vec<ToolSpec>,
-}
-
-/// A tool as the model sees it: its name is `<server>__<tool>`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    pub input_schema: serde_json::Value,
+    /// The tools the model may call in this step, by their `<server>__<tool>` names (none:
+    /// a plain chat completion). Shared by every step of a run.
+    pub tools: std::sync::Arc<[crate::tools::Offered]>,
 }
 
 /// One message of the conversation sent to a provider, in the Chat Completions shape

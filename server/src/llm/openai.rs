@@ -51,7 +51,7 @@ impl Provider for OpenAi {
                     .iter()
                     .map(|t| {
                         serde_json::json!({"type": "function", "function": {
-                            "name": t.name, "description": t.description, "parameters": t.input_schema,
+                            "name": t.model_name, "description": t.description(), "parameters": t.input_schema(),
                         }})
                     })
                     .collect();

@@ -156,6 +156,17 @@ impl McpServers {
             .collect()
     }
 
+    /// Calls `f` with each ready server's name and tool list (shared, not copied), in config
+    /// order.
+    pub fn each_ready(&self, mut f: impl FnMut(&str, &Arc<Vec<ToolInfo>>)) {
+        for slot in &self.inner.slots {
+            let s = slot.lock();
+            if s.status == Some(ToolServerStatus::Ready) {
+                f(&slot.name, &s.tools);
+            }
+        }
+    }
+
     /// The configured server names, in config order.
     pub fn names(&self) -> Vec<String> {
         self.inner.slots.iter().map(|s| s.name.clone()).collect()

@@ -103,7 +103,7 @@ mod tests {
 
     fn request(model: &str) -> ChatRequest {
         ChatRequest {
-            tools: vec![],
+            tools: Default::default(),
             model: model.into(),
             messages: Vec::new(),
         }

@@ -24,14 +24,34 @@ pub struct Toolbox {
     builtin: Arc<Vec<ToolInfo>>,
 }
 
-/// A tool a model may call in a step, by the name it was given.
-#[derive(Clone, Debug, PartialEq)]
+/// A tool a model may call in a step, by the name it was given. Its description and schema
+/// stay in its source's shared list: a run holds no copy of them.
+#[derive(Clone, Debug)]
 pub struct Offered {
     pub model_name: String,
     pub server: String,
-    pub tool: String,
-    pub description: String,
-    pub input_schema: Value,
+    source: Arc<Vec<ToolInfo>>,
+    /// Where the tool is in `source` (set by [`Toolbox::offered`], always in range).
+    index: usize,
+}
+
+impl Offered {
+    fn info(&self) -> &ToolInfo {
+        &self.source[self.index]
+    }
+
+    /// The tool's name at its source.
+    pub fn tool(&self) -> &str {
+        &self.info().name
+    }
+
+    pub fn description(&self) -> &str {
+        self.info().description.as_deref().unwrap_or_default()
+    }
+
+    pub fn input_schema(&self) -> &Value {
+        &self.info().input_schema
+    }
 }
 
 impl Toolbox {
@@ -84,28 +104,30 @@ impl Toolbox {
         Ok(out)
     }
 
-    /// The tools of the ready sources among `sources`, named for the model.
-    pub fn offered(&self, sources: &[String]) -> Vec<Offered> {
-        let mut out = Vec::new();
-        for server in self.servers() {
-            if server.status != ToolServerStatus::Ready || !sources.contains(&server.name) {
-                continue;
+    /// The tools of the ready sources among `sources`, named for the model (the built-in
+    /// source first, then the configured servers in order). Shares each source's tool list.
+    pub fn offered(&self, sources: &[String]) -> Arc<[Offered]> {
+        let mut out: Vec<Offered> = Vec::new();
+        let mut add = |server: &str, tools: &Arc<Vec<ToolInfo>>| {
+            if !sources.iter().any(|s| s == server) {
+                return;
             }
-            for tool in server.tools {
-                let model_name = model_name(&server.name, &tool.name);
-                if out.iter().any(|o: &Offered| o.model_name == model_name) {
+            for (index, tool) in tools.iter().enumerate() {
+                let model_name = model_name(server, &tool.name);
+                if out.iter().any(|o| o.model_name == model_name) {
                     continue; // two tools that read the same once sanitized: the first wins
                 }
                 out.push(Offered {
                     model_name,
-                    server: server.name.clone(),
-                    description: tool.description.clone().unwrap_or_default(),
-                    input_schema: tool.input_schema.clone(),
-                    tool: tool.name,
+                    server: server.to_string(),
+                    source: tools.clone(),
+                    index,
                 });
             }
-        }
-        out
+        };
+        add(BUILTIN, &self.builtin);
+        self.external.each_ready(add);
+        out.into()
     }
 }
 
@@ -173,6 +195,48 @@ mod tests {
             .check_choice(&["nope".into()])
             .unwrap_err()
             .contains("nope"));
-        assert_eq!(tb.offered(&["mulligan".into()]), vec![]);
+        assert!(tb.offered(&["mulligan".into()]).is_empty());
+    }
+
+    fn tool(name: &str, description: &str) -> ToolInfo {
+        ToolInfo {
+            name: name.into(),
+            description: Some(description.into()),
+            input_schema: serde_json::json!({"type": "object", "title": name}),
+            read_only: None,
+            destructive: None,
+        }
+    }
+
+    #[test]
+    fn offered_tools_are_named_for_the_model_and_read_from_their_source() {
+        let builtin = vec![
+            tool("read.me", "first"),
+            tool("read_me", "second"),
+            tool("b", ""),
+        ];
+        let tb = Toolbox::new(McpServers::empty(), builtin);
+        let offered = tb.offered(&["mulligan".into()]);
+        let seen: Vec<_> = offered
+            .iter()
+            .map(|o| {
+                (
+                    o.model_name.as_str(),
+                    o.server.as_str(),
+                    o.tool(),
+                    o.description(),
+                )
+            })
+            .collect();
+        // `read.me` and `read_me` read the same once sanitized: the first wins.
+        assert_eq!(
+            seen,
+            [
+                ("mulligan__read_me", "mulligan", "read.me", "first"),
+                ("mulligan__b", "mulligan", "b", ""),
+            ]
+        );
+        assert_eq!(offered[1].input_schema()["title"], "b");
+        assert!(tb.offered(&["other".into()]).is_empty());
     }
 }
