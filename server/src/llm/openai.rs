@@ -39,23 +39,15 @@ impl Provider for OpenAi {
             if self.requires_key && self.api_key.is_none() {
                 return Err(ProviderError::NoCredentials);
             }
-            let mut body = serde_json::json!({
-                "model": req.model,
-                "messages": req.messages,
-                "stream": true,
-                "stream_options": {"include_usage": true},
-            });
-            if !req.tools.is_empty() {
-                body["tools"] = req
-                    .tools
-                    .iter()
-                    .map(|t| {
-                        serde_json::json!({"type": "function", "function": {
-                            "name": t.model_name, "description": t.description(), "parameters": t.input_schema(),
-                        }})
-                    })
-                    .collect();
-            }
+            let body = Body {
+                model: &req.model,
+                messages: &req.messages,
+                stream: true,
+                stream_options: StreamOptions {
+                    include_usage: true,
+                },
+                tools: req.tools.iter().map(Tool::of).collect(),
+            };
             let mut call = self.client.post(&self.url).json(&body);
             if let Some(key) = &self.api_key {
                 call = call.bearer_auth(key);
@@ -66,6 +58,50 @@ impl Provider for OpenAi {
             }
             Ok(parse_stream(resp, &self.limits))
         })
+    }
+}
+
+/// A Chat Completions request, serialized straight from the run's request (no JSON tree in
+/// between).
+#[derive(serde::Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: &'a [super::ChatMessage],
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// `{"type": "function", "function": {name, description, parameters}}`.
+#[derive(serde::Serialize)]
+struct Tool<'a> {
+    r#type: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a serde_json::Value,
+}
+
+impl<'a> Tool<'a> {
+    fn of(t: &'a crate::tools::Offered) -> Tool<'a> {
+        Tool {
+            r#type: "function",
+            function: Function {
+                name: &t.model_name,
+                description: t.description(),
+                parameters: t.input_schema(),
+            },
+        }
     }
 }
 
@@ -217,6 +253,48 @@ fn chunk_items(data: &str, calls: &mut OpenAiCalls) -> Result<ChunkItems, Provid
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_request_body_is_the_chat_completions_shape() {
+        let tools = crate::tools::Toolbox::new(
+            crate::mcp_client::McpServers::empty(),
+            vec![app::wire::ToolInfo {
+                name: "list".into(),
+                description: Some("Lists.".into()),
+                input_schema: serde_json::json!({"type": "object"}),
+                read_only: None,
+                destructive: None,
+            }],
+        );
+        let messages = [super::super::ChatMessage::text("user", "hi")];
+        let body = |offered: &[crate::tools::Offered]| {
+            serde_json::to_value(Body {
+                model: "m",
+                messages: &messages,
+                stream: true,
+                stream_options: StreamOptions {
+                    include_usage: true,
+                },
+                tools: offered.iter().map(Tool::of).collect(),
+            })
+            .unwrap()
+        };
+        assert_eq!(
+            body(&tools.offered(&["mulligan".into()])),
+            serde_json::json!({
+                "model": "m",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "tools": [{"type": "function", "function": {
+                    "name": "mulligan__list", "description": "Lists.",
+                    "parameters": {"type": "object"},
+                }}],
+            })
+        );
+        // No tools: no `tools` key (some providers refuse an empty list).
+        assert!(body(&[]).get("tools").is_none());
+    }
 
     fn chunk_items_(data: &str) -> Result<ChunkItems, ProviderError> {
         chunk_items(data, &mut OpenAiCalls::default())
