@@ -260,6 +260,21 @@ mod tests {
         logged.iter().map(|e| e.name).collect()
     }
 
+    /// Writing an event the log already has changes nothing and fails nothing (the writer
+    /// retries a batch until it is in, so a write must be safe to repeat).
+    #[tokio::test]
+    async fn an_event_written_twice_is_logged_once() {
+        let hub = test_hub().await;
+        hub.publish("s", &delta(1));
+        hub.flush().await;
+        let logged = hub.store().events_between("s", 0, i64::MAX).await.unwrap();
+        let rows: Vec<_> = logged.iter().collect();
+        hub.store().append_events(&rows).await.unwrap();
+        let again = hub.store().events_between("s", 0, i64::MAX).await.unwrap();
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].data, logged[0].data);
+    }
+
     /// The end of a queued run (cancelled before it started) is no run end for the log: the
     /// deltas of the run streaming meanwhile stay until that run's own end prunes them.
     #[tokio::test]

@@ -48,6 +48,9 @@ impl Store {
                         .push_bind(e.name)
                         .push_bind(&e.data);
                 });
+                // An event written twice is the same row: a batch retried after a commit
+                // that went through, or a kept delta spilled after its batch wrote it.
+                qb.push(" ON CONFLICT (id) DO NOTHING");
                 qb.build().execute(&mut *tx).await?;
             }
             tx.commit().await?;
