@@ -115,7 +115,15 @@ async fn prompts_queue_in_order_behind_the_active_run() {
 #[tokio::test]
 async fn sse_resumes_after_last_event_id() {
     let (fake, server) = setup("resume").await;
-    fake.push(Script::reply(&["a", "b", "c", "d", "e"]));
+    // More deltas than the live ring holds: the resume gets older ones from the hub's
+    // window, where they are kept by their fields and rendered again.
+    fake.push(Script::Stream {
+        deltas: (0..3 * server::events::RING)
+            .map(|i| format!("w{i} \"q\"\n"))
+            .collect(),
+        every: Duration::from_millis(1),
+        finish: true,
+    });
     let sid = server.create_session().await;
     let mut sse = server.events(&sid, None).await;
     let receipt = server.send(&sid, "go").await;

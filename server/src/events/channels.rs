@@ -2,6 +2,7 @@
 //! events, and the sweep that drops idle channels.
 use super::bytes_frame;
 use super::published::Published;
+use super::recent::{Recent, RunOf};
 use super::writer::Write;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -11,9 +12,10 @@ use tokio::sync::{broadcast, mpsc};
 pub(super) const RECENT: usize = 4096;
 /// How many events a session's live ring holds for its subscribers. Small: a subscriber that
 /// falls further behind catches up from `recent` (see the SSE handler), so the ring only
-/// has to cover one scheduling delay, and each session pays for its slots for as long as its
-/// channel lives.
-pub const RING: usize = 128;
+/// has to cover one scheduling delay. Each session pays for its slots for as long as its
+/// channel lives, and the ring keeps its last `RING` frames alive; older deltas in `recent`
+/// are kept by their fields alone.
+pub const RING: usize = 32;
 /// A session's channel with no subscriber and no event for this long is dropped from memory
 /// (a later resume reads the store instead).
 pub(super) const IDLE: Duration = Duration::from_secs(60);
@@ -21,7 +23,9 @@ pub(super) const IDLE: Duration = Duration::from_secs(60);
 pub(super) struct Channel {
     pub(super) session_id: Arc<str>,
     pub(super) tx: broadcast::Sender<Arc<Published>>,
-    pub(super) recent: VecDeque<Arc<Published>>,
+    pub(super) recent: VecDeque<Recent>,
+    /// The run of the latest kept delta (its kept deltas share its ids).
+    pub(super) last_run: Option<Arc<RunOf>>,
     /// Events of this session with ids below this are not in `recent`: read them from the store.
     pub(super) floor: i64,
     /// When the last event was delivered (or the channel made).
@@ -58,10 +62,10 @@ pub(super) fn deliver(
     });
     if chan.recent.len() == RECENT {
         if let Some(old) = chan.recent.pop_front() {
-            chan.floor = old.id + 1;
+            chan.floor = old.id() + 1;
             if let Some(writer) = spill {
-                if old.name == "delta" && old.id > chan.ended_at {
-                    let _ = writer.send(Write::Spill(old));
+                if old.is_delta() && old.id() > chan.ended_at {
+                    let _ = writer.send(Write::Spill(old.published(&chan.session_id)));
                 }
             }
         }
@@ -69,7 +73,13 @@ pub(super) fn deliver(
     if ends_run {
         chan.ended_at = id;
     }
-    chan.recent.push_back(published.clone());
+    chan.recent.push_back(Recent::Shared(published.clone()));
+    // The event that just left the ring's reach: a delta is kept by its fields from now on.
+    if let Some(i) = chan.recent.len().checked_sub(RING + 1) {
+        if let Some(e) = chan.recent.get_mut(i) {
+            e.compact(&mut chan.last_run);
+        }
+    }
     chan.active_at = std::time::Instant::now();
     let _ = chan.tx.send(published.clone());
     published
@@ -93,6 +103,7 @@ pub(super) fn channel<'a>(inner: &'a mut Inner, session_id: &str, floor: i64) ->
                 session_id: Arc::from(session_id),
                 tx: broadcast::channel(RING).0,
                 recent: VecDeque::new(),
+                last_run: None,
                 floor,
                 active_at: std::time::Instant::now(),
                 ended_at: 0,

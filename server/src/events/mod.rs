@@ -21,11 +21,13 @@ pub mod bytes_frame;
 mod channels;
 mod follower;
 mod published;
+mod recent;
 mod retention;
 mod writer;
 
 pub use channels::RING;
 pub use published::Published;
+pub use recent::Recent;
 pub use retention::SHARED_PRUNE_GRACE;
 
 use crate::store::Store;
@@ -60,7 +62,7 @@ pub struct EventHub {
 pub struct Subscription {
     /// Read `store.events_between(session, after, before)` first when set.
     pub from_store: Option<(i64, i64)>,
-    pub backlog: Vec<Arc<Published>>,
+    pub backlog: Vec<Recent>,
     pub live: broadcast::Receiver<Arc<Published>>,
 }
 
@@ -196,8 +198,8 @@ impl EventHub {
         let backlog = chan
             .recent
             .iter()
-            .filter(|e| e.id > after)
-            .cloned()
+            .filter(|e| e.id() > after)
+            .map(Recent::copy)
             .collect();
         // Saturating: `Last-Event-ID: 9223372036854775807` is a resume after everything.
         let from_store = (after.saturating_add(1) < chan.floor).then_some((after, chan.floor));

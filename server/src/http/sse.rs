@@ -92,9 +92,9 @@ async fn backlog(
         }
     }
     for e in &sub.backlog {
-        if e.id > *last {
-            *last = e.id;
-            frames.push(e.frame.clone());
+        if e.id() > *last {
+            *last = e.id();
+            frames.push(e.frame());
         }
     }
     Ok(sub.live)
