@@ -37,7 +37,7 @@ pub async fn run(opts: &Opts, fake: &Fake, t: &mut Table) -> R<()> {
         &format!("first delta, median of {runs}"),
         format!("{d_first:.2} ms"),
         format!("{m_first:.2} ms"),
-        format!("+{added_first:.2} ms"),
+        format!("{added_first:+.2} ms"),
         "≤ direct + 3 ms",
         Some(added_first <= 3.0),
     );
@@ -47,7 +47,7 @@ pub async fn run(opts: &Opts, fake: &Fake, t: &mut Table) -> R<()> {
         format!("{d_sent:.2} ms · {:.2} ms", d_first - d_sent),
         format!("{m_sent:.2} ms · {:.2} ms", m_first - m_sent),
         format!(
-            "+{:.2} ms · +{:.2} ms",
+            "{:+.2} ms · {:+.2} ms",
             m_sent - d_sent,
             (m_first - m_sent) - (d_first - d_sent)
         ),

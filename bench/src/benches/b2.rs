@@ -84,7 +84,7 @@ pub async fn run(opts: &Opts, fake: &Fake, sessions: usize, t: &mut Table) -> R<
         "first delta of the last stream to start",
         format!("{d_lf:.0} ms"),
         format!("{m_lf:.0} ms"),
-        format!("+{:.0} ms", m_lf - d_lf),
+        format!("{:+.0} ms", m_lf - d_lf),
         "(breakdown)",
         None,
     );
@@ -93,7 +93,7 @@ pub async fn run(opts: &Opts, fake: &Fake, sessions: usize, t: &mut Table) -> R<
         "p99 transit per delta (provider write → client)",
         format!("{d_p99:.2} ms"),
         format!("{m_p99:.2} ms"),
-        format!("+{added:.2} ms"),
+        format!("{added:+.2} ms"),
         "added ≤ 20 ms",
         Some(added <= 20.0),
     );
