@@ -277,6 +277,29 @@ mod tests {
         assert_eq!(again[0].data, logged[0].data);
     }
 
+    /// A batch too big for one statement goes in as one transaction of several, and a
+    /// repeat of it (a retry) changes nothing.
+    #[tokio::test]
+    async fn a_batch_of_several_statements_is_written_whole_and_once() {
+        let hub = test_hub().await;
+        let first = hub.last_id() + 1;
+        let rows: Vec<crate::store::LoggedEvent> = (0..450)
+            .map(|i| crate::store::LoggedEvent {
+                id: first + i,
+                session_id: "s".into(),
+                name: "delta",
+                data: format!("{{\"n\":{i}}}"),
+            })
+            .collect();
+        let batch: Vec<_> = rows.iter().collect();
+        for _ in 0..2 {
+            hub.store().append_events(&batch).await.unwrap();
+            let logged = hub.store().events_between("s", 0, i64::MAX).await.unwrap();
+            let ids: Vec<i64> = logged.iter().map(|e| e.id).collect();
+            assert_eq!(ids, (first..first + 450).collect::<Vec<_>>());
+        }
+    }
+
     /// The end of a queued run (cancelled before it started) is no run end for the log: the
     /// deltas of the run streaming meanwhile stay until that run's own end prunes them.
     #[tokio::test]

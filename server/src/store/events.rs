@@ -35,14 +35,19 @@ impl Store {
         })
     }
 
-    /// Appends a batch of events in one transaction.
+    /// Appends a batch of events atomically: one statement when the batch fits in one (no
+    /// BEGIN and COMMIT round trips), else one transaction.
     pub async fn append_events(&self, batch: &[&LoggedEvent]) -> Result<()> {
+        const ROWS: usize = 200;
+        if batch.is_empty() {
+            return Ok(());
+        }
         with_writer!(self, |pool| {
-            let mut tx = pool.begin().await?;
-            for chunk in batch.chunks(200) {
+            // Rows `from..` of the batch, at most `ROWS` of them (bound by reference: no copy).
+            let insert = |from: usize| {
                 let mut qb =
                     sqlx::QueryBuilder::new("INSERT INTO events (id, session_id, name, data) ");
-                qb.push_values(chunk, |mut b, e| {
+                qb.push_values(batch.iter().skip(from).take(ROWS), |mut b, e| {
                     b.push_bind(e.id)
                         .push_bind(&e.session_id)
                         .push_bind(e.name)
@@ -51,7 +56,15 @@ impl Store {
                 // An event written twice is the same row: a batch retried after a commit
                 // that went through, or a kept delta spilled after its batch wrote it.
                 qb.push(" ON CONFLICT (id) DO NOTHING");
-                qb.build().execute(&mut *tx).await?;
+                qb
+            };
+            if batch.len() <= ROWS {
+                insert(0).build().execute(pool).await?;
+                return Ok(());
+            }
+            let mut tx = pool.begin().await?;
+            for from in (0..batch.len()).step_by(ROWS) {
+                insert(from).build().execute(&mut *tx).await?;
             }
             tx.commit().await?;
             Ok(())
@@ -60,20 +73,29 @@ impl Store {
 
     /// Deletes the `delta` events of each session logged before the given id (a run's end:
     /// a session runs one run at a time, so every delta before it belongs to an ended run,
-    /// whose reply and `message` events hold the text). Answers how many went.
+    /// whose reply and `message` events hold the text). Answers how many went. One session:
+    /// one statement, no transaction around it.
     pub async fn prune_deltas(&self, ends: &[(String, i64)]) -> Result<u64> {
+        const PRUNE: &str =
+            "DELETE FROM events WHERE session_id = $1 AND id < $2 AND name = 'delta'";
         with_writer!(self, |pool| {
+            if let [(session_id, end_id)] = ends {
+                let done = sqlx::query(PRUNE)
+                    .bind(session_id)
+                    .bind(end_id)
+                    .execute(pool)
+                    .await?;
+                return Ok(done.rows_affected());
+            }
             let mut tx = pool.begin().await?;
             let mut n = 0;
             for (session_id, end_id) in ends {
-                n += sqlx::query(
-                    "DELETE FROM events WHERE session_id = $1 AND id < $2 AND name = 'delta'",
-                )
-                .bind(session_id)
-                .bind(end_id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+                n += sqlx::query(PRUNE)
+                    .bind(session_id)
+                    .bind(end_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
             }
             tx.commit().await?;
             Ok(n)
