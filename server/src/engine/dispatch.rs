@@ -15,11 +15,15 @@ impl Engine {
     async fn queue(&self, new: NewRun<'_>) -> Result<Receipt> {
         let session_id = new.session_id.to_string();
         let Dispatched {
+            released,
             message,
             run,
             superseded,
             started,
         } = self.store().dispatch(new, self.owner()).await?;
+        for run in released {
+            self.publish(&session_id, Event::Run(run));
+        }
         for id in &superseded {
             if let Ok(m) = self.store().message(id).await {
                 self.publish(&session_id, Event::Message(m));
@@ -50,9 +54,6 @@ impl Engine {
         let content = validate_content(content)?;
         // A missing session is found by the dispatch (its message refers to the session).
         let _guard = self.lock(session_id).await?;
-        for run in self.store().release_held(session_id).await? {
-            self.publish(session_id, Event::Run(run));
-        }
         self.queue(NewRun::prompt(session_id, content)).await
     }
 
@@ -145,6 +146,7 @@ impl Engine {
         let attempt = self.store().tries_of(mid).await? + 1;
         self.queue(NewRun {
             session_id,
+            release_held: false,
             new_message: None,
             message_provenance: None,
             anchor_id: Some(mid),
@@ -270,6 +272,7 @@ impl Engine {
                 RunKind::Continuation,
                 NewRun {
                     session_id,
+                    release_held: false,
                     new_message: Some(&continuation),
                     message_provenance: Some(provenance.clone()),
                     anchor_id: None,
@@ -284,6 +287,7 @@ impl Engine {
                 RunKind::Resend,
                 NewRun {
                     session_id,
+                    release_held: false,
                     new_message: None,
                     message_provenance: None,
                     anchor_id: Some(&failed.anchor_message_id),

@@ -12,6 +12,7 @@ mod messages;
 mod rows;
 mod run_reads;
 mod runs;
+mod script;
 mod sessions;
 mod shared;
 mod starts;
@@ -89,10 +90,6 @@ macro_rules! with_writer {
     };
 }
 pub(crate) use with_writer;
-
-/// What an INSERT into messages returns: the row as a snapshot reads it (a new message
-/// is never superseded).
-const NEW_MESSAGE: &str = "*, FALSE AS superseded";
 
 const MESSAGE_COLUMNS: &str = "m.*,
     EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id) AS superseded";

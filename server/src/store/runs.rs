@@ -1,11 +1,14 @@
 //! Runs' lifecycle writes: dispatch (queue, supersede), end, holds and their release, the
 //! dismissal of a failed run's retry; the start is in `starts`, the reads in `run_reads`.
-use super::starts::{start_next_in, Started};
+use super::script::{Run as _, Script};
+use super::starts::{self, start_next_in, Started};
 use super::*;
 
 /// A run to queue: on a new operator message (a prompt, a continuation) or on an existing one.
 pub struct NewRun<'a> {
     pub session_id: &'a str,
+    /// Let the prompts held behind an earlier failure go first (an operator's new prompt).
+    pub release_held: bool,
     /// The content of a new operator message to anchor on.
     pub new_message: Option<&'a str>,
     pub message_provenance: Option<Provenance>,
@@ -23,6 +26,7 @@ impl<'a> NewRun<'a> {
     pub fn prompt(session_id: &'a str, content: &'a str) -> NewRun<'a> {
         NewRun {
             session_id,
+            release_held: true,
             new_message: Some(content),
             message_provenance: None,
             anchor_id: None,
@@ -37,6 +41,8 @@ impl<'a> NewRun<'a> {
 /// What [`Store::dispatch`] recorded.
 #[derive(Debug)]
 pub struct Dispatched {
+    /// Prompts held behind an earlier failure that this dispatch let go (they run first).
+    pub released: Vec<Run>,
     /// The new operator message, when the run came with one.
     pub message: Option<Message>,
     /// The queued run.
@@ -61,6 +67,30 @@ pub struct Finished {
 }
 
 /// Lets every held prompt of session `$1` go on (`RETURNING` the runs, in no order).
+/// An operator's prompt ($1 id, $2 session, $3 content, $4 now, $5 provenance).
+const NEW_PROMPT: &str =
+    "INSERT INTO messages (id, session_id, seq, role, content, created_at, provenance)
+     VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
+             'operator', $3, $4, $5)
+     RETURNING *, FALSE AS superseded";
+
+/// A queued run ($1 id, $2 session, $3 anchor, $4 kind, $5 attempt, $6 provenance, $7 now,
+/// $8 prompt id, $9 provenance kind).
+const NEW_RUN: &str = "INSERT INTO runs (id, session_id, seq, anchor_message_id, status, kind, attempt,
+                       provenance, created_at, prompt_id, provenance_kind)
+     VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE session_id = $2), $3, 'queued',
+             $4, $5, $6, $7, $8, $9)
+     RETURNING *";
+
+/// Supersedes the messages after anchor $4 of session $3 by run $1 at $2 (queued and held
+/// prompts excepted).
+const SUPERSEDE_AFTER: &str = "INSERT INTO supersessions (message_id, by_run_id, at)
+     SELECT m.id, $1, $2 FROM messages m
+     WHERE m.session_id = $3 AND m.seq > (SELECT seq FROM messages WHERE id = $4)
+       AND NOT EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id)
+       AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.anchor_message_id = m.id AND r.status = 'queued')
+     RETURNING message_id";
+
 const RELEASE_HELD: &str = "UPDATE runs SET held_by = NULL
      WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL
      RETURNING *";
@@ -123,83 +153,81 @@ impl Store {
     /// one, or a prompt queued before it), so a run on a free session starts in the
     /// transaction that queued it. A session that does not exist is `not_found`.
     pub async fn dispatch(&self, d: NewRun<'_>, start: Option<&str>) -> Result<Dispatched> {
+        let now = now_ms();
+        let mut script = Script::default();
+        let release = d
+            .release_held
+            .then(|| script.push(RELEASE_HELD, vec![d.session_id.into()]));
+        let message_id = new_id("m");
+        let message = d.new_message.map(|content| {
+            script.push(
+                NEW_PROMPT,
+                vec![
+                    message_id.as_str().into(),
+                    d.session_id.into(),
+                    content.into(),
+                    now.into(),
+                    rows::provenance_json(&d.message_provenance).into(),
+                ],
+            )
+        });
+        let anchor_id = match (message, d.anchor_id) {
+            (Some(_), _) => message_id.clone(),
+            (None, Some(id)) => id.to_string(),
+            (None, None) => return Err(Error::internal("a dispatch needs an anchor")),
+        };
+        let run_id = new_id("r");
+        let queued = script.push(
+            NEW_RUN,
+            vec![
+                run_id.as_str().into(),
+                d.session_id.into(),
+                anchor_id.as_str().into(),
+                d.kind.as_str().into(),
+                i64::from(d.attempt).into(),
+                rows::provenance_json(&d.provenance).into(),
+                now.into(),
+                d.provenance
+                    .as_ref()
+                    .and_then(|p| p.prompt_id.as_deref())
+                    .into(),
+                d.provenance.as_ref().map(|p| p.kind.as_str()).into(),
+            ],
+        );
+        let supersede = d.supersede_after_anchor.then(|| {
+            script.push(
+                SUPERSEDE_AFTER,
+                vec![
+                    run_id.as_str().into(),
+                    now.into(),
+                    d.session_id.into(),
+                    anchor_id.as_str().into(),
+                ],
+            )
+        });
+        let start = start.map(|owner| starts::push_start(&mut script, d.session_id, owner, now));
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let now = now_ms();
-            let message = match &d.new_message {
-                Some(content) => {
-                    let row = sqlx::query(&format!(
-                    "INSERT INTO messages (id, session_id, seq, role, content, created_at, provenance)
-                     VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
-                             'operator', $3, $4, $5)
-                     RETURNING {NEW_MESSAGE}"
-                ))
-                .bind(new_id("m"))
-                .bind(d.session_id)
-                .bind(content)
-                .bind(now)
-                .bind(rows::provenance_json(&d.message_provenance))
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(|e| missing_session(e, d.session_id))?;
-                    Some(rows::message(&row))
-                }
-                None => None,
-            };
-            let anchor_id = match (&message, d.anchor_id) {
-                (Some(m), _) => m.id.clone(),
-                (None, Some(id)) => id.to_string(),
-                (None, None) => return Err(Error::internal("a dispatch needs an anchor")),
-            };
-            let run_id = new_id("r");
-            let row = sqlx::query(
-            "INSERT INTO runs (id, session_id, seq, anchor_message_id, status, kind, attempt, provenance, created_at,
-                               prompt_id, provenance_kind)
-             VALUES ($1, $2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE session_id = $2), $3, 'queued', $4, $5, $6, $7,
-                     $8, $9)
-             RETURNING *",
-        )
-        .bind(&run_id)
-        .bind(d.session_id)
-        .bind(&anchor_id)
-        .bind(d.kind.as_str())
-        .bind(d.attempt as i64)
-        .bind(rows::provenance_json(&d.provenance))
-        .bind(now)
-        .bind(d.provenance.as_ref().and_then(|p| p.prompt_id.as_deref()))
-        .bind(d.provenance.as_ref().map(|p| p.kind.as_str()))
-        .fetch_one(&mut *tx)
-        .await?;
-            let run = rows::run(&row);
-            let superseded: Vec<String> = if d.supersede_after_anchor {
-                sqlx::query_scalar(
-                "INSERT INTO supersessions (message_id, by_run_id, at)
-                 SELECT m.id, $1, $2 FROM messages m
-                 WHERE m.session_id = $3 AND m.seq > (SELECT seq FROM messages WHERE id = $4)
-                   AND NOT EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id)
-                   AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.anchor_message_id = m.id AND r.status = 'queued')
-                 RETURNING message_id",
-            )
-            .bind(&run_id)
-            .bind(now)
-            .bind(d.session_id)
-            .bind(&anchor_id)
-            .fetch_all(&mut *tx)
-            .await?
-            } else {
-                Vec::new()
-            };
-            let started = match start {
-                Some(owner) => start_next_in!(tx, d.session_id, owner, now),
-                None => None,
+            // The prompt's insert is the first to need the session: a missing one fails its key.
+            let rows = (&mut *tx).run(script).await.map_err(|e| match message {
+                Some(_) => missing_session(e, d.session_id),
+                None => e.into(),
+            })?;
+            let first = |i: usize| rows.get(i).and_then(|r| r.first());
+            let run = first(queued)
+                .map(rows::run)
+                .ok_or_else(|| Error::internal("a queued run came back empty"))?;
+            let dispatched = Dispatched {
+                released: release.map_or_else(Vec::new, |i| released_in_order(&rows[i])),
+                message: message.and_then(first).map(rows::message),
+                run,
+                superseded: supersede.map_or_else(Vec::new, |i| {
+                    rows[i].iter().map(|r| r.text("message_id")).collect()
+                }),
+                started: start.and_then(|s| s.read(&rows)),
             };
             tx.commit().await?;
-            Ok(Dispatched {
-                message,
-                run,
-                superseded,
-                started,
-            })
+            Ok(dispatched)
         })
     }
 

@@ -1,5 +1,6 @@
 //! Starting a run: the statements that take a session's next queued run to `running` (inside
 //! a dispatch's or a run end's transaction, or on their own), and what a start answers.
+use super::script::Script;
 use super::*;
 
 /// A run the store just started: `running`, its empty streaming reply, and what its provider
@@ -11,71 +12,84 @@ pub struct Started {
     pub call: SessionCall,
 }
 
+/// The streaming reply of the session's next startable run: the first queued, unheld run,
+/// when none is running ($1 reply id, $2 session, $3 now). Choosing the run is part of the
+/// insert, so it is no separate read.
+const START_REPLY: &str = "INSERT INTO messages (id, session_id, seq, role, content, created_at, run_id, status, provenance)
+     SELECT $1, r.session_id,
+            (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
+            'agent', '', $3, r.id, 'streaming', r.provenance
+     FROM runs r
+     WHERE r.id = (SELECT id FROM runs
+                   WHERE session_id = $2 AND status = 'queued' AND held_by IS NULL
+                     AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $2 AND status = 'running')
+                   ORDER BY seq LIMIT 1)
+     RETURNING *, FALSE AS superseded";
+
+/// The first Tier 1 attempt of the run whose reply is $1, at $2 (nothing without the reply).
+const START_ATTEMPT: &str = "INSERT INTO run_attempts (run_id, n, started_at)
+     SELECT run_id, 1, CAST($2 AS BIGINT) FROM messages WHERE id = $1
+     ON CONFLICT (run_id, n) DO UPDATE
+     SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL";
+
+/// The run whose reply is $2 becomes `running` at $1, executed by instance $3; it comes back
+/// with its session's model, spend and tools.
+const START_RUN: &str =
+    "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
+         tier1_attempts = 1, steps = 1
+     WHERE id = (SELECT run_id FROM messages WHERE id = $2)
+     RETURNING *,
+         (SELECT model FROM sessions s WHERE s.id = runs.session_id) AS session_model,
+         (SELECT tokens_used FROM sessions s WHERE s.id = runs.session_id) AS session_tokens_used,
+         (SELECT tools FROM sessions s WHERE s.id = runs.session_id) AS session_tools";
+
+/// Where a start's statements are in a [`Script`].
+pub(super) struct Start {
+    reply: usize,
+    run: usize,
+}
+
+/// Adds the start of the session's next run (see [`start_next_in!`]) to `script`.
+pub(super) fn push_start(script: &mut Script, session_id: &str, owner: &str, now: i64) -> Start {
+    let reply_id = new_id("m");
+    let reply = script.push(
+        START_REPLY,
+        vec![reply_id.as_str().into(), session_id.into(), now.into()],
+    );
+    script.push(START_ATTEMPT, vec![reply_id.as_str().into(), now.into()]);
+    let run = script.push(
+        START_RUN,
+        vec![now.into(), reply_id.as_str().into(), owner.into()],
+    );
+    Start { reply, run }
+}
+
+impl Start {
+    /// The run the script started, if one was free to start.
+    pub(super) fn read<R: rows::Get>(&self, rows: &[Vec<R>]) -> Option<Started> {
+        let reply = rows.get(self.reply)?.first()?;
+        let run = rows.get(self.run)?.first()?;
+        Some(Started {
+            run: rows::run(run),
+            reply: rows::message(reply),
+            call: rows::session_call(run),
+        })
+    }
+}
+
 /// Starts the session's next run inside transaction `$tx`, when no run of the session is
 /// running and an unheld run is queued: the run becomes `running` with an empty streaming
 /// reply, and its first Tier 1 attempt starts (the provider is called next; the runner
-/// records the later ones). Three statements: the reply is inserted from the chosen run's row,
-/// so choosing it is no separate read, and the run's row comes back with its session's model,
-/// spend and tools. Evaluates to an `Option<Started>` (errors return from the enclosing
-/// function).
+/// records the later ones). Three statements, all keyed by the reply's id, which is chosen
+/// here; the same three go into a dispatch's [`Script`] by [`push_start`]. Evaluates to an
+/// `Option<Started>` (errors return from the enclosing function).
 macro_rules! start_next_in {
     ($tx:ident, $session_id:expr, $owner:expr, $now:expr) => {{
-        let now: i64 = $now;
-        let reply = sqlx::query(&format!(
-            "INSERT INTO messages (id, session_id, seq, role, content, created_at, run_id, status, provenance)
-             SELECT $1, r.session_id,
-                    (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = $2),
-                    'agent', '', $3, r.id, 'streaming', r.provenance
-             FROM runs r
-             WHERE r.id = (SELECT id FROM runs
-                           WHERE session_id = $2 AND status = 'queued' AND held_by IS NULL
-                             AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $2 AND status = 'running')
-                           ORDER BY seq LIMIT 1)
-             RETURNING {NEW_MESSAGE}"
-        ))
-        .bind(new_id("m"))
-        .bind($session_id)
-        .bind(now)
-        .fetch_optional(&mut *$tx)
-        .await?;
-        match reply.as_ref().map(rows::message) {
-            None => None,
-            Some(reply) => {
-                let run_id = reply
-                    .run_id
-                    .clone()
-                    .ok_or_else(|| Error::internal("a started reply has no run"))?;
-                sqlx::query(
-                    "INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, 1, $2)
-                     ON CONFLICT (run_id, n) DO UPDATE
-                     SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL",
-                )
-                .bind(&run_id)
-                .bind(now)
-                .execute(&mut *$tx)
-                .await?;
-                let run = sqlx::query(
-                    "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
-                         tier1_attempts = 1, steps = 1
-                     WHERE id = $4
-                     RETURNING *,
-                         (SELECT model FROM sessions s WHERE s.id = runs.session_id) AS session_model,
-                         (SELECT tokens_used FROM sessions s WHERE s.id = runs.session_id) AS session_tokens_used,
-                         (SELECT tools FROM sessions s WHERE s.id = runs.session_id) AS session_tools",
-                )
-                .bind(now)
-                .bind(&reply.id)
-                .bind($owner)
-                .bind(&run_id)
-                .fetch_one(&mut *$tx)
-                .await?;
-                Some(Started {
-                    run: rows::run(&run),
-                    reply,
-                    call: rows::session_call(&run),
-                })
-            }
-        }
+        use super::script::Run as _;
+        let mut script = super::script::Script::default();
+        let start = super::starts::push_start(&mut script, $session_id, $owner, $now);
+        let rows = (&mut *$tx).run(script).await?;
+        start.read(&rows)
     }};
 }
 
