@@ -4,7 +4,7 @@
 //! [`with_pool!`] runs a body against whichever pool is open. One file per aggregate:
 //! `sessions`, `messages`, `runs` (with `run_reads`, `starts` and their `attempts`),
 //! `tool_calls`, `events` (the event log) and `cooldowns`; `rows` maps rows to wire types,
-//! `shared` holds what several PostgreSQL instances share (session locks, notifications).
+//! `script` sends a transaction's statements together (one trip on SQLite), `shared` holds what several PostgreSQL instances share (session locks, notifications).
 mod attempts;
 mod cooldowns;
 mod events;

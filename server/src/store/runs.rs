@@ -151,7 +151,8 @@ impl Store {
     /// the anchor (queued and held prompts excepted) and a queued run; with `start` (this
     /// instance's id), also the start of the session's next run when none is running (the new
     /// one, or a prompt queued before it), so a run on a free session starts in the
-    /// transaction that queued it. A session that does not exist is `not_found`.
+    /// transaction that queued it. A session that does not exist is `not_found`. The statements
+    /// go as one [`Script`]: on SQLite one trip to the connection's thread.
     pub async fn dispatch(&self, d: NewRun<'_>, start: Option<&str>) -> Result<Dispatched> {
         let now = now_ms();
         let mut script = Script::default();
@@ -218,12 +219,16 @@ impl Store {
                 .map(rows::run)
                 .ok_or_else(|| Error::internal("a queued run came back empty"))?;
             let dispatched = Dispatched {
-                released: release.map_or_else(Vec::new, |i| released_in_order(&rows[i])),
+                released: release
+                    .and_then(|i| rows.get(i))
+                    .map_or_else(Vec::new, |r| released_in_order(r)),
                 message: message.and_then(first).map(rows::message),
                 run,
-                superseded: supersede.map_or_else(Vec::new, |i| {
-                    rows[i].iter().map(|r| r.text("message_id")).collect()
-                }),
+                superseded: supersede
+                    .and_then(|i| rows.get(i))
+                    .map_or_else(Vec::new, |r| {
+                        r.iter().map(|r| r.text("message_id")).collect()
+                    }),
                 started: start.and_then(|s| s.read(&rows)),
             };
             tx.commit().await?;
