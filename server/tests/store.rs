@@ -54,6 +54,23 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
     let (ended, final_reply) = store.finish_run(&run.id, &outcome).await.unwrap().unwrap();
     assert_eq!(ended.status, RunStatus::Completed);
     assert_eq!(final_reply.unwrap().content, "a b c");
+    assert_eq!(store.session(&session.id).await.unwrap().tokens_used, 3);
+
+    // A second end (a cancel racing the completion) changes nothing: not the run, not its
+    // reply, not the session's spend.
+    let late = Outcome {
+        status: RunStatus::Cancelled,
+        content: "late".into(),
+        tokens_used: 100,
+        ..outcome
+    };
+    assert!(store.finish_run(&run.id, &late).await.unwrap().is_none());
+    assert_eq!(
+        store.run(&run.id).await.unwrap().status,
+        RunStatus::Completed
+    );
+    assert_eq!(store.message(&reply.id).await.unwrap().content, "a b c");
+    assert_eq!(store.session(&session.id).await.unwrap().tokens_used, 3);
 
     store.save_reply_texts(&save("a b c d", 9)).await.unwrap();
     let m = store.message(&reply.id).await.unwrap();

@@ -56,7 +56,10 @@ impl Engine {
             }
         };
         // Without the lock nothing may start here: the caller starts the next run under it.
-        let start = guard.as_ref().and(self.owner());
+        let start = guard
+            .as_ref()
+            .and(self.owner())
+            .map(|owner| (session_id.as_str(), owner));
         let ended = self.inner.store.end_run(&run.id, outcome, start).await?;
         let Some(Finished {
             run,

@@ -1,7 +1,7 @@
 //! Runs' lifecycle writes: dispatch (queue, supersede), end, holds and their release, the
 //! dismissal of a failed run's retry; the start is in `starts`, the reads in `run_reads`.
-use super::script::{Run as _, Script};
-use super::starts::{self, start_next_in, Started};
+use super::script::{Arg, Run as _, Script};
+use super::starts::{self, Started};
 use super::*;
 
 /// A run to queue: on a new operator message (a prompt, a continuation) or on an existing one.
@@ -90,6 +90,40 @@ const SUPERSEDE_AFTER: &str = "INSERT INTO supersessions (message_id, by_run_id,
        AND NOT EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id)
        AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.anchor_message_id = m.id AND r.status = 'queued')
      RETURNING message_id";
+
+/// A run's end, unless it ended already ($1 status, $2 error, $3 retryable, $4 class, $5 retry
+/// after, $6 now, $7 tokens, $8 run).
+const END_RUN: &str =
+    "UPDATE runs SET status = $1, error_message = $2, retryable = $3, retry_class = $4,
+         retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7
+     WHERE id = $8 AND status IN ('queued', 'running')
+     RETURNING *";
+
+/// The final text and status of run $7's reply ($1 text, $2 status, $3 error, $4 retryable,
+/// $5 class, $6 retry after).
+const END_REPLY: &str = "UPDATE messages SET content = $1, status = $2, error_message = $3, retryable = $4,
+         retry_class = $5, retry_after_until = $6
+     WHERE id = (SELECT reply_message_id FROM runs WHERE id = $7)
+     RETURNING *, EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = messages.id) AS superseded";
+
+/// Run $3's calls still running end as $1 at $2.
+const END_TOOL_CALLS: &str = "UPDATE tool_calls SET status = $1, finished_at = $2
+     WHERE run_id = $3 AND status = 'running'";
+
+/// Run $2's tokens ($1) count to its session's spend.
+const ADD_SPEND: &str = "UPDATE sessions SET tokens_used = tokens_used + $1
+     WHERE id = (SELECT session_id FROM runs WHERE id = $2)";
+
+/// Holds the prompts queued in failed run $1's session behind it.
+const HOLD_BEHIND: &str = "UPDATE runs SET held_by = $1
+     WHERE session_id = (SELECT session_id FROM runs WHERE id = $1)
+       AND status = 'queued' AND held_by IS NULL";
+
+/// Lets go the prompts held in run $1's session.
+const RELEASE_HELD_OF_RUN: &str = "UPDATE runs SET held_by = NULL
+     WHERE session_id = (SELECT session_id FROM runs WHERE id = $1)
+       AND status = 'queued' AND held_by IS NOT NULL
+     RETURNING *";
 
 const RELEASE_HELD: &str = "UPDATE runs SET held_by = NULL
      WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL
@@ -257,107 +291,71 @@ impl Store {
         &self,
         run_id: &str,
         o: &Outcome,
-        start: Option<&str>,
+        start: Option<(&str, &str)>,
     ) -> Result<Option<Finished>> {
+        let now = now_ms();
+        let (retryable, class, until) = retry_columns(&o.retry);
+        let msg_status = match o.status {
+            RunStatus::Completed => MessageStatus::Complete,
+            RunStatus::Cancelled => MessageStatus::Cancelled,
+            _ => MessageStatus::Failed,
+        };
+        let retry_args = || -> Vec<Arg> { vec![retryable.into(), class.into(), until.into()] };
+        let mut script = Script::default();
+        let mut args = vec![o.status.as_str().into(), o.error_message.clone().into()];
+        args.extend(retry_args());
+        args.extend([now.into(), o.tokens_used.into(), run_id.into()]);
+        let ended = script.push(END_RUN, args);
+        let mut args = vec![o.content.as_str().into(), msg_status.as_str().into()];
+        args.push(o.error_message.clone().into());
+        args.extend(retry_args());
+        args.push(run_id.into());
+        let reply = script.push(END_REPLY, args);
+        // A call still running when its run ends never got its result: cancelled with the
+        // run, else its outcome is unknown.
+        if o.tool_calls_recorded {
+            let status = if o.status == RunStatus::Cancelled {
+                "cancelled"
+            } else {
+                "interrupted"
+            };
+            script.push(
+                END_TOOL_CALLS,
+                vec![status.into(), now.into(), run_id.into()],
+            );
+        }
+        script.push(ADD_SPEND, vec![o.tokens_used.into(), run_id.into()]);
+        // Prompts queued behind a failed turn are held in the same step, so no reader sees
+        // the failure with them still free to start; a turn that completes lets them go.
+        let released = match o.status {
+            RunStatus::Failed => {
+                script.push(HOLD_BEHIND, vec![run_id.into()]);
+                None
+            }
+            RunStatus::Completed => Some(script.push(RELEASE_HELD_OF_RUN, vec![run_id.into()])),
+            _ => None,
+        };
+        let started = start
+            .map(|(session_id, owner)| starts::push_start(&mut script, session_id, owner, now));
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let now = now_ms();
-            let (retryable, class, until) = retry_columns(&o.retry);
-            let done = sqlx::query(
-                "UPDATE runs SET status = $1, error_message = $2, retryable = $3, retry_class = $4,
-                 retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7
-             WHERE id = $8 AND status IN ('queued', 'running')
-             RETURNING *",
-            )
-            .bind(o.status.as_str())
-            .bind(&o.error_message)
-            .bind(retryable)
-            .bind(class)
-            .bind(until)
-            .bind(now)
-            .bind(o.tokens_used)
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let Some(run) = done.as_ref().map(rows::run) else {
+            let rows = (&mut *tx).run(script).await?;
+            let first = |i: usize| rows.get(i).and_then(|r| r.first());
+            // A run that already ended is left alone: nothing of the script stays.
+            let Some(run) = first(ended).map(rows::run) else {
+                tx.rollback().await?;
                 return Ok(None);
             };
-            let msg_status = match o.status {
-                RunStatus::Completed => MessageStatus::Complete,
-                RunStatus::Cancelled => MessageStatus::Cancelled,
-                _ => MessageStatus::Failed,
-            };
-            let reply = sqlx::query(
-            "UPDATE messages SET content = $1, status = $2, error_message = $3, retryable = $4,
-                 retry_class = $5, retry_after_until = $6
-             WHERE id = $7
-             RETURNING *, EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = messages.id) AS superseded",
-        )
-        .bind(&o.content)
-        .bind(msg_status.as_str())
-        .bind(&o.error_message)
-        .bind(retryable)
-        .bind(class)
-        .bind(until)
-        .bind(&run.reply_message_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .as_ref()
-        .map(rows::message);
-            // A call still running when its run ends never got its result: cancelled with the
-            // run, else its outcome is unknown.
-            if o.tool_calls_recorded {
-                sqlx::query(
-                    "UPDATE tool_calls SET status = $1, finished_at = $2
-             WHERE run_id = $3 AND status = 'running'",
-                )
-                .bind(if o.status == RunStatus::Cancelled {
-                    "cancelled"
-                } else {
-                    "interrupted"
-                })
-                .bind(now)
-                .bind(run_id)
-                .execute(&mut *tx)
-                .await?;
-            }
-            sqlx::query("UPDATE sessions SET tokens_used = tokens_used + $1 WHERE id = $2")
-                .bind(o.tokens_used)
-                .bind(&run.session_id)
-                .execute(&mut *tx)
-                .await?;
-            if o.status == RunStatus::Failed {
-                // Prompts queued behind a failed turn are held in the same step, so no reader
-                // sees the failure with them still free to start.
-                sqlx::query(
-                    "UPDATE runs SET held_by = $1
-                 WHERE session_id = (SELECT session_id FROM runs WHERE id = $1)
-                   AND status = 'queued' AND held_by IS NULL",
-                )
-                .bind(run_id)
-                .execute(&mut *tx)
-                .await?;
-            }
-            let released = if o.status == RunStatus::Completed {
-                let rows = sqlx::query(RELEASE_HELD)
-                    .bind(&run.session_id)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                released_in_order(&rows)
-            } else {
-                Vec::new()
-            };
-            let started = match start {
-                Some(owner) => start_next_in!(tx, &run.session_id, owner, now),
-                None => None,
+            let finished = Finished {
+                run,
+                reply: first(reply).map(rows::message),
+                released: released
+                    .and_then(|i| rows.get(i))
+                    .map_or_else(Vec::new, |r| released_in_order(r)),
+                started: started.and_then(|s| s.read(&rows)),
             };
             tx.commit().await?;
-            Ok(Some(Finished {
-                run,
-                reply,
-                released,
-                started,
-            }))
+            Ok(Some(finished))
         })
     }
 

@@ -10,6 +10,7 @@ use sqlx::{Either, PgConnection, SqliteConnection};
 pub enum Arg {
     Text(Option<String>),
     Int(Option<i64>),
+    Bool(Option<bool>),
 }
 
 impl From<&str> for Arg {
@@ -35,6 +36,16 @@ impl From<Option<&str>> for Arg {
 impl From<i64> for Arg {
     fn from(v: i64) -> Arg {
         Arg::Int(Some(v))
+    }
+}
+impl From<Option<i64>> for Arg {
+    fn from(v: Option<i64>) -> Arg {
+        Arg::Int(v)
+    }
+}
+impl From<Option<bool>> for Arg {
+    fn from(v: Option<bool>) -> Arg {
+        Arg::Bool(v)
     }
 }
 
@@ -72,6 +83,7 @@ impl Run<sqlx::sqlite::SqliteRow> for &mut SqliteConnection {
                 let added = match v.clone() {
                     Arg::Text(t) => args.add(t),
                     Arg::Int(i) => args.add(i),
+                    Arg::Bool(b) => args.add(b),
                 };
                 added.map_err(sqlx::Error::Encode)?;
             }
@@ -107,6 +119,7 @@ impl Run<sqlx::postgres::PgRow> for &mut PgConnection {
                 q = match v {
                     Arg::Text(t) => q.bind(t),
                     Arg::Int(i) => q.bind(i),
+                    Arg::Bool(b) => q.bind(b),
                 };
             }
             out.push(q.fetch_all(&mut *self).await?);

@@ -1,6 +1,6 @@
 //! Starting a run: the statements that take a session's next queued run to `running` (inside
 //! a dispatch's or a run end's transaction, or on their own), and what a start answers.
-use super::script::Script;
+use super::script::{Run as _, Script};
 use super::*;
 
 /// A run the store just started: `running`, its empty streaming reply, and what its provider
@@ -49,7 +49,12 @@ pub(super) struct Start {
     run: usize,
 }
 
-/// Adds the start of the session's next run (see [`start_next_in!`]) to `script`.
+/// Adds the start of the session's next run to `script`: when no run of the session is
+/// running and an unheld run is queued, the run becomes `running` with an empty streaming
+/// reply, and its first Tier 1 attempt starts (the provider is called next; the runner
+/// records the later ones). Three statements, all keyed by the reply's id, chosen here; the
+/// run comes back with its session's model, spend and tools. A dispatch, a run's end and
+/// [`Store::start_next`] each add them to their own transaction's script.
 pub(super) fn push_start(script: &mut Script, session_id: &str, owner: &str, now: i64) -> Start {
     let reply_id = new_id("m");
     let reply = script.push(
@@ -77,32 +82,17 @@ impl Start {
     }
 }
 
-/// Starts the session's next run inside transaction `$tx`, when no run of the session is
-/// running and an unheld run is queued: the run becomes `running` with an empty streaming
-/// reply, and its first Tier 1 attempt starts (the provider is called next; the runner
-/// records the later ones). Three statements, all keyed by the reply's id, which is chosen
-/// here; the same three go into a dispatch's [`Script`] by [`push_start`]. Evaluates to an
-/// `Option<Started>` (errors return from the enclosing function).
-macro_rules! start_next_in {
-    ($tx:ident, $session_id:expr, $owner:expr, $now:expr) => {{
-        use super::script::Run as _;
-        let mut script = super::script::Script::default();
-        let start = super::starts::push_start(&mut script, $session_id, $owner, $now);
-        let rows = (&mut *$tx).run(script).await?;
-        start.read(&rows)
-    }};
-}
-
-pub(super) use start_next_in;
-
 impl Store {
-    /// In one transaction: starts the session's next run (see [`start_next_in!`]) unless one
+    /// In one transaction: starts the session's next run (see [`push_start`]) unless one
     /// is running or none waits. `owner` is the instance that executes it (its heartbeat is
     /// the run's lease).
     pub async fn start_next(&self, session_id: &str, owner: &str) -> Result<Option<Started>> {
+        let mut script = Script::default();
+        let start = push_start(&mut script, session_id, owner, now_ms());
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let started = start_next_in!(tx, session_id, owner, now_ms());
+            let rows = (&mut *tx).run(script).await?;
+            let started = start.read(&rows);
             tx.commit().await?;
             Ok(started)
         })
