@@ -74,13 +74,15 @@ impl Run<sqlx::sqlite::SqliteRow> for &mut SqliteConnection {
         let mut sql = String::new();
         let mut args = sqlx::sqlite::SqliteArguments::default();
         let mut base = 0;
-        for (statement, values) in &script.statements {
-            // sqlx's SQLite driver numbers `$n` across the whole query: shift each statement's.
+        let statements = script.statements.len();
+        for (statement, values) in script.statements {
+            // sqlx's SQLite driver numbers `$n` across the whole query: shift each statement's
+            // (each uses `$1` to `$len` of its own values).
             sql.push_str(&renumber(statement, base));
             sql.push_str(";\n");
             base += values.len();
             for v in values {
-                let added = match v.clone() {
+                let added = match v {
                     Arg::Text(t) => args.add(t),
                     Arg::Int(i) => args.add(i),
                     Arg::Bool(b) => args.add(b),
@@ -88,7 +90,7 @@ impl Run<sqlx::sqlite::SqliteRow> for &mut SqliteConnection {
                 added.map_err(sqlx::Error::Encode)?;
             }
         }
-        let mut out: Vec<Vec<_>> = script.statements.iter().map(|_| Vec::new()).collect();
+        let mut out: Vec<Vec<_>> = (0..statements).map(|_| Vec::new()).collect();
         let mut at = 0;
         // Deprecated in sqlx 0.8 (other drivers cannot do it), and the whole point here: the
         // script is one trip to the connection's thread. Should sqlx drop it, run the
