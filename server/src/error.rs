@@ -12,6 +12,8 @@ pub enum Kind {
     Conflict,
     /// A typed refusal with its own code (`retry.busy`, `regenerate.stale`, …): 409.
     Refused(ErrorCode),
+    /// The session's lock was not free within its bound (503 `session.busy`).
+    Busy,
     Internal,
 }
 
@@ -42,6 +44,13 @@ impl Error {
     pub fn refused(code: ErrorCode, message: impl Into<String>) -> Self {
         Error::new(Kind::Refused(code), message)
     }
+    /// The session's lock stayed taken past the wait's bound.
+    pub fn busy(session_id: &str) -> Self {
+        Error::new(
+            Kind::Busy,
+            format!("session {session_id} is busy with another request; try again in a moment"),
+        )
+    }
     pub fn internal(message: impl Into<String>) -> Self {
         Error::new(Kind::Internal, message)
     }
@@ -56,6 +65,7 @@ impl Error {
             Kind::PayloadTooLarge => ErrorCode::PayloadTooLarge,
             Kind::Conflict => ErrorCode::Conflict,
             Kind::Refused(code) => code.clone(),
+            Kind::Busy => ErrorCode::SessionBusy,
             Kind::Internal => ErrorCode::Internal,
         }
     }

@@ -67,9 +67,14 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
                 config.data_dir.display()
             )
         })?;
-    let store = store::Store::open_with(&config.database_url(), config.database_max_connections)
-        .await
-        .map_err(|e| e.to_string())?;
+    let instance = clock::new_id("i");
+    let store = store::Store::open_with(
+        &config.database_url(),
+        config.database_max_connections,
+        &format!("mulligan {instance}"),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let (hub, writer) = EventHub::start(store.clone())
         .await
         .map_err(|e| e.to_string())?;
@@ -98,6 +103,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
         provider,
         toolbox,
         EngineConfig {
+            instance,
             stream_idle: Duration::from_millis(config.stream_idle_ms),
             save_every: Duration::from_millis(250),
             tier1: retry::policy::Policy {
@@ -118,8 +124,10 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
             tool_timeout: Duration::from_millis(config.tool_timeout_ms.max(1)),
         },
     );
-    engine.recover().await.map_err(|e| e.to_string())?;
+    // The first heartbeat goes out before any recovered run starts, so no other instance
+    // takes those runs for orphans of a dead one.
     engine.keep_leases().await.map_err(|e| e.to_string())?;
+    engine.recover().await.map_err(|e| e.to_string())?;
     engine.reconcile_periodically();
     engine.fire_background_retries();
 

@@ -22,6 +22,9 @@ words! {
         RetryStopped = "retry.stopped",
         /// Regenerate whose `if_last_run` is no longer the anchor's latest failed run.
         RegenerateStale = "regenerate.stale",
+        /// The session's lock stayed taken past the wait's bound (another request or
+        /// instance is deciding about it): try again. Answered with 503.
+        SessionBusy = "session.busy",
         /// An agent token acting on a session outside its own family.
         SubsessionsNotFamily = "subsessions.not_family",
         /// Client side only, never sent: the request got no answer.

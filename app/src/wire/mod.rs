@@ -79,6 +79,7 @@ mod tests {
                 "retry.nothing_failed",
                 "retry.stopped",
                 "regenerate.stale",
+                "session.busy",
                 "subsessions.not_family",
                 "network",
                 "http",

@@ -3,7 +3,7 @@
 //! every instance fires the due ones through retry-now's path, claimed under the session's
 //! lock. The database is the schedule, so a closed tab, a restart or a dead instance loses
 //! nothing, and a retry fires once however many instances see it due.
-use super::Engine;
+use super::{Engine, LOOP_LOCK_WAIT};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
@@ -106,7 +106,14 @@ impl Engine {
     async fn fire_due(&self) -> Result<()> {
         let store = self.store();
         for session_id in store.due_waiting_retries(now_ms()).await? {
-            let _guard = self.lock(&session_id).await?;
+            let _guard = match self.lock_within(&session_id, LOOP_LOCK_WAIT).await {
+                Ok(guard) => guard,
+                // Held elsewhere for long: it fires on a later pass.
+                Err(e) => {
+                    tracing::warn!(session = %session_id, error = %e, "a due background retry waits for its session's lock");
+                    continue;
+                }
+            };
             // Under the lock, again: another instance may have fired it, someone cancelled it.
             let due = store
                 .session(&session_id)

@@ -4,6 +4,8 @@ use std::time::Duration;
 /// Engine settings taken from the server's configuration.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
+    /// This instance's id: the owner recorded on the runs it executes.
+    pub instance: String,
     pub stream_idle: Duration,
     /// How often streamed text is saved (the stored reply is never further behind).
     pub save_every: Duration,

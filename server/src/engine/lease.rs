@@ -1,7 +1,7 @@
 //! Several instances on one database: each keeps a lease (a heartbeat) on the runs it
 //! executes, takes over the end of runs whose instance died (recorded `interrupted`), and
 //! stops its runs when another instance asks (`LISTEN`, with a polled flag behind it).
-use super::Engine;
+use super::{Engine, LOOP_LOCK_WAIT};
 use crate::error::{Error, Result};
 use crate::store::CANCEL_CHANNEL;
 use app::wire::{Run, RunStatus};
@@ -20,11 +20,11 @@ impl Engine {
         if !store.is_shared() {
             return Ok(());
         }
-        store.heartbeat(self.instance()).await?;
+        self.beat().await?;
         // Heartbeats have their own loop (and connection): however long a scan for orphans
         // takes, or however busy the pool is, this instance's lease is renewed on time.
         self.every(HEARTBEAT, "a heartbeat failed", |e| {
-            Box::pin(async move { e.store().heartbeat(e.instance()).await })
+            Box::pin(async move { e.beat().await })
         });
         self.every(HEARTBEAT, "lease keeping failed", |e| {
             Box::pin(async move { e.lease_tick().await })
@@ -67,6 +67,30 @@ impl Engine {
         Ok(())
     }
 
+    /// One heartbeat, and the record of whether heartbeats have been going through.
+    async fn beat(&self) -> Result<()> {
+        let beat = self.store().heartbeat(self.instance()).await;
+        let mut since = self.inner.beating_since.lock().expect("beating_since");
+        match &beat {
+            Ok(()) => {
+                since.get_or_insert_with(Instant::now);
+            }
+            Err(_) => *since = None,
+        }
+        beat
+    }
+
+    /// Whether this instance's own heartbeats have gone through for a whole lease: after an
+    /// outage that stopped every instance's beats, nobody takes the others for dead before
+    /// they had a lease's time to beat again.
+    fn seen_alive_for_a_lease(&self) -> bool {
+        self.inner
+            .beating_since
+            .lock()
+            .expect("beating_since")
+            .is_some_and(|t| t.elapsed() >= LEASE)
+    }
+
     /// One look around: stop runs someone asked to stop (in case a notification was lost),
     /// record runs of dead instances as interrupted.
     async fn lease_tick(&self) -> Result<()> {
@@ -88,15 +112,28 @@ impl Engine {
                 self.cancel_here(&run_id);
             }
         }
+        if !self.seen_alive_for_a_lease() {
+            return Ok(());
+        }
         let orphans = store.orphaned_runs(LEASE.as_millis() as i64).await?;
         for run in orphans {
             tracing::warn!(run = %run.id, "the instance executing this run stopped renewing its lease");
-            let session_id = run.session_id.clone();
-            self.interrupt(&run).await?;
-            let _guard = self.lock(&session_id).await?;
-            self.pump(&session_id).await?;
+            // One session locked for long (or a failed write) holds up only itself: it is
+            // looked at again on the next pass.
+            if let Err(e) = self.take_over(&run, LOOP_LOCK_WAIT).await {
+                tracing::warn!(run = %run.id, error = %e, "could not end an orphaned run yet; trying again");
+            }
         }
         Ok(())
+    }
+
+    /// Ends a run whose instance is gone (`failed`/`interrupted`) and starts what its
+    /// session has queued, under the session's lock (waiting `wait` for it at most).
+    pub(super) async fn take_over(&self, run: &Run, wait: Duration) -> Result<()> {
+        let _guard = self.lock_within(&run.session_id, wait).await?;
+        self.interrupt_locked(run, "the server stopped while this reply was being written")
+            .await?;
+        self.pump(&run.session_id).await.map(drop)
     }
 
     /// Stops a run if this instance executes it.

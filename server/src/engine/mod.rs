@@ -1,7 +1,7 @@
 //! The run engine: dispatch (post a prompt → queued run), the per-session queue (one active
 //! run per session), cancel, release, and restart recovery. Every decision about a session's
 //! runs is taken under that session's lock ([`Engine::lock`]) — in-process, and on a shared
-//! database also an advisory lock across instances — which is what makes "one active run
+//! database also a lock row across instances — which is what makes "one active run
 //! per session", the claims and the ordering of queued prompts atomic.
 mod active;
 mod attempts;
@@ -58,6 +58,9 @@ struct Inner {
     stopping: CancellationToken,
     /// Wakes the background-retry loop when this instance leaves a waiting retry.
     background_wake: tokio::sync::Notify,
+    /// Since when this instance's heartbeats have all gone through (`None` after one
+    /// failed): it judges other instances dead only after a whole lease of its own beats.
+    beating_since: Mutex<Option<std::time::Instant>>,
 }
 
 impl Engine {
@@ -75,13 +78,14 @@ impl Engine {
                 hub,
                 provider,
                 tools,
+                instance: cfg.instance.clone(),
                 cfg,
-                instance: crate::clock::new_id("i"),
                 locks: locks::Locks::default(),
                 active: Mutex::default(),
                 tasks: TaskTracker::new(),
                 stopping: CancellationToken::new(),
                 background_wake: tokio::sync::Notify::new(),
+                beating_since: Mutex::default(),
             }),
         }
     }
@@ -131,9 +135,21 @@ impl Engine {
     /// The session's lock: held for every decision about its runs. On a shared database it
     /// is also held across instances, and released only once the events published under it
     /// are in the shared log (so no instance acts on a state its events have not reached).
+    /// A wait past [`LOCK_WAIT`] gives up with `session.busy`.
     async fn lock(&self, session_id: &str) -> Result<SessionGuard> {
-        let local = self.inner.locks.lock(session_id).await;
-        let shared = self.inner.store.lock_session(session_id).await?;
+        self.lock_within(session_id, LOCK_WAIT).await
+    }
+
+    /// [`Engine::lock`] waiting at most `wait`: background loops use a short bound
+    /// ([`LOOP_LOCK_WAIT`]) and leave a locked session for their next pass, so one session
+    /// held up never holds up the rest. Dropping the future while it waits leaves nothing
+    /// held.
+    async fn lock_within(&self, session_id: &str, wait: Duration) -> Result<SessionGuard> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let local = tokio::time::timeout_at(deadline, self.inner.locks.lock(session_id))
+            .await
+            .map_err(|_| Error::busy(session_id))?;
+        let shared = self.inner.store.lock_session(session_id, deadline).await?;
         Ok(SessionGuard {
             _local: local,
             shared: shared.map(|s| (s, self.inner.hub.clone())),
@@ -156,6 +172,11 @@ impl Engine {
         }
     }
 }
+
+/// The longest a request waits for a session's lock before it answers `session.busy`.
+pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// The longest a background loop waits for one session's lock in one pass.
+pub const LOOP_LOCK_WAIT: Duration = Duration::from_millis(500);
 
 /// A held session lock (see [`Engine::lock`]).
 struct SessionGuard {

@@ -1,7 +1,7 @@
 //! The periodic reconcile (every instance, SQLite and PostgreSQL): a run this instance
 //! recorded `running` but no longer executes — its runner ended without recording the end —
 //! is ended `failed`/`interrupted`, and its session's queue moves on.
-use super::Engine;
+use super::{Engine, LOOP_LOCK_WAIT};
 use crate::error::Result;
 use app::wire::RunStatus;
 
@@ -24,7 +24,14 @@ impl Engine {
             }
             // Under the session lock: a run is made active (`pump`) and stops being active
             // (`finish`) under it, so what is seen here is settled.
-            let _guard = self.lock(&run.session_id).await?;
+            let _guard = match self.lock_within(&run.session_id, LOOP_LOCK_WAIT).await {
+                Ok(guard) => guard,
+                // Held elsewhere for long: looked at again on the next pass.
+                Err(e) => {
+                    tracing::warn!(run = %run.id, error = %e, "reconcile skips a locked session");
+                    continue;
+                }
+            };
             if self.active(&run.id).is_some() {
                 continue;
             }

@@ -18,22 +18,23 @@ impl Engine {
         } else {
             store.runs_left_running().await?
         };
+        // A session that cannot be settled now (its lock held elsewhere, a failed write) is
+        // left to the lease keeper and the reconcile, not allowed to stop the start.
         for run in left {
-            self.interrupt(&run).await?;
+            if let Err(e) = self.take_over(&run, super::LOCK_WAIT).await {
+                tracing::warn!(run = %run.id, error = %e, "could not end an interrupted run at start");
+            }
         }
         for session_id in store.sessions_with_queued_runs().await? {
-            let _guard = self.lock(&session_id).await?;
-            self.pump(&session_id).await?;
+            let started = async {
+                let _guard = self.lock(&session_id).await?;
+                self.pump(&session_id).await.map(drop)
+            };
+            if let Err(e) = started.await {
+                tracing::warn!(session = %session_id, error = %e, "could not start a queued run at start");
+            }
         }
         Ok(())
-    }
-
-    /// Records a run whose instance stopped or died as `failed`/`interrupted`, partial text
-    /// kept, and holds the prompts queued behind it (unless it already ended).
-    pub(super) async fn interrupt(&self, run: &Run) -> Result<()> {
-        let _guard = self.lock(&run.session_id).await?;
-        self.interrupt_locked(run, "the server stopped while this reply was being written")
-            .await
     }
 
     /// [`Engine::interrupt`] under the session lock the caller holds, with `why` as the

@@ -50,6 +50,7 @@ async fn engine() -> Engine {
     let store = Store::open(&url).await.unwrap();
     let (hub, _writer) = EventHub::start(store.clone()).await.unwrap();
     let cfg = EngineConfig {
+        instance: crate::clock::new_id("i"),
         stream_idle: Duration::from_secs(5),
         save_every: Duration::from_millis(250),
         tier1: crate::retry::policy::Policy {

@@ -15,6 +15,7 @@ pub fn status_of(kind: &Kind) -> StatusCode {
         Kind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
         Kind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         Kind::Conflict | Kind::Refused(_) => StatusCode::CONFLICT,
+        Kind::Busy => StatusCode::SERVICE_UNAVAILABLE,
         Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

@@ -34,7 +34,7 @@ pub use events::LoggedEvent;
 pub use messages::HistoryEntry;
 pub use runs::{Dispatched, Finished, NewRun, Outcome};
 pub use sessions::{SessionCall, SessionPage, SessionRecord, MAX_SESSION_PAGE};
-pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL};
+pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL, SIDE_CONNECTIONS};
 pub use starts::Started;
 pub use tool_calls::{parts, NewToolCall, RecordedCall};
 
@@ -48,9 +48,13 @@ pub struct Store {
     side: Option<std::sync::Arc<shared::SidePools>>,
 }
 
-/// The main pool's size on PostgreSQL unless the operator sets one
-/// (`MULLIGAN_DATABASE_MAX_CONNECTIONS`).
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 32;
+/// On PostgreSQL, every connection one instance opens, whatever its load, unless the
+/// operator sets another budget (`MULLIGAN_DATABASE_MAX_CONNECTIONS`): the main pool gets
+/// all but [`SIDE_CONNECTIONS`] of it. Four instances at the default fit in PostgreSQL's
+/// stock `max_connections = 100` with room for an administrator.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 20;
+/// The smallest budget an instance can work with: two connections for the main pool.
+pub const MIN_CONNECTIONS: u32 = SIDE_CONNECTIONS + 2;
 
 #[derive(Clone)]
 enum Pool {
@@ -98,25 +102,29 @@ impl Store {
     /// Opens (creating if needed) the database and runs the migrations. PostgreSQL's
     /// migrator holds an advisory lock, so instances starting together do not race them.
     pub async fn open(url: &str) -> Result<Store> {
-        Store::open_with(url, DEFAULT_MAX_CONNECTIONS).await
+        Store::open_with(url, DEFAULT_MAX_CONNECTIONS, "mulligan").await
     }
 
-    /// [`Store::open`] with the main PostgreSQL pool's size (ignored on SQLite). Session
-    /// locks and heartbeats have their own connections besides (see [`shared::SidePools`]).
-    pub async fn open_with(url: &str, max_connections: u32) -> Result<Store> {
-        let max_connections = max_connections.max(2);
+    /// [`Store::open`] with the connection budget of this instance on PostgreSQL (ignored
+    /// on SQLite): `max_connections` in all, heartbeat and `LISTEN` connections included
+    /// (at least [`MIN_CONNECTIONS`]). `name` is the `application_name` its connections
+    /// carry, so `pg_stat_activity` tells instances apart.
+    pub async fn open_with(url: &str, max_connections: u32, name: &str) -> Result<Store> {
+        let budget = max_connections.max(MIN_CONNECTIONS);
         let mut side = None;
         let pool = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let opts = sqlx::postgres::PgConnectOptions::from_str(url)
+                .map_err(|e| Error::invalid(format!("bad database URL: {e}")))?
+                .application_name(name);
             let pool = PgPoolOptions::new()
-                .max_connections(max_connections)
+                .max_connections(budget - SIDE_CONNECTIONS)
+                // Nothing holds a connection for long (no lock, stream or run keeps one), so a
+                // wait this long means the database is down or the budget far too small.
                 .acquire_timeout(std::time::Duration::from_secs(30))
-                .connect(url)
+                .connect_with(opts.clone())
                 .await?;
             POSTGRES_MIGRATOR.run(&pool).await?;
-            side = Some(std::sync::Arc::new(shared::SidePools::connect(
-                url,
-                max_connections,
-            )?));
+            side = Some(std::sync::Arc::new(shared::SidePools::connect(&opts)));
             Pool::Postgres(pool)
         } else if url.starts_with("sqlite:") {
             let opts = SqliteConnectOptions::from_str(url)

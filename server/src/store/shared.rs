@@ -1,13 +1,11 @@
 //! What several instances on one PostgreSQL database need from the store: the cross-instance
-//! session lock, the ordered event log they all follow, heartbeats (the leases on the runs
+//! session lock (a row, so that no lock pins a connection), the ordered event log they all follow, heartbeats (the leases on the runs
 //! each executes) and cancel requests. On SQLite (one instance) these are no-ops or empty.
 use super::{rows, LoggedEvent, Pool, Store};
-use crate::clock::now_ms;
 use crate::error::Result;
 use app::wire::Run;
-use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{Postgres, Row};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::Row;
 use std::time::Duration;
 
 /// Notification channel: new events are in the log.
@@ -16,89 +14,180 @@ pub const EVENTS_CHANNEL: &str = "mulligan_events";
 pub const CANCEL_CHANNEL: &str = "mulligan_cancel";
 /// `LISTEN` connections an instance keeps: the event follower's and the cancel listener's.
 const LISTENERS: u32 = 2;
+/// Connections an instance opens besides its main pool: the heartbeat's and the listeners'.
+pub const SIDE_CONNECTIONS: u32 = 1 + LISTENERS;
+/// The database's clock, in ms since the Unix epoch: leases and locks are judged by it, so
+/// hosts whose clocks disagree never take each other for dead.
+pub(crate) const DB_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+/// A heartbeat that takes longer than this is abandoned and its connection closed (a hung
+/// connection is replaced by a fresh one on the next beat).
+const BEAT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A held session lock lapses this long after its last renewal (its holder renews it every
+/// third of it), so a lock whose instance died frees itself.
+const LOCK_TTL_MS: i64 = 30_000;
 
 /// Connections kept apart from the main pool, so that no load on it can starve them:
-/// - `locks`: each held session lock keeps one connection here while the work it guards
-///   uses the main pool, so locked work never waits for a connection its own lock holds
-///   (with one pool, as many concurrent locks as connections deadlocked it). Bounded: a
-///   lock beyond its size waits for a free connection, never for work that needs one.
 /// - `beat`: one connection for heartbeats, so a busy pool never lets this instance's
 ///   lease lapse (and another instance declare it dead).
 /// - `listen`: the `LISTEN` connections (events, cancels), which a listener keeps for its
 ///   whole life and would otherwise take from the main pool.
+///
+/// Session locks take no connection of their own: they are rows ([`Store::lock_session`]).
 pub(super) struct SidePools {
-    locks: PgPool,
     beat: PgPool,
     listen: PgPool,
 }
 
 impl SidePools {
-    pub(super) fn connect(url: &str, locks: u32) -> Result<SidePools> {
-        Ok(SidePools {
-            locks: PgPoolOptions::new()
-                .max_connections(locks)
-                // A lock waits its turn for a connection: holders are making progress.
-                .acquire_timeout(Duration::from_secs(300))
-                .connect_lazy(url)?,
+    pub(super) fn connect(opts: &PgConnectOptions) -> SidePools {
+        SidePools {
             beat: PgPoolOptions::new()
                 .max_connections(1)
-                .acquire_timeout(Duration::from_secs(5))
-                .connect_lazy(url)?,
+                .acquire_timeout(BEAT_TIMEOUT)
+                .connect_lazy_with(opts.clone()),
             listen: PgPoolOptions::new()
-                // Room for a listener reconnecting while its old connection still closes.
-                .max_connections(2 * LISTENERS)
+                .max_connections(LISTENERS)
                 .acquire_timeout(Duration::from_secs(10))
-                .connect_lazy(url)?,
-        })
+                .connect_lazy_with(opts.clone()),
+        }
     }
 
     pub(super) async fn close(&self) {
-        self.locks.close().await;
         self.beat.close().await;
         self.listen.close().await;
     }
 }
 
-/// Holds a session's advisory lock on one connection; released when dropped (and by the
-/// server if the connection or the instance dies, so a crash never leaves a session locked).
+/// A session's lock, held as a row in `session_locks`; released (the row deleted) when
+/// dropped, and renewed while held. If this instance dies the row lapses by itself.
 pub struct SessionLock {
-    conn: Option<PoolConnection<Postgres>>,
-    key: String,
+    pool: PgPool,
+    session_id: String,
+    holder: String,
+    _renew: tokio_util::sync::DropGuard,
 }
 
 impl Drop for SessionLock {
     fn drop(&mut self) {
-        if let Some(mut conn) = self.conn.take() {
-            let key = std::mem::take(&mut self.key);
-            tokio::spawn(async move {
-                let unlocked = sqlx::query("SELECT pg_advisory_unlock(1, hashtext($1))")
-                    .bind(&key)
-                    .execute(&mut *conn)
-                    .await;
-                if unlocked.is_err() {
-                    // Closing the connection releases the lock for sure.
-                    let _ = conn.close().await;
-                }
-            });
-        }
+        let pool = self.pool.clone();
+        let session_id = std::mem::take(&mut self.session_id);
+        let holder = std::mem::take(&mut self.holder);
+        tokio::spawn(async move {
+            if let Err(e) = release_lock(&pool, &session_id, &holder).await {
+                tracing::warn!(error = %e, session = %session_id, "could not release a session lock; it lapses by itself");
+            }
+        });
     }
 }
 
+async fn release_lock(pool: &PgPool, session_id: &str, holder: &str) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM session_locks WHERE session_id = $1 AND holder = $2")
+        .bind(session_id)
+        .bind(holder)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}
+
+/// One try to take a session's lock: one statement, which takes a free or lapsed lock.
+async fn try_lock(pool: &PgPool, session_id: &str, holder: &str) -> sqlx::Result<bool> {
+    let taken: Option<String> = sqlx::query_scalar(&format!(
+        "INSERT INTO session_locks (session_id, holder, expires_at) VALUES ($1, $2, {DB_NOW_MS} + $3)
+         ON CONFLICT (session_id) DO UPDATE
+             SET holder = excluded.holder, expires_at = excluded.expires_at
+             WHERE session_locks.expires_at < {DB_NOW_MS}
+         RETURNING holder"
+    ))
+    .bind(session_id)
+    .bind(holder)
+    .bind(LOCK_TTL_MS)
+    .fetch_optional(pool)
+    .await?;
+    Ok(taken.is_some())
+}
+
+/// A try whose waiter may be dropped at any point (a client hanging up): the statement runs
+/// in a task of its own, and a lock it took for a waiter who is gone is released at once.
+async fn try_lock_detached(pool: &PgPool, session_id: &str, holder: &str) -> Result<bool> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (pool, sid, who) = (pool.clone(), session_id.to_string(), holder.to_string());
+    tokio::spawn(async move {
+        let got = try_lock(&pool, &sid, &who).await;
+        if let Err(Ok(true)) = tx.send(got) {
+            let _ = release_lock(&pool, &sid, &who).await;
+        }
+    });
+    match rx.await {
+        Ok(got) => Ok(got?),
+        Err(_) => Err(crate::error::Error::internal(
+            "a session lock attempt was lost",
+        )),
+    }
+}
+
+/// Renews a held lock every third of its lifetime until `stop`.
+fn renew_lock(pool: PgPool, session_id: String, holder: String) -> tokio_util::sync::DropGuard {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let guard = stop.clone().drop_guard();
+    tokio::spawn(async move {
+        let period = Duration::from_millis(LOCK_TTL_MS as u64 / 3);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+            }
+            let renewed = sqlx::query(&format!(
+                "UPDATE session_locks SET expires_at = {DB_NOW_MS} + $3
+                 WHERE session_id = $1 AND holder = $2"
+            ))
+            .bind(&session_id)
+            .bind(&holder)
+            .bind(LOCK_TTL_MS)
+            .execute(&pool)
+            .await;
+            if let Err(e) = renewed {
+                tracing::warn!(error = %e, session = %session_id, "could not renew a session lock");
+            }
+        }
+    });
+    guard
+}
+
 impl Store {
-    /// Takes the session's lock across instances (PostgreSQL); `None` on SQLite, where the
-    /// engine's in-process lock is the whole story.
-    pub async fn lock_session(&self, session_id: &str) -> Result<Option<SessionLock>> {
-        let Some(side) = &self.side else {
+    /// Takes the session's lock across instances (PostgreSQL), waiting until `deadline` at
+    /// most; `Ok(None)` on SQLite, where the engine's in-process lock is the whole story, and
+    /// `Err` with [`Kind::Busy`](crate::error::Kind::Busy) past the deadline. No connection
+    /// is held while it waits or while the lock is held: a lock is a row, taken by one
+    /// statement, polled with a backoff (2 ms doubling to 50 ms).
+    pub async fn lock_session(
+        &self,
+        session_id: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<SessionLock>> {
+        let Pool::Postgres(pool) = &self.pool else {
             return Ok(None);
         };
-        let mut conn = side.locks.acquire().await?;
-        sqlx::query("SELECT pg_advisory_lock(1, hashtext($1))")
-            .bind(session_id)
-            .execute(&mut *conn)
-            .await?;
+        let holder = crate::clock::new_id("lk");
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let attempt = try_lock_detached(pool, session_id, &holder);
+            match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(Ok(true)) => break,
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(crate::error::Error::busy(session_id)),
+            }
+            if tokio::time::Instant::now() + pause >= deadline {
+                return Err(crate::error::Error::busy(session_id));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
         Ok(Some(SessionLock {
-            conn: Some(conn),
-            key: session_id.to_string(),
+            pool: pool.clone(),
+            session_id: session_id.to_string(),
+            _renew: renew_lock(pool.clone(), session_id.to_string(), holder.clone()),
+            holder,
         }))
     }
 
@@ -158,21 +247,33 @@ impl Store {
             .collect())
     }
 
-    /// Records that `instance` is alive now (on the heartbeat's own connection).
+    /// Records that `instance` is alive now, by the database's clock, on the heartbeat's own
+    /// connection. A beat that hangs past [`BEAT_TIMEOUT`] fails and closes its connection,
+    /// so the next beat goes out on a fresh one.
     pub async fn heartbeat(&self, instance: &str) -> Result<()> {
         let Some(side) = &self.side else {
             return Ok(());
         };
-        let pool = &side.beat;
-        sqlx::query(
-            "INSERT INTO instances (id, seen_at) VALUES ($1, $2)
-             ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
-        )
-        .bind(instance)
-        .bind(now_ms())
-        .execute(pool)
-        .await?;
-        Ok(())
+        let too_slow = || crate::error::Error::internal("a heartbeat got no answer within 2 s");
+        let mut conn = tokio::time::timeout(BEAT_TIMEOUT, side.beat.acquire())
+            .await
+            .map_err(|_| too_slow())??;
+        let sql = format!(
+            "INSERT INTO instances (id, seen_at) VALUES ($1, {DB_NOW_MS})
+             ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at"
+        );
+        let beat = sqlx::query(&sql).bind(instance).execute(&mut *conn);
+        match tokio::time::timeout(BEAT_TIMEOUT, beat).await {
+            Ok(done) => {
+                done?;
+                Ok(())
+            }
+            Err(_) => {
+                // Out of the pool and closed: a connection stuck mid-statement is not reused.
+                drop(conn.detach());
+                Err(too_slow())
+            }
+        }
     }
 
     /// Forgets an instance that stops cleanly.
@@ -192,12 +293,12 @@ impl Store {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(Vec::new());
         };
-        let rows = sqlx::query(
+        let rows = sqlx::query(&format!(
             "SELECT r.* FROM runs r LEFT JOIN instances i ON i.id = r.owner
-             WHERE r.status = 'running' AND (i.id IS NULL OR i.seen_at < $1)
+             WHERE r.status = 'running' AND (i.id IS NULL OR i.seen_at < {DB_NOW_MS} - $1)
              ORDER BY r.seq",
-        )
-        .bind(now_ms() - lease_ms)
+        ))
+        .bind(lease_ms)
         .fetch_all(pool)
         .await?;
         Ok(rows.iter().map(rows::run).collect())
