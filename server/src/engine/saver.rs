@@ -2,6 +2,8 @@
 //! one task writes whatever has gathered in one transaction, so a thousand streams cost one
 //! commit per round rather than a thousand. A save never overwrites a reply that has ended
 //! or a later save (the store checks `status` and `delta_seq`), so order does not matter.
+//! A batch the database refuses is written again reply by reply, so one bad reply never
+//! stops the others' saves.
 use crate::store::Store;
 use std::collections::HashMap;
 use tokio::sync::mpsc;
@@ -49,8 +51,14 @@ async fn write(store: Store, mut rx: mpsc::UnboundedReceiver<Save>) {
             .drain()
             .map(|(id, (text, seq))| (id, text, seq))
             .collect();
-        if let Err(e) = store.save_reply_texts(&saves).await {
-            tracing::warn!(error = %e, count = saves.len(), "could not save streamed text");
+        if store.save_reply_texts(&saves).await.is_err() && saves.len() > 1 {
+            // One reply the database refuses must not hold back every other's save: each
+            // alone, so only that one is left behind (its run's end writes its text anyway).
+            for save in &saves {
+                if let Err(e) = store.save_reply_texts(std::slice::from_ref(save)).await {
+                    tracing::warn!(error = %e, message = %save.0, "could not save streamed text");
+                }
+            }
         }
     }
 }

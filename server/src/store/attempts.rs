@@ -62,7 +62,7 @@ impl Store {
             sqlx::query(
                 "UPDATE run_attempts SET error = $1, retry_in_ms = $2 WHERE run_id = $3 AND n = $4",
             )
-            .bind(error)
+            .bind(self.storable(error))
             .bind(retry_in_ms)
             .bind(run_id)
             .bind(n as i64)

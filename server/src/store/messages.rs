@@ -97,7 +97,7 @@ impl Store {
                     "UPDATE messages SET content = $1, delta_seq = $2
                  WHERE id = $3 AND status = 'streaming' AND delta_seq < $2",
                 )
-                .bind(content)
+                .bind(self.storable(content))
                 .bind(*seq as i64)
                 .bind(id)
                 .execute(&mut *tx)

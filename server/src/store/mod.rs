@@ -95,6 +95,31 @@ macro_rules! with_writer {
 }
 pub(crate) use with_writer;
 
+/// Text as PostgreSQL can store it: its `TEXT` cannot hold U+0000, which becomes U+FFFD
+/// (CONTRACT §3). Any other text, and any text on SQLite, is kept as it is.
+pub fn pg_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        text.replace('\0', "\u{FFFD}").into()
+    } else {
+        text.into()
+    }
+}
+
+impl Store {
+    /// `text` as this backend stores it ([`pg_text`] on PostgreSQL, as is on SQLite).
+    pub fn storable<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match self.pool {
+            Pool::Postgres(_) => pg_text(text),
+            Pool::Sqlite { .. } => text.into(),
+        }
+    }
+
+    /// [`Store::storable`] of an optional text, owned (for a bind).
+    fn storable_opt(&self, text: Option<&str>) -> Option<String> {
+        text.map(|t| self.storable(t).into_owned())
+    }
+}
+
 const MESSAGE_COLUMNS: &str = "m.*,
     EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id) AS superseded";
 

@@ -119,6 +119,10 @@ impl Run<sqlx::postgres::PgRow> for &mut PgConnection {
             let mut q = sqlx::query(statement);
             for v in values {
                 q = match v {
+                    // PostgreSQL's TEXT holds no U+0000 (CONTRACT §3: stored as U+FFFD).
+                    Arg::Text(Some(t)) if t.contains('\0') => {
+                        q.bind(super::pg_text(&t).into_owned())
+                    }
                     Arg::Text(t) => q.bind(t),
                     Arg::Int(i) => q.bind(i),
                     Arg::Bool(b) => q.bind(b),

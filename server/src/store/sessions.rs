@@ -117,7 +117,7 @@ impl Store {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&id)
-        .bind(title)
+        .bind(self.storable(title))
         .bind(model)
         .bind(parent_id)
         .bind(agent_token_hash)
@@ -262,7 +262,7 @@ impl Store {
                  tools = COALESCE($3, tools)
              WHERE id = $4",
         )
-        .bind(title)
+        .bind(self.storable_opt(title))
         .bind(auto_retry.map(|a| a.as_str()))
         .bind(tools)
         .bind(id)

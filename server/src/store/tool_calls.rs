@@ -79,7 +79,7 @@ impl Store {
             .bind(arguments)
             .bind(i64::try_from(c.text_offset).unwrap_or(i64::MAX))
             .bind(c.call.status.as_str())
-            .bind(&c.call.result)
+            .bind(self.storable_opt(c.call.result.as_deref()))
             .bind(i64::from(sent))
             .bind(c.call.started_at)
             .bind(c.call.finished_at)
@@ -112,7 +112,7 @@ impl Store {
                  WHERE id = $5",
             )
             .bind(call.status.as_str())
-            .bind(&call.result)
+            .bind(self.storable_opt(call.result.as_deref()))
             .bind(call.finished_at.unwrap_or_else(now_ms))
             .bind(i64::from(not_sent))
             .bind(&call.id)
