@@ -8,26 +8,36 @@ use std::time::Duration;
 
 impl Engine {
     /// Records a run's end (unless it already ended), holds the prompts behind a failure,
-    /// and starts the next run, in the same transaction. A failed write is tried again (a
-    /// busy database must not leave a run `running`); should every try fail, the reconcile
-    /// ends the run later.
+    /// and starts the next run, in the same transaction. A failed write is tried again until
+    /// it is in (backing off to 2 s): a database outage or a failover delays the end, never
+    /// loses it. Meanwhile the run stays this instance's active run, its lease renewed, so
+    /// no reconcile or other instance ends it in its place. Only once the server is stopping
+    /// does it give up, after [`FINISH_TRIES_STOPPING`] more tries (the next start records
+    /// the run interrupted, its saved text kept).
     pub(super) async fn finish(&self, run: &Run, outcome: Outcome) {
         let session_id = &run.session_id;
         let mut delay = Duration::from_millis(50);
         let mut next_tried = false;
-        for attempt in 1..=FINISH_TRIES {
+        let mut tries_left_stopping = FINISH_TRIES_STOPPING;
+        let mut attempt = 0u32;
+        loop {
+            attempt = attempt.saturating_add(1);
             match self.record_end(run, &outcome).await {
                 Ok(tried) => {
                     next_tried = tried;
                     break;
                 }
-                Err(e) if attempt < FINISH_TRIES => {
+                Err(e) => {
+                    if self.inner.stopping.is_cancelled() {
+                        tries_left_stopping = tries_left_stopping.saturating_sub(1);
+                        if tries_left_stopping == 0 {
+                            tracing::error!(run = %run.id, error = %e, "could not record the end of a run before stopping; the next start ends it");
+                            break;
+                        }
+                    }
                     tracing::warn!(run = %run.id, attempt, error = %e, "could not record the end of a run; trying again");
                     tokio::time::sleep(delay).await;
                     delay = delay.saturating_mul(2).min(Duration::from_secs(2));
-                }
-                Err(e) => {
-                    tracing::error!(run = %run.id, error = %e, "could not record the end of a run; the reconcile will end it");
                 }
             }
         }
@@ -97,5 +107,5 @@ impl Engine {
     }
 }
 
-/// How many times a run's end is written before the reconcile is left to end it.
-const FINISH_TRIES: u32 = 5;
+/// How many more times a run's end is tried once the server is stopping.
+const FINISH_TRIES_STOPPING: u32 = 5;
