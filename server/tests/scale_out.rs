@@ -118,7 +118,10 @@ async fn many_sessions_over_two_instances_stay_within_each_instance_s_connection
                 }
             }
             assert_eq!(final_text.as_deref(), Some(expected.as_str()), "{sid}");
-            assert_eq!(text, expected, "{sid}: the deltas seen on the other instance");
+            assert_eq!(
+                text, expected,
+                "{sid}: the deltas seen on the other instance"
+            );
         })
     });
     for w in futures::future::join_all(work).await {
@@ -132,7 +135,10 @@ async fn many_sessions_over_two_instances_stay_within_each_instance_s_connection
     assert_eq!(peak.len(), 2, "both instances were seen: {peak:?}");
     let budget = i64::from(server::store::DEFAULT_MAX_CONNECTIONS);
     for (instance, n) in &peak {
-        assert!(*n <= budget, "{instance} opened {n} connections (budget {budget})");
+        assert!(
+            *n <= budget,
+            "{instance} opened {n} connections (budget {budget})"
+        );
     }
     eprintln!("{SESSIONS} sessions in {took:?}; peak connections {peak:?}");
 }
@@ -173,7 +179,11 @@ async fn a_session_locked_for_long_answers_busy_and_holds_up_no_other() {
         "gave up after {waited:?}"
     );
     assert_eq!(other.0.status, RunStatus::Completed);
-    assert!(other.1 < Duration::from_secs(5), "the free session waited {:?}", other.1);
+    assert!(
+        other.1 < Duration::from_secs(5),
+        "the free session waited {:?}",
+        other.1
+    );
     // Nothing of the refused post was kept.
     assert!(a.detail(&stuck).await.messages.is_empty());
     pool.close().await;
@@ -204,7 +214,10 @@ async fn a_dropped_lock_waiter_leaves_the_lock_free() {
             .lock_session("s", tokio::time::Instant::now() + Duration::from_secs(2))
             .await;
         assert!(again.is_ok(), "round {round}: the lock stayed taken");
-        assert!(began.elapsed() < Duration::from_millis(1500), "round {round}");
+        assert!(
+            began.elapsed() < Duration::from_millis(1500),
+            "round {round}"
+        );
         drop(again);
     }
     // Releases are sent as their guards drop: wait for the table to empty, with a deadline.
@@ -242,7 +255,9 @@ async fn run_ends_during_a_database_outage_are_written_when_it_is_back() {
         sent.push((sid, r));
     }
     // Out for 4 s from just before the streams end (about 1 s in).
-    let admin = sqlx::PgPool::connect(&postgres_url().unwrap()).await.unwrap();
+    let admin = sqlx::PgPool::connect(&postgres_url().unwrap())
+        .await
+        .unwrap();
     let name = db_name(&db);
     tokio::time::sleep(Duration::from_millis(700)).await;
     sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// How often an instance renews its lease and looks for runs orphaned by a dead one.
 pub const HEARTBEAT: Duration = Duration::from_millis(1000);
 /// How long an instance may go unseen before its running runs are recorded interrupted.
-pub const LEASE: Duration = Duration::from_millis(5000);
+pub const LEASE: Duration = Duration::from_millis(crate::store::LEASE_MS as u64);
 
 impl Engine {
     /// Starts the lease keeper and the cancel listener (shared databases only); they end

@@ -19,6 +19,20 @@ pub const SIDE_CONNECTIONS: u32 = 1 + LISTENERS;
 /// The database's clock, in ms since the Unix epoch: leases and locks are judged by it, so
 /// hosts whose clocks disagree never take each other for dead.
 pub(crate) const DB_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+/// How long an instance may go unseen (by the database's clock) before its running runs
+/// count as orphans and its writes of their progress are refused.
+pub const LEASE_MS: i64 = 5000;
+
+/// A row (`1`) while run `$1` is `running` and its instance's lease is live, locking the
+/// run's row until the transaction ends: the fence of a write of the run's progress.
+pub(super) fn fence_sql() -> String {
+    format!(
+        "SELECT 1::BIGINT FROM runs r JOIN instances i ON i.id = r.owner
+         WHERE r.id = $1 AND r.status = 'running' AND i.seen_at >= {DB_NOW_MS} - {LEASE_MS}
+         FOR SHARE OF r"
+    )
+}
+
 /// A heartbeat that takes longer than this is abandoned and its connection closed (a hung
 /// connection is replaced by a fresh one on the next beat).
 const BEAT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -59,8 +59,24 @@ impl Store {
     pub async fn tool_call_started(&self, c: &NewToolCall<'_>) -> Result<()> {
         let arguments = serde_json::to_string(&c.call.arguments).unwrap_or_else(|_| "null".into());
         let sent = c.call.status == ToolCallStatus::Running;
+        let fenced = self.is_shared().then(super::shared::fence_sql);
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
+            // Several instances: only while the run is still `running` and its instance's
+            // lease is live by the database's clock; the run's row stays locked until the
+            // commit, so no takeover falls between. An instance that lost its lease (paused,
+            // partitioned) records no call, and so executes none.
+            if let Some(sql) = &fenced {
+                let held: Option<i64> = sqlx::query_scalar(sql)
+                    .bind(c.run_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if held.is_none() {
+                    return Err(crate::error::Error::conflict(
+                        "this instance no longer holds the lease on this run",
+                    ));
+                }
+            }
             sqlx::query(
                 "INSERT INTO tool_calls (id, run_id, message_id, session_id, step, ord, provider_id,
                      server, tool, arguments, text_offset, status, result, reached, started_at,
