@@ -334,3 +334,98 @@ async fn text_holding_u0000_is_stored_and_the_run_completes() {
         .await;
     assert_eq!(title_patch.0, 200, "{}", title_patch.1);
 }
+
+/// Deltas cross instances without a row each: while a reply streams on A and is followed
+/// on B, the log never holds a delta, and B sees every delta in order. An instance that
+/// starts mid-stream and is asked for the session from the start of the log sends the
+/// reply's text so far as a snapshot, then every later delta: no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn deltas_cross_instances_without_rows_and_a_late_instance_resumes_without_a_gap() {
+    const DELTAS: usize = 100;
+    let (fake, db, a, b) = two_instances("rows").await;
+    fake.push(Script::slow(DELTAS, Duration::from_millis(30)));
+    let expected: String = (0..DELTAS).map(|i| format!("w{i} ")).collect();
+    let sid = a.create_session().await;
+    let mut on_b = b.events(&sid, None).await;
+
+    let pool = sqlx::PgPool::connect(&db).await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let rows_watch = tokio::spawn({
+        let (pool, stop) = (pool.clone(), stop.clone());
+        async move {
+            let mut most = 0i64;
+            while !stop.is_cancelled() {
+                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE name = 'delta'")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                most = most.max(n);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            most
+        }
+    });
+    let receipt = a.send(&sid, "go").await;
+
+    // A third instance, started mid-stream, asked for everything.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut cc = config(&temp_dir("rows-c"), &fake.url);
+    cc.database_url = Some(db.clone());
+    let c = TestServer::start(cc).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut on_c = c.events(&sid, Some(0)).await;
+
+    let seen_b = on_b
+        .until(Duration::from_secs(30), common::run_ended(&receipt.run_id))
+        .await;
+    let seqs: Vec<u64> = seen_b
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Delta(d) => Some(d.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=DELTAS as u64).collect::<Vec<_>>(),
+        "B: every delta once, in order"
+    );
+
+    // C: the snapshot, then the deltas after it, make the whole reply before its end.
+    let seen_c = on_c
+        .until(Duration::from_secs(30), common::run_ended(&receipt.run_id))
+        .await;
+    let mut text = String::new();
+    let mut at = 0u64;
+    let mut snapshot = false;
+    for (_, e) in &seen_c {
+        match e {
+            Event::Message(m)
+                if m.run_id.as_deref() == Some(&receipt.run_id)
+                    && m.status == Some(MessageStatus::Streaming)
+                    && m.delta_seq.unwrap_or(0) > 0 =>
+            {
+                snapshot = true;
+                text = m.content.clone();
+                at = m.delta_seq.unwrap_or(0);
+            }
+            Event::Delta(d) if d.run_id == receipt.run_id && d.seq > at => {
+                assert_eq!(d.seq, at + 1, "C: a gap after delta {at}");
+                at = d.seq;
+                text.push_str(&d.text);
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        snapshot,
+        "C sent no snapshot of the streaming reply: {seen_c:?}"
+    );
+    assert_eq!(text, expected, "C: the snapshot and the deltas after it");
+
+    stop.cancel();
+    let most = rows_watch.await.unwrap();
+    assert_eq!(most, 0, "delta rows were written to the log");
+    pool.close().await;
+}

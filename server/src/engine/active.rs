@@ -71,6 +71,24 @@ impl Engine {
     }
 }
 
+/// A streaming reply's text as the shared log delivered it here, laid over the stored text
+/// when it is further on.
+pub fn overlay_mirrored(hub: &crate::events::EventHub, mut m: Message) -> Message {
+    if m.status == Some(app::wire::MessageStatus::Streaming) {
+        let stored = m.delta_seq.unwrap_or(0);
+        let mirrored = m
+            .run_id
+            .as_deref()
+            .and_then(|r| hub.mirrored_text(r))
+            .filter(|(_, seq)| *seq > stored);
+        if let Some((text, seq)) = mirrored {
+            m.content = text;
+            m.delta_seq = Some(seq);
+        }
+    }
+    m
+}
+
 /// A message snapshot with a streaming reply's live text laid over the stored one: this
 /// instance's own runs first, else what the shared log delivered here when that is further
 /// on than the stored text (whose `delta_seq` says how far it is).

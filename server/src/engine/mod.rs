@@ -34,7 +34,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use active::{overlay_live, Live};
+pub use active::{overlay_live, overlay_mirrored, Live};
 pub use config::EngineConfig;
 
 #[derive(Clone)]

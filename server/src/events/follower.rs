@@ -1,9 +1,10 @@
-//! Shared mode: the follower that reads the database's log (woken by `LISTEN`), delivers it
-//! to this instance's subscribers and mirrors streaming replies' text.
+//! Shared mode: the follower that takes the events every instance sends (`LISTEN`, the log
+//! behind it), delivers them to this instance's subscribers and mirrors streaming replies'
+//! text.
 use super::bytes_frame;
 use super::channels::deliver;
 use super::EventHub;
-use crate::store::{LoggedEvent, EVENTS_CHANNEL};
+use crate::store::{parse_notification, LoggedEvent, Notified, EVENTS_CHANNEL};
 use app::wire::{Delta, Run, RunStatus};
 use std::time::Duration;
 
@@ -65,45 +66,103 @@ impl Mirror {
     }
 }
 
-/// Shared mode: follows the database's log from `last`, woken by `LISTEN` (and every 250 ms
-/// in case a notification was lost), and delivers what it reads to this instance.
+/// Shared mode: follows the database's log from `last`. Events arrive in `NOTIFY` payloads
+/// (deltas only there: they are not rows); the log itself is read when the follower starts
+/// listening, and again whenever its listening connection was lost, since notifications sent
+/// meanwhile are gone (a delta missed so is in the reply's end, which holds the whole text).
 pub(super) async fn follow(hub: EventHub, mut last: i64) {
     let Some(pool) = hub.store.listen_pool().cloned() else {
         return;
     };
-    let mut listener = None;
+    let pause = Duration::from_millis(250);
     loop {
-        if listener.is_none() {
-            match sqlx::postgres::PgListener::connect_with(&pool).await {
-                Ok(mut l) => match l.listen(EVENTS_CHANNEL).await {
-                    Ok(()) => listener = Some(l),
-                    Err(e) => tracing::warn!(error = %e, "cannot listen for events"),
-                },
-                Err(e) => tracing::warn!(error = %e, "cannot listen for events"),
+        // Listening first, then reading the log: nothing committed in between is missed.
+        let mut listener = match listen(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for events");
+                tokio::time::sleep(pause).await;
+                continue;
             }
+        };
+        if let Err(e) = read_log(&hub, &mut last).await {
+            tracing::warn!(error = %e, "cannot read the shared event log");
+            tokio::time::sleep(pause).await;
+            continue;
         }
-        match hub.store.events_after(last, 1000).await {
-            Ok(events) => {
-                let full = events.len() == 1000;
-                if let Some(e) = events.last() {
-                    last = e.id;
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(n)) => apply_payload(&hub, n.payload(), &mut last).await,
+                Ok(None) => {
+                    tracing::warn!("the event listener lost its connection; reading the log again");
+                    break;
                 }
-                hub.apply(events);
-                if full {
-                    continue;
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot read the shared event log"),
-        }
-        let wait = Duration::from_millis(250);
-        match listener.as_mut() {
-            Some(l) => {
-                if let Ok(Err(e)) = tokio::time::timeout(wait, l.recv()).await {
-                    tracing::warn!(error = %e, "event listener dropped; reconnecting");
-                    listener = None;
+                Err(e) => {
+                    tracing::warn!(error = %e, "the event listener failed; reading the log again");
+                    break;
                 }
             }
-            None => tokio::time::sleep(wait).await,
         }
     }
+}
+
+async fn listen(pool: &sqlx::PgPool) -> Result<sqlx::postgres::PgListener, sqlx::Error> {
+    let mut l = sqlx::postgres::PgListener::connect_with(pool).await?;
+    l.listen(EVENTS_CHANNEL).await?;
+    Ok(l)
+}
+
+/// Delivers what the log holds after `last`, page by page.
+async fn read_log(hub: &EventHub, last: &mut i64) -> crate::error::Result<()> {
+    loop {
+        let events = hub.store.events_after(*last, 1000).await?;
+        let full = events.len() == 1000;
+        if let Some(e) = events.last() {
+            *last = e.id;
+        }
+        hub.apply(events);
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+/// Delivers one notification's events after `last`, those sent by id read from the log.
+async fn apply_payload(hub: &EventHub, payload: &str, last: &mut i64) {
+    let lines = parse_notification(payload);
+    let in_log: Vec<i64> = lines
+        .iter()
+        .filter_map(|l| match l {
+            Notified::InLog(id) if *id > *last => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let mut read = if in_log.is_empty() {
+        Vec::new()
+    } else {
+        hub.store.events_by_id(&in_log).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, count = in_log.len(), "cannot read notified events from the log");
+            Vec::new()
+        })
+    }
+    .into_iter()
+    .peekable();
+    let mut events = Vec::with_capacity(lines.len());
+    for line in lines {
+        match line {
+            Notified::Event(e) if e.id > *last => events.push(e),
+            Notified::InLog(id) if id > *last => {
+                while let Some(e) = read.next_if(|e| e.id <= id) {
+                    if e.id == id {
+                        events.push(e);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(e) = events.last() {
+        *last = e.id;
+    }
+    hub.apply(events);
 }

@@ -2,10 +2,11 @@
 //! one shared, pre-rendered frame, and is written to the store in batches.
 //!
 //! One instance (SQLite): ids come from this process and events go out at once. Several
-//! instances (PostgreSQL, [`Mode::Shared`]): the database's log is the one order; each
-//! instance writes its events in batches and every instance's follower feeds its
-//! subscribers from the log, woken by `LISTEN`, and mirrors streaming replies' text so a
-//! snapshot taken anywhere agrees with the stream.
+//! instances (PostgreSQL, [`Mode::Shared`]): the database numbers events (one sequence, in
+//! commit order); each instance sends its events in batches as `NOTIFY` payloads and writes
+//! only run-level events to the log, no deltas; every instance's follower feeds its
+//! subscribers from the notifications (the log behind them), and mirrors streaming replies'
+//! text so a snapshot taken anywhere agrees with the stream.
 //!
 //! Retention: `delta` events are not kept in the log for ever. Once a run's end is written,
 //! the session's delta rows before it are pruned (at once on one instance; after

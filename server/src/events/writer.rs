@@ -94,8 +94,9 @@ pub(super) async fn write_batches(store: Store, mut rx: mpsc::UnboundedReceiver<
     }
 }
 
-/// Shared mode: writes queued events to the database's log as they come, one transaction per
-/// batch (whatever queued while the last one was written), until the hub is dropped.
+/// Shared mode: numbers and sends queued events as they come (run-level events also go to
+/// the log), one transaction per batch (whatever queued while the last one was written),
+/// until the hub is dropped.
 pub(super) async fn write_shared(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
     let mut batch: Vec<(String, &'static str, String)> = Vec::new();
     let mut ends: Vec<bool> = Vec::new();

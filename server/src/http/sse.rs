@@ -90,6 +90,17 @@ async fn backlog(
             *last = e.id;
             frames.push(render(e.id, e.name, &e.data));
         }
+        // Several instances log no deltas: a reply streaming across the range read from the
+        // log comes as a snapshot, its text so far with its `delta_seq`, and the deltas after
+        // it follow from memory (a client skips those the snapshot holds). Under the id of
+        // the last event before it, so a resume from there gets the snapshot again.
+        if hub.mode() == crate::events::Mode::Shared {
+            if let Some(m) = hub.store().streaming_reply(sid).await? {
+                let m = crate::engine::overlay_mirrored(hub, m);
+                let data = serde_json::to_string(&m).unwrap_or_default();
+                frames.push(render((*last).max(0), "message", &data));
+            }
+        }
     }
     for e in &sub.backlog {
         if e.id() > *last {

@@ -33,6 +33,20 @@ impl Store {
         })
     }
 
+    /// The session's reply that is streaming now, if any (as last saved, with its `delta_seq`).
+    pub async fn streaming_reply(&self, session_id: &str) -> Result<Option<Message>> {
+        with_pool!(self, |pool| {
+            let row = sqlx::query(&format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages m
+                 WHERE m.session_id = $1 AND m.status = 'streaming' ORDER BY m.seq DESC LIMIT 1"
+            ))
+            .bind(session_id)
+            .fetch_optional(pool)
+            .await?;
+            Ok(row.as_ref().map(rows::message))
+        })
+    }
+
     pub async fn message(&self, id: &str) -> Result<Message> {
         with_pool!(self, |pool| {
             let row = sqlx::query(&format!(

@@ -34,7 +34,10 @@ pub use events::LoggedEvent;
 pub use messages::HistoryEntry;
 pub use runs::{Dispatched, Finished, NewRun, Outcome};
 pub use sessions::{SessionCall, SessionPage, SessionRecord, MAX_SESSION_PAGE};
-pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL, LEASE_MS, SIDE_CONNECTIONS};
+pub use shared::{
+    parse_notification, Notified, SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL, LEASE_MS,
+    SIDE_CONNECTIONS,
+};
 pub use starts::Started;
 pub use tool_calls::{parts, NewToolCall, RecordedCall};
 

@@ -19,6 +19,73 @@ pub const SIDE_CONNECTIONS: u32 = 1 + LISTENERS;
 /// The database's clock, in ms since the Unix epoch: leases and locks are judged by it, so
 /// hosts whose clocks disagree never take each other for dead.
 pub(crate) const DB_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+/// A notification's payload stays under PostgreSQL's limit (8,000 bytes).
+const NOTIFY_BYTES: usize = 7900;
+
+/// The rows to write (every event but deltas, and events too large to send) and the
+/// payloads to send, each under [`NOTIFY_BYTES`], lines in id order.
+#[allow(clippy::type_complexity)]
+fn notifications<'a>(
+    batch: &'a [(String, &'static str, String)],
+    ids: &[i64],
+) -> (Vec<(i64, &'a (String, &'static str, String))>, Vec<String>) {
+    let mut rows = Vec::new();
+    let mut payloads = Vec::new();
+    let mut current = String::new();
+    for (event, id) in batch.iter().zip(ids) {
+        let (session, name, data) = event;
+        let line = format!("{id} {session} {name} {data}");
+        let fits = line.len() <= NOTIFY_BYTES;
+        if *name != "delta" || !fits {
+            rows.push((*id, event));
+        }
+        let part = if fits { line } else { id.to_string() };
+        if !current.is_empty() && current.len() + 1 + part.len() > NOTIFY_BYTES {
+            payloads.push(std::mem::take(&mut current));
+        }
+        if !current.is_empty() {
+            current.push('\n');
+        }
+        current.push_str(&part);
+    }
+    if !current.is_empty() {
+        payloads.push(current);
+    }
+    (rows, payloads)
+}
+
+/// One line of a notification — `<id> <session> <name> <data>` (data: one line of JSON),
+/// or `<id>` alone for an event too large to send — as the event it carries, or the id of one to read from the log.
+pub enum Notified {
+    Event(LoggedEvent),
+    InLog(i64),
+}
+
+/// Parses a notification's payload; a line it cannot read is skipped.
+pub fn parse_notification(payload: &str) -> Vec<Notified> {
+    payload.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<Notified> {
+    let mut parts = line.splitn(4, ' ');
+    let id: i64 = parts.next()?.parse().ok()?;
+    let Some(session_id) = parts.next() else {
+        return Some(Notified::InLog(id));
+    };
+    let name = parts.next()?;
+    let data = parts.next()?;
+    let name = app::wire::EVENT_NAMES
+        .iter()
+        .copied()
+        .find(|n| *n == name)?;
+    Some(Notified::Event(LoggedEvent {
+        id,
+        session_id: session_id.to_string(),
+        name,
+        data: data.to_string(),
+    }))
+}
+
 /// How long an instance may go unseen (by the database's clock) before its running runs
 /// count as orphans and its writes of their progress are refused.
 pub const LEASE_MS: i64 = 5000;
@@ -210,8 +277,12 @@ impl Store {
         self.side.as_ref().map(|s| &s.listen)
     }
 
-    /// Appends a batch to the shared log (ids assigned by the database, in commit order)
-    /// and wakes every instance's follower. Answers the ids given, in the batch's order.
+    /// Numbers a batch of events (ids from the log's sequence, in commit order) and sends it
+    /// to every instance's follower in `NOTIFY` payloads; only what a resume needs is written
+    /// as rows: every event but deltas, and a delta too large for a notification. A delta
+    /// thus costs no row: followers keep recent deltas in memory, and the reply's text is
+    /// saved with its `delta_seq` (a resume from the log gets that snapshot). Answers the ids
+    /// given, in the batch's order.
     pub async fn append_shared_events(
         &self,
         batch: &[(String, &'static str, String)],
@@ -219,28 +290,58 @@ impl Store {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(Vec::new());
         };
-        let mut ids = Vec::with_capacity(batch.len());
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut tx = pool.begin().await?;
+        // One writer at a time across instances, until the commit: ids, commits and
+        // notifications all come in one order.
         sqlx::query("SELECT pg_advisory_xact_lock(2, 0)")
             .execute(&mut *tx)
             .await?;
-        for chunk in batch.chunks(500) {
-            let mut qb = sqlx::QueryBuilder::new("INSERT INTO events (session_id, name, data) ");
-            qb.push_values(chunk, |mut b, (session, name, data)| {
-                b.push_bind(session).push_bind(*name).push_bind(data);
+        let mut ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT nextval(pg_get_serial_sequence('events', 'id')) FROM generate_series(1, $1)",
+        )
+        .bind(i64::try_from(batch.len()).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        ids.sort_unstable();
+        let (rows, payloads) = notifications(batch, &ids);
+        for chunk in rows.chunks(500) {
+            let mut qb =
+                sqlx::QueryBuilder::new("INSERT INTO events (id, session_id, name, data) ");
+            qb.push_values(chunk, |mut b, (id, (session, name, data))| {
+                b.push_bind(*id)
+                    .push_bind(session)
+                    .push_bind(*name)
+                    .push_bind(data);
             });
-            // The ids come from the sequence row by row, so sorted they are the batch's order.
-            qb.push(" RETURNING id");
-            let mut got: Vec<i64> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
-            got.sort_unstable();
-            ids.extend(got);
+            qb.build().execute(&mut *tx).await?;
         }
-        sqlx::query("SELECT pg_notify($1, '')")
+        sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::TEXT[]) AS p")
             .bind(EVENTS_CHANNEL)
+            .bind(&payloads)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
         Ok(ids)
+    }
+
+    /// The logged events with these ids, in id order.
+    pub async fn events_by_id(&self, ids: &[i64]) -> Result<Vec<LoggedEvent>> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(Vec::new());
+        };
+        let rows = sqlx::query(
+            "SELECT id, session_id, name, data FROM events WHERE id = ANY($1) ORDER BY id",
+        )
+        .bind(ids)
+        .fetch_all(pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| super::events::logged_event(r, r.get("session_id")))
+            .collect())
     }
 
     /// Logged events of every session after `after`, in order (at most `limit`).
