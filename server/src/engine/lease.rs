@@ -99,14 +99,17 @@ impl Engine {
             self.cancel_here(&run_id);
         }
         // A run another instance already ended (it took this one for dead) stops here too,
-        // so a session never has two replies streaming.
+        // so a session never has two replies streaming. Only runs active before the read:
+        // one launched while the read waited (for a connection, say) is not in its answer
+        // and must not be taken for ended.
+        let active_before = self.active_ids();
         let running: std::collections::HashSet<String> = store
             .running_runs_of(self.instance())
             .await?
             .into_iter()
             .map(|r| r.id)
             .collect();
-        for run_id in self.active_ids() {
+        for run_id in active_before {
             if !running.contains(&run_id) {
                 tracing::warn!(run = %run_id, "another instance ended this run: stopping it here");
                 self.cancel_here(&run_id);
