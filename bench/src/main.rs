@@ -2,7 +2,8 @@
 //! the same client reading the provider directly, in the same run.
 //!
 //! B1 relay overhead, B2 concurrency, B3 cancel latency, B4 "no quota for 50 minutes",
-//! B5 WASM bundle size, B6 added latency per tool-call step of an agent turn. The provider is a fast fake on loopback ([`fake`]); the server is a
+//! B5 WASM bundle size, B6 added latency per tool-call step of an agent turn, B7 two
+//! instances on PostgreSQL (with `--b7-postgres`). The provider is a fast fake on loopback ([`fake`]); the server is a
 //! real Mulligan (SQLite, persistence on) run as a child process of this binary ([`client`]),
 //! so its RSS and CPU are its own. `--smoke` runs each benchmark once at small size and
 //! checks correctness only; any correctness failure exits 1.
@@ -64,6 +65,14 @@ struct Opts {
     /// B6 concurrent variant: this many sessions at once, each running `--b6-turns` turns.
     #[arg(long, default_value_t = 20)]
     b6_sessions: usize,
+    /// B7: the PostgreSQL server to run two instances on (a fresh database per load), e.g.
+    /// `postgres://127.0.0.1:5432/test`; without it B7 is skipped.
+    #[arg(long)]
+    b7_postgres: Option<String>,
+    /// B7 session counts; a list runs each size, e.g. `--b7-sessions 80,300,1000`. Each
+    /// stream is `--b2-deltas` deltas `--b2-interval-ms` apart.
+    #[arg(long, value_delimiter = ',', default_value = "80")]
+    b7_sessions: Vec<usize>,
     /// Run only these benchmarks, e.g. `--only b1,b3`.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -154,6 +163,18 @@ async fn run(opts: Opts) -> ExitCode {
     if opts.wants("b6") {
         if let Err(e) = benches::b6::run(&opts, &fake, &mut t).await {
             t.fail("B6", e);
+        }
+    }
+    if opts.wants("b7") {
+        match &opts.b7_postgres {
+            Some(base) => {
+                for &n in &opts.b7_sessions {
+                    if let Err(e) = benches::b7::run(&opts, &fake, base, n, &mut t).await {
+                        t.fail(&format!("B7 ×{n}"), e);
+                    }
+                }
+            }
+            None => eprintln!("B7 skipped: give --b7-postgres <url> to run it"),
         }
     }
     println!();
