@@ -429,3 +429,57 @@ async fn deltas_cross_instances_without_rows_and_a_late_instance_resumes_without
     assert_eq!(most, 0, "delta rows were written to the log");
     pool.close().await;
 }
+
+/// An instance whose lease lapsed (its heartbeats held up for longer than the lease) records
+/// no tool call and so executes none: the model's call arrives, the fence refuses it, the run
+/// ends without a tool having run; once heartbeats go through again, tools run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn an_instance_whose_lease_lapsed_executes_no_tool() {
+    assert!(on_postgres(), "needs PostgreSQL");
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("fence");
+    let server = TestServer::start(config(&dir, &fake.url)).await;
+    let db = common::database_url(&dir).unwrap();
+    let sid = server.create_session().await;
+    let call = || Script::call("Looking. ", "call_1", "mulligan__list_sessions", json!({}));
+
+    // Heartbeats held up: the instance row locked by another transaction for 7 s, longer
+    // than the 5 s lease.
+    let pool = sqlx::PgPool::connect(&db).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM instances FOR UPDATE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(6_500)).await;
+    // The turn never gets past its first step: no reply is queued for a second one.
+    fake.push(call());
+    let sent = server.send(&sid, "look").await;
+    let run = server.wait_run_end(&sent.run_id).await;
+    tx.rollback().await.unwrap();
+    assert_ne!(run.status, RunStatus::Completed, "{run:?}");
+    assert_eq!(run.tools_executed, 0, "a tool ran without a lease: {run:?}");
+    let recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tool_calls WHERE run_id = $1")
+        .bind(&sent.run_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, 0);
+
+    // Heartbeats go through again: a tool turn runs its tool.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        fake.push(call());
+        fake.push(Script::reply(&["done"]));
+        let sent = server.send(&sid, "look again").await;
+        let run = server.wait_run_end(&sent.run_id).await;
+        if run.status == RunStatus::Completed {
+            assert_eq!(run.tools_executed, 1, "{run:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "tools never ran again: {run:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    pool.close().await;
+}
