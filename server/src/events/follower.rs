@@ -4,7 +4,7 @@
 use super::bytes_frame;
 use super::channels::deliver;
 use super::EventHub;
-use crate::store::{parse_notification, LoggedEvent, Notified, EVENTS_CHANNEL};
+use crate::store::{decode_notification, LoggedEvent, Notified, EVENTS_CHANNEL};
 use app::wire::{Delta, Run, RunStatus};
 use std::time::Duration;
 
@@ -129,7 +129,7 @@ async fn read_log(hub: &EventHub, last: &mut i64) -> crate::error::Result<()> {
 
 /// Delivers one notification's events after `last`, those sent by id read from the log.
 async fn apply_payload(hub: &EventHub, payload: &str, last: &mut i64) {
-    let lines = parse_notification(payload);
+    let lines = decode_notification(payload);
     let in_log: Vec<i64> = lines
         .iter()
         .filter_map(|l| match l {

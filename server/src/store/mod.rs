@@ -3,12 +3,13 @@
 //! once, in the dialect both accept (`$n` parameters, `ON CONFLICT`, `RETURNING`);
 //! [`with_pool!`] runs a body against whichever pool is open. One file per aggregate:
 //! `sessions`, `messages`, `runs` (with `run_reads`, `starts` and their `attempts`),
-//! `tool_calls`, `events` (the event log) and `cooldowns`; `rows` maps rows to wire types,
+//! `tool_calls`, `events` (the event log, `notify` its notifications) and `cooldowns`; `rows` maps rows to wire types,
 //! `script` sends a transaction's statements together (one trip on SQLite), `shared` holds what several PostgreSQL instances share (session locks, notifications).
 mod attempts;
 mod cooldowns;
 mod events;
 mod messages;
+mod notify;
 mod rows;
 mod run_reads;
 mod runs;
@@ -32,12 +33,10 @@ use std::str::FromStr;
 
 pub use events::LoggedEvent;
 pub use messages::HistoryEntry;
+pub use notify::{decode as decode_notification, Notified};
 pub use runs::{Dispatched, Finished, NewRun, Outcome};
 pub use sessions::{SessionCall, SessionPage, SessionRecord, MAX_SESSION_PAGE};
-pub use shared::{
-    parse_notification, Notified, SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL, LEASE_MS,
-    SIDE_CONNECTIONS,
-};
+pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL, LEASE_MS, SIDE_CONNECTIONS};
 pub use starts::Started;
 pub use tool_calls::{parts, NewToolCall, RecordedCall};
 

@@ -19,71 +19,11 @@ pub const SIDE_CONNECTIONS: u32 = 1 + LISTENERS;
 /// The database's clock, in ms since the Unix epoch: leases and locks are judged by it, so
 /// hosts whose clocks disagree never take each other for dead.
 pub(crate) const DB_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
-/// A notification's payload stays under PostgreSQL's limit (8,000 bytes).
-const NOTIFY_BYTES: usize = 7900;
-
-/// The rows to write (every event but deltas, and events too large to send) and the
-/// payloads to send, each under [`NOTIFY_BYTES`], lines in id order.
-#[allow(clippy::type_complexity)]
-fn notifications<'a>(
-    batch: &'a [(String, &'static str, String)],
-    ids: &[i64],
-) -> (Vec<(i64, &'a (String, &'static str, String))>, Vec<String>) {
-    let mut rows = Vec::new();
-    let mut payloads = Vec::new();
-    let mut current = String::new();
-    for (event, id) in batch.iter().zip(ids) {
-        let (session, name, data) = event;
-        let line = format!("{id} {session} {name} {data}");
-        let fits = line.len() <= NOTIFY_BYTES;
-        if *name != "delta" || !fits {
-            rows.push((*id, event));
-        }
-        let part = if fits { line } else { id.to_string() };
-        if !current.is_empty() && current.len() + 1 + part.len() > NOTIFY_BYTES {
-            payloads.push(std::mem::take(&mut current));
-        }
-        if !current.is_empty() {
-            current.push('\n');
-        }
-        current.push_str(&part);
-    }
-    if !current.is_empty() {
-        payloads.push(current);
-    }
-    (rows, payloads)
-}
-
-/// One line of a notification — `<id> <session> <name> <data>` (data: one line of JSON),
-/// or `<id>` alone for an event too large to send — as the event it carries, or the id of one to read from the log.
-pub enum Notified {
-    Event(LoggedEvent),
-    InLog(i64),
-}
-
-/// Parses a notification's payload; a line it cannot read is skipped.
-pub fn parse_notification(payload: &str) -> Vec<Notified> {
-    payload.lines().filter_map(parse_line).collect()
-}
-
-fn parse_line(line: &str) -> Option<Notified> {
-    let mut parts = line.splitn(4, ' ');
-    let id: i64 = parts.next()?.parse().ok()?;
-    let Some(session_id) = parts.next() else {
-        return Some(Notified::InLog(id));
-    };
-    let name = parts.next()?;
-    let data = parts.next()?;
-    let name = app::wire::EVENT_NAMES
-        .iter()
-        .copied()
-        .find(|n| *n == name)?;
-    Some(Notified::Event(LoggedEvent {
-        id,
-        session_id: session_id.to_string(),
-        name,
-        data: data.to_string(),
-    }))
+/// Event rows of any session (`id`, `session_id`, `name`, `data`), unknown names skipped.
+fn logged_events(rows: &[sqlx::postgres::PgRow]) -> Vec<LoggedEvent> {
+    rows.iter()
+        .filter_map(|r| super::events::logged_event(r, r.get("session_id")))
+        .collect()
 }
 
 /// How long an instance may go unseen (by the database's clock) before its running runs
@@ -306,7 +246,7 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         ids.sort_unstable();
-        let (rows, payloads) = notifications(batch, &ids);
+        let (rows, payloads) = super::notify::encode(batch, &ids);
         for chunk in rows.chunks(500) {
             let mut qb =
                 sqlx::QueryBuilder::new("INSERT INTO events (id, session_id, name, data) ");
@@ -338,10 +278,7 @@ impl Store {
         .bind(ids)
         .fetch_all(pool)
         .await?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| super::events::logged_event(r, r.get("session_id")))
-            .collect())
+        Ok(logged_events(&rows))
     }
 
     /// Logged events of every session after `after`, in order (at most `limit`).
@@ -356,10 +293,7 @@ impl Store {
         .bind(limit)
         .fetch_all(pool)
         .await?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| super::events::logged_event(r, r.get("session_id")))
-            .collect())
+        Ok(logged_events(&rows))
     }
 
     /// Records that `instance` is alive now, by the database's clock, on the heartbeat's own
