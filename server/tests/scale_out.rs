@@ -333,6 +333,7 @@ async fn text_holding_u0000_is_stored_and_the_run_completes() {
         .patch(&format!("/sessions/{sid}"), json!({"title": "t\u{0}"}))
         .await;
     assert_eq!(title_patch.0, 200, "{}", title_patch.1);
+    assert_eq!(server.detail(&sid).await.session.title, format!("t{nul}"));
 }
 
 /// Deltas cross instances without a row each: while a reply streams on A and is followed
