@@ -16,6 +16,7 @@ const RUN_STATUSES: [&str; 4] = ["completed", "failed", "cancelled", "superseded
 
 pub struct Metrics {
     requests_avoided: AtomicU64,
+    fenced_writes: AtomicU64,
     tier1_attempts: [AtomicU64; ATTEMPT_OUTCOMES],
     tier2_retries: AtomicU64,
     retry_now: [AtomicU64; RETRY_NOW_OUTCOMES.len()],
@@ -40,6 +41,7 @@ impl Metrics {
     pub const fn new() -> Metrics {
         Metrics {
             requests_avoided: AtomicU64::new(0),
+            fenced_writes: AtomicU64::new(0),
             tier1_attempts: [const { AtomicU64::new(0) }; ATTEMPT_OUTCOMES],
             tier2_retries: AtomicU64::new(0),
             retry_now: [const { AtomicU64::new(0) }; RETRY_NOW_OUTCOMES.len()],
@@ -51,6 +53,12 @@ impl Metrics {
     /// A provider request was not sent because a cooldown held its key.
     pub fn request_avoided(&self) {
         self.requests_avoided.fetch_add(1, Relaxed);
+    }
+
+    /// A write of a run's progress was refused because this instance's lease on the run
+    /// was not live (lapsed, or taken over by another instance).
+    pub fn fenced_write(&self) {
+        self.fenced_writes.fetch_add(1, Relaxed);
     }
 
     /// A Tier 1 attempt (one provider request) ended: `None` for ok, else its failure's class.
@@ -141,6 +149,11 @@ impl Metrics {
             "Provider requests not sent because a provider-wide cooldown held their key.",
             vec![(String::new(), self.requests_avoided.load(Relaxed))],
         );
+        counter(
+            "mulligan_fenced_writes_total",
+            "Writes of a run's progress (a tool call, a run's end) refused because this instance's lease on the run was not live: lapsed, or taken over by another instance.",
+            vec![(String::new(), self.fenced_writes.load(Relaxed))],
+        );
         let attempt_labels: Vec<&str> = std::iter::once("ok")
             .chain(RetryClass::ALL.iter().map(RetryClass::as_str))
             .chain(std::iter::once("other"))
@@ -204,6 +217,7 @@ mod tests {
         m.background_retry("fired");
         m.background_retry("fired");
         m.background_retry("cancelled");
+        m.fenced_write();
         let text = m.render();
         for line in [
             "# TYPE mulligan_provider_requests_avoided_total counter",
@@ -213,6 +227,7 @@ mod tests {
             "mulligan_tier1_attempts_total{class=\"quota_exhausted\"} 0",
             "mulligan_tier1_attempts_total{class=\"other\"} 1",
             "mulligan_tier2_retries_total 1",
+            "mulligan_fenced_writes_total 1",
             "mulligan_retry_now_total{outcome=\"started\"} 1",
             "mulligan_retry_now_total{outcome=\"busy\"} 1",
             "mulligan_retry_now_total{outcome=\"nothing_failed\"} 1",

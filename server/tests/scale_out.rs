@@ -432,8 +432,9 @@ async fn deltas_cross_instances_without_rows_and_a_late_instance_resumes_without
 }
 
 /// An instance whose lease lapsed (its heartbeats held up for longer than the lease) records
-/// no tool call and so executes none: the model's call arrives, the fence refuses it, the run
-/// ends without a tool having run; once heartbeats go through again, tools run again.
+/// no tool call and so executes none: the model's call arrives, the fence refuses it (counted
+/// in `/metrics`), and the run's end waits for the lease too; once heartbeats go through
+/// again, the run ends without a tool having run, and tools run again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
 async fn an_instance_whose_lease_lapsed_executes_no_tool() {
@@ -455,10 +456,33 @@ async fn an_instance_whose_lease_lapsed_executes_no_tool() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(6_500)).await;
     // The turn never gets past its first step: no reply is queued for a second one.
+    let fenced = || async {
+        let text = reqwest::get(format!("{}/metrics", server.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("mulligan_fenced_writes_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .expect("the fenced writes counter")
+    };
+    let fenced_before = fenced().await;
     fake.push(call());
     let sent = server.send(&sid, "look").await;
-    let run = server.wait_run_end(&sent.run_id).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fenced().await == fenced_before {
+        assert!(
+            Instant::now() < deadline,
+            "the fence never refused the tool call"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nothing of the run is written while the lease is lapsed, its end neither.
+    assert_eq!(server.run(&sent.run_id).await.status, RunStatus::Running);
     tx.rollback().await.unwrap();
+    let run = server.wait_run_end(&sent.run_id).await;
     assert_ne!(run.status, RunStatus::Completed, "{run:?}");
     assert_eq!(run.tools_executed, 0, "a tool ran without a lease: {run:?}");
     let recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tool_calls WHERE run_id = $1")

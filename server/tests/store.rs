@@ -2,7 +2,7 @@
 use testkit as common;
 
 use app::wire::{AutoRetry, MessageStatus, ProvenanceKind, RunStatus};
-use server::store::{NewRun, Outcome, Started, Store};
+use server::store::{EndBy, NewRun, Outcome, Started, Store};
 
 async fn open(tag: &str) -> Store {
     let dir = common::temp_dir(tag);
@@ -25,6 +25,8 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         .await
         .unwrap()
         .run;
+    // The run's lease (on PostgreSQL, saves of a run without one are refused).
+    store.heartbeat("i-test").await.unwrap();
     let Started { run, reply, .. } = store
         .start_next(&session.id, "i-test")
         .await
@@ -51,7 +53,11 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         tokens_used: 3,
         tool_calls_recorded: false,
     };
-    let (ended, final_reply) = store.finish_run(&run.id, &outcome).await.unwrap().unwrap();
+    let (ended, final_reply) = store
+        .finish_run(&run.id, &outcome, EndBy::Settled)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(ended.status, RunStatus::Completed);
     assert_eq!(final_reply.unwrap().content, "a b c");
     assert_eq!(store.session(&session.id).await.unwrap().tokens_used, 3);
@@ -64,7 +70,11 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         tokens_used: 100,
         ..outcome
     };
-    assert!(store.finish_run(&run.id, &late).await.unwrap().is_none());
+    assert!(store
+        .finish_run(&run.id, &late, EndBy::Settled)
+        .await
+        .unwrap()
+        .is_none());
     assert_eq!(
         store.run(&run.id).await.unwrap().status,
         RunStatus::Completed
@@ -129,7 +139,10 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         tokens_used: 1,
         tool_calls_recorded: false,
     };
-    store.finish_run(&first.run.id, &done).await.unwrap();
+    store
+        .finish_run(&first.run.id, &done, EndBy::Settled)
+        .await
+        .unwrap();
     let next = store.start_next(sid, "i-a").await.unwrap().unwrap();
     assert_eq!(next.run.id, second.run.id);
     assert_eq!(next.call.tokens_used, 1, "the first run's tokens are spent");

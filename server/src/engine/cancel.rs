@@ -2,7 +2,7 @@
 //! session is doing (its running run, else its next queued one, and its waiting retry).
 use super::Engine;
 use crate::error::{Error, Kind, Result};
-use crate::store::Outcome;
+use crate::store::{EndBy, Outcome};
 use app::wire::{Event, Run, RunStatus};
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ impl Engine {
                 let (run, _) = self
                     .inner
                     .store
-                    .finish_run(run_id, &outcome)
+                    .finish_run(run_id, &outcome, EndBy::Settled)
                     .await?
                     .ok_or_else(ended)?;
                 self.publish(session_id, Event::Run(run.clone()));

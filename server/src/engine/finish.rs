@@ -1,16 +1,17 @@
 //! Finishing a run: recording its end (tried again while the database is busy), holding or
 //! releasing the prompts behind it, and starting the session's next run.
 use super::Engine;
-use crate::error::Result;
-use crate::store::{Finished, Outcome};
+use crate::error::{Error, Result};
+use crate::store::{EndBy, Finished, Outcome};
 use app::wire::{Event, Run, RunStatus};
 use std::time::Duration;
 
 impl Engine {
     /// Records a run's end (unless it already ended), holds the prompts behind a failure,
     /// and starts the next run, in the same transaction. A failed write is tried again until
-    /// it is in (backing off to 2 s): a database outage or a failover delays the end, never
-    /// loses it. Meanwhile the run stays this instance's active run, its lease renewed, so
+    /// it is in (backing off to 2 s): a database outage, a failover or a lapse of this
+    /// instance's lease that no one acted on delays the end, never loses it; a takeover ends
+    /// the tries. Meanwhile the run stays this instance's active run, its lease renewed, so
     /// no reconcile or other instance ends it in its place. Only once the server is stopping
     /// does it give up, after [`FINISH_TRIES_STOPPING`] more tries (the next start records
     /// the run interrupted, its saved text kept).
@@ -70,7 +71,11 @@ impl Engine {
             .as_ref()
             .and(self.owner())
             .map(|owner| (session_id.as_str(), owner));
-        let ended = self.inner.store.end_run(&run.id, outcome, start).await?;
+        let ended = self
+            .inner
+            .store
+            .end_run(&run.id, outcome, EndBy::Owner, start)
+            .await?;
         let Some(Finished {
             run,
             reply,
@@ -78,6 +83,20 @@ impl Engine {
             started,
         }) = ended
         else {
+            // Refused: the run ended elsewhere, or its lease is lapsed for now. A lapse no
+            // one acted on is like an outage: the end waits for the next heartbeat.
+            if self.inner.store.is_shared()
+                && self
+                    .inner
+                    .store
+                    .still_owned(&run.id, self.instance())
+                    .await?
+            {
+                crate::metrics::metrics().fenced_write();
+                return Err(Error::conflict(
+                    "this instance's lease lapsed; the run's end waits for its next heartbeat",
+                ));
+            }
             return Ok(false);
         };
         if let Some(mut reply) = reply {

@@ -3,7 +3,7 @@
 //! stops its runs when another instance asks (`LISTEN`, with a polled flag behind it).
 use super::{Engine, LOOP_LOCK_WAIT};
 use crate::error::{Error, Result};
-use crate::store::CANCEL_CHANNEL;
+use crate::store::{EndBy, CANCEL_CHANNEL};
 use app::wire::{Run, RunStatus};
 use std::time::{Duration, Instant};
 
@@ -98,13 +98,14 @@ impl Engine {
         for run_id in store.cancels_requested(self.instance()).await? {
             self.cancel_here(&run_id);
         }
-        // A run another instance already ended (it took this one for dead) stops here too,
-        // so a session never has two replies streaming. Only runs active before the read:
-        // one launched while the read waited (for a connection, say) is not in its answer
-        // and must not be taken for ended.
+        // A run another instance already ended, or took over (it took this one for dead,
+        // and moved this instance's lease epoch on), stops here too: a session never has
+        // two replies streaming, and nothing started under a lost lease goes on. Only runs
+        // active before the read: one launched while the read waited (for a connection,
+        // say) is not in its answer and must not be taken for ended.
         let active_before = self.active_ids();
         let running: std::collections::HashSet<String> = store
-            .running_runs_of(self.instance())
+            .leased_runs_of(self.instance())
             .await?
             .into_iter()
             .map(|r| r.id)
@@ -118,7 +119,7 @@ impl Engine {
         if !self.seen_alive_for_a_lease() {
             return Ok(());
         }
-        let orphans = store.orphaned_runs(LEASE.as_millis() as i64).await?;
+        let orphans = store.orphaned_runs().await?;
         for run in orphans {
             tracing::warn!(run = %run.id, "the instance executing this run stopped renewing its lease");
             // One session locked for long (or a failed write) holds up only itself: it is
@@ -134,8 +135,12 @@ impl Engine {
     /// session has queued, under the session's lock (waiting `wait` for it at most).
     pub(super) async fn take_over(&self, run: &Run, wait: Duration) -> Result<()> {
         let _guard = self.lock_within(&run.session_id, wait).await?;
-        self.interrupt_locked(run, "the server stopped while this reply was being written")
-            .await?;
+        self.interrupt_locked(
+            run,
+            "the server stopped while this reply was being written",
+            EndBy::Takeover,
+        )
+        .await?;
         self.pump(&run.session_id).await.map(drop)
     }
 

@@ -3,6 +3,7 @@
 //! is ended `failed`/`interrupted`, and its session's queue moves on.
 use super::{Engine, LOOP_LOCK_WAIT};
 use crate::error::Result;
+use crate::store::EndBy;
 use app::wire::RunStatus;
 
 impl Engine {
@@ -43,6 +44,7 @@ impl Engine {
             self.interrupt_locked(
                 &run,
                 "the server lost track of this reply while it was being written",
+                EndBy::Settled,
             )
             .await?;
             self.pump(&run.session_id).await?;

@@ -1,9 +1,9 @@
 //! Recovery: on start, runs left `running` by a stop (or, on a shared database, by a dead
 //! instance) are recorded interrupted, and free queues start.
-use super::{lease, Engine};
+use super::Engine;
 use crate::error::Result;
 use crate::retry::classify;
-use crate::store::Outcome;
+use crate::store::{EndBy, Outcome};
 use app::wire::{Event, RetryClass, Run, RunStatus};
 
 impl Engine {
@@ -14,7 +14,7 @@ impl Engine {
     pub async fn recover(&self) -> Result<()> {
         let store = &self.inner.store;
         let left = if store.is_shared() {
-            store.orphaned_runs(lease::LEASE.as_millis() as i64).await?
+            store.orphaned_runs().await?
         } else {
             store.runs_left_running().await?
         };
@@ -38,8 +38,9 @@ impl Engine {
     }
 
     /// [`Engine::interrupt`] under the session lock the caller holds, with `why` as the
-    /// recorded error message.
-    pub(super) async fn interrupt_locked(&self, run: &Run, why: &str) -> Result<()> {
+    /// recorded error message; `by` says whose end it is (a takeover only while the run's
+    /// lease is still lapsed).
+    pub(super) async fn interrupt_locked(&self, run: &Run, why: &str, by: EndBy) -> Result<()> {
         let store = &self.inner.store;
         let partial = match &run.reply_message_id {
             Some(id) => store.message(id).await?.content,
@@ -54,7 +55,7 @@ impl Engine {
             tool_calls_recorded: true, // unknown after a restart
         };
         tracing::warn!(run = %run.id, "marking a run interrupted by a server stop");
-        if let Some((run, reply)) = store.finish_run(&run.id, &outcome).await? {
+        if let Some((run, reply)) = store.finish_run(&run.id, &outcome, by).await? {
             if let Some(reply) = reply {
                 self.publish(&run.session_id, Event::Message(reply));
             }

@@ -102,23 +102,39 @@ impl Store {
 
     /// Stores streaming replies' text so far, `(message id, text, delta count)`, in one
     /// transaction (called in batches on a timer, never per delta). A reply that has ended,
-    /// or whose stored text is already further on, is left alone.
+    /// or whose stored text is already further on, is left alone; so is, on a shared
+    /// database, one whose run's lease is no longer live (fencing).
     pub async fn save_reply_texts(&self, saves: &[(String, String, u64)]) -> Result<()> {
+        let sql: &'static str = if self.is_shared() {
+            &SAVE_REPLY_TEXT_FENCED
+        } else {
+            SAVE_REPLY_TEXT
+        };
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             for (id, content, seq) in saves {
-                sqlx::query(
-                    "UPDATE messages SET content = $1, delta_seq = $2
-                 WHERE id = $3 AND status = 'streaming' AND delta_seq < $2",
-                )
-                .bind(self.storable(content))
-                .bind(*seq as i64)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+                sqlx::query(sql)
+                    .bind(self.storable(content))
+                    .bind(*seq as i64)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
             }
             tx.commit().await?;
             Ok(())
         })
     }
 }
+
+/// A streaming reply's text so far ($1 text, $2 delta count, $3 message).
+const SAVE_REPLY_TEXT: &str = "UPDATE messages SET content = $1, delta_seq = $2
+     WHERE id = $3 AND status = 'streaming' AND delta_seq < $2";
+
+/// [`SAVE_REPLY_TEXT`] only while the reply's run is `running` under a live lease.
+static SAVE_REPLY_TEXT_FENCED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{SAVE_REPLY_TEXT} AND EXISTS (SELECT 1 FROM runs r
+             WHERE r.id = messages.run_id AND r.status = 'running' AND {})",
+        super::shared::lease_live("r")
+    )
+});

@@ -3,6 +3,7 @@
 use super::script::{Arg, Run as _, Script};
 use super::starts::{self, Started};
 use super::*;
+use std::sync::LazyLock;
 
 /// A run to queue: on a new operator message (a prompt, a continuation) or on an existing one.
 pub struct NewRun<'a> {
@@ -98,6 +99,51 @@ const END_RUN: &str =
          retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7
      WHERE id = $8 AND status IN ('queued', 'running')
      RETURNING *";
+
+/// Who records a run's end, which decides what the end's statement checks on a shared
+/// database (on SQLite, one instance, nothing more than [`END_RUN`]'s own check).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndBy {
+    /// The instance executing the run: only while the lease it started the run under is
+    /// live (fencing: an instance that lost it writes nothing).
+    Owner,
+    /// Another instance ending a run whose lease lapsed: only while it is still lapsed,
+    /// and the owner's epoch moves on with it, so nothing the owner started under that
+    /// lease can write again.
+    Takeover,
+    /// Whoever holds the session's lock with no one executing the run (a queued run's
+    /// cancel, a run this instance recorded but has no task for, a restart on SQLite).
+    Settled,
+}
+
+/// [`END_RUN`] for the owner of a run on a shared database.
+static END_RUN_OWNER: LazyLock<String> = LazyLock::new(|| {
+    END_RUN.replace(
+        "AND status IN ('queued', 'running')",
+        &format!("AND status = 'running' AND {}", shared::lease_live("runs")),
+    )
+});
+/// [`END_RUN`] for a takeover on a shared database.
+static END_RUN_TAKEOVER: LazyLock<String> = LazyLock::new(|| {
+    END_RUN.replace(
+        "AND status IN ('queued', 'running')",
+        &format!(
+            "AND status = 'running' AND NOT {}",
+            shared::lease_live("runs")
+        ),
+    )
+});
+/// A takeover moves the lapsed owner of run $1 to its next epoch (nothing when the owner
+/// is gone or alive).
+static REVOKE_LEASE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE instances SET epoch = epoch + 1
+         WHERE id = (SELECT owner FROM runs WHERE id = $1)
+           AND seen_at < {} - {}",
+        shared::DB_NOW_MS,
+        shared::LEASE_MS
+    )
+});
 
 /// The final text and status of run $7's reply ($1 text, $2 status, $3 error, $4 retryable,
 /// $5 class, $6 retry after).
@@ -275,9 +321,10 @@ impl Store {
         &self,
         run_id: &str,
         o: &Outcome,
+        by: EndBy,
     ) -> Result<Option<(Run, Option<Message>)>> {
         Ok(self
-            .end_run(run_id, o, None)
+            .end_run(run_id, o, by, None)
             .await?
             .map(|f| (f.run, f.reply)))
     }
@@ -291,6 +338,7 @@ impl Store {
         &self,
         run_id: &str,
         o: &Outcome,
+        by: EndBy,
         start: Option<(&str, &str)>,
     ) -> Result<Option<Finished>> {
         let now = now_ms();
@@ -305,7 +353,15 @@ impl Store {
         let mut args = vec![o.status.as_str().into(), o.error_message.clone().into()];
         args.extend(retry_args());
         args.extend([now.into(), o.tokens_used.into(), run_id.into()]);
-        let ended = script.push(END_RUN, args);
+        let end_sql: &'static str = match (self.is_shared(), by) {
+            (true, EndBy::Owner) => &END_RUN_OWNER,
+            (true, EndBy::Takeover) => &END_RUN_TAKEOVER,
+            _ => END_RUN,
+        };
+        let ended = script.push(end_sql, args);
+        if self.is_shared() && by == EndBy::Takeover {
+            script.push(&REVOKE_LEASE, vec![run_id.into()]);
+        }
         let mut args = vec![o.content.as_str().into(), msg_status.as_str().into()];
         args.push(o.error_message.clone().into());
         args.extend(retry_args());

@@ -30,13 +30,24 @@ fn logged_events(rows: &[sqlx::postgres::PgRow]) -> Vec<LoggedEvent> {
 /// count as orphans and its writes of their progress are refused.
 pub const LEASE_MS: i64 = 5000;
 
-/// A row (`1`) while run `$1` is `running` and its instance's lease is live, locking the
-/// run's row until the transaction ends: the fence of a write of the run's progress.
+/// SQL that holds while the lease a run was started under is live: its owner's epoch is
+/// still the one the run recorded (no instance took the owner's runs over since) and the
+/// owner was seen within [`LEASE_MS`] by the database's clock. `run` names the `runs` row.
+pub(super) fn lease_live(run: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM instances i WHERE i.id = {run}.owner
+             AND i.epoch = COALESCE({run}.owner_epoch, 0)
+             AND i.seen_at >= {DB_NOW_MS} - {LEASE_MS})"
+    )
+}
+
+/// A row (`1`) while run `$1` is `running` under a live lease (instance and epoch), locking
+/// the run's row until the transaction ends: the fence of a write of the run's progress.
 pub(super) fn fence_sql() -> String {
     format!(
-        "SELECT 1::BIGINT FROM runs r JOIN instances i ON i.id = r.owner
-         WHERE r.id = $1 AND r.status = 'running' AND i.seen_at >= {DB_NOW_MS} - {LEASE_MS}
-         FOR SHARE OF r"
+        "SELECT 1::BIGINT FROM runs r WHERE r.id = $1 AND r.status = 'running' AND {}
+         FOR SHARE OF r",
+        lease_live("r")
     )
 }
 
@@ -337,17 +348,52 @@ impl Store {
         Ok(())
     }
 
-    /// Running runs whose executing instance has not been seen for `lease_ms` (or is gone).
-    pub async fn orphaned_runs(&self, lease_ms: i64) -> Result<Vec<Run>> {
+    /// Running runs whose lease is no longer live: their instance has not been seen for
+    /// [`LEASE_MS`], is gone, or had its runs taken over (its epoch moved on).
+    pub async fn orphaned_runs(&self) -> Result<Vec<Run>> {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(Vec::new());
         };
         let rows = sqlx::query(&format!(
-            "SELECT r.* FROM runs r LEFT JOIN instances i ON i.id = r.owner
-             WHERE r.status = 'running' AND (i.id IS NULL OR i.seen_at < {DB_NOW_MS} - $1)
-             ORDER BY r.seq",
+            "SELECT r.* FROM runs r WHERE r.status = 'running' AND NOT {} ORDER BY r.seq",
+            lease_live("r")
         ))
-        .bind(lease_ms)
+        .fetch_all(pool)
+        .await?;
+        Ok(rows.iter().map(rows::run).collect())
+    }
+
+    /// Whether run `run_id` is still `running` as `owner`'s, under the epoch it was started
+    /// with: its lease may have lapsed for a while, but no one took it over (always true on
+    /// SQLite, where nothing fences).
+    pub async fn still_owned(&self, run_id: &str, owner: &str) -> Result<bool> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(true);
+        };
+        let row: Option<i64> = sqlx::query_scalar(
+            "SELECT 1::BIGINT FROM runs r JOIN instances i ON i.id = r.owner
+             WHERE r.id = $1 AND r.owner = $2 AND r.status = 'running'
+               AND i.epoch = COALESCE(r.owner_epoch, 0)",
+        )
+        .bind(run_id)
+        .bind(owner)
+        .fetch_optional(pool)
+        .await?;
+        Ok(row.is_some())
+    }
+
+    /// Running runs `owner` executes under its current lease epoch: a run it started under
+    /// an epoch that was taken over since is not among them (it must stop it).
+    pub async fn leased_runs_of(&self, owner: &str) -> Result<Vec<Run>> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return self.running_runs_of(owner).await;
+        };
+        let rows = sqlx::query(
+            "SELECT r.* FROM runs r JOIN instances i ON i.id = r.owner
+             WHERE r.owner = $1 AND r.status = 'running' AND i.epoch = COALESCE(r.owner_epoch, 0)
+             ORDER BY r.seq",
+        )
+        .bind(owner)
         .fetch_all(pool)
         .await?;
         Ok(rows.iter().map(rows::run).collect())

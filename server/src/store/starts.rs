@@ -32,10 +32,11 @@ const START_ATTEMPT: &str = "INSERT INTO run_attempts (run_id, n, started_at)
      ON CONFLICT (run_id, n) DO UPDATE
      SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL";
 
-/// The run whose reply is $2 becomes `running` at $1, executed by instance $3; it comes back
-/// with its session's model, spend and tools.
+/// The run whose reply is $2 becomes `running` at $1, executed by instance $3 under its
+/// current lease epoch; it comes back with its session's model, spend and tools.
 const START_RUN: &str =
     "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
+         owner_epoch = COALESCE((SELECT epoch FROM instances WHERE id = $3), 0),
          tier1_attempts = 1, steps = 1
      WHERE id = (SELECT run_id FROM messages WHERE id = $2)
      RETURNING *,

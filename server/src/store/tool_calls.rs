@@ -72,6 +72,7 @@ impl Store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 if held.is_none() {
+                    crate::metrics::metrics().fenced_write();
                     return Err(crate::error::Error::conflict(
                         "this instance no longer holds the lease on this run",
                     ));
@@ -113,29 +114,40 @@ impl Store {
     }
 
     /// Records a call's end. `not_sent`: it never reached its server after all (the server
-    /// was not ready), so it no longer counts as executed.
+    /// was not ready), so it no longer counts as executed. `conflict` when the call is no
+    /// longer its run's to end: the run's end recorded it already, or (shared database) the
+    /// lease the run was started under is gone.
     pub async fn tool_call_ended(
         &self,
         call: &ToolCall,
         run_id: &str,
         not_sent: bool,
     ) -> Result<()> {
+        let sql: &'static str = if self.is_shared() {
+            &END_CALL_FENCED
+        } else {
+            END_CALL
+        };
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let n = sqlx::query(
-                "UPDATE tool_calls SET status = $1, result = $2, finished_at = $3,
-                     reached = CASE WHEN $4 = 1 THEN 0 ELSE reached END
-                 WHERE id = $5",
-            )
-            .bind(call.status.as_str())
-            .bind(self.storable_opt(call.result.as_deref()))
-            .bind(call.finished_at.unwrap_or_else(now_ms))
-            .bind(i64::from(not_sent))
-            .bind(&call.id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if not_sent && n > 0 {
+            let n = sqlx::query(sql)
+                .bind(call.status.as_str())
+                .bind(self.storable_opt(call.result.as_deref()))
+                .bind(call.finished_at.unwrap_or_else(now_ms))
+                .bind(i64::from(not_sent))
+                .bind(&call.id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if n == 0 {
+                if self.is_shared() {
+                    crate::metrics::metrics().fenced_write();
+                }
+                return Err(crate::error::Error::conflict(
+                    "this tool call is no longer this instance's to record: its run ended or its lease lapsed",
+                ));
+            }
+            if not_sent {
                 sqlx::query(
                     "UPDATE runs SET tools_executed = tools_executed - 1
                      WHERE id = $1 AND tools_executed > 0",
@@ -218,3 +230,18 @@ pub fn parts(content: &str, calls: &[RecordedCall]) -> Vec<Part> {
         .collect();
     app::wire::parts_of(content, &split)
 }
+
+/// A call's end ($1 status, $2 result, $3 finished at, $4 not sent, $5 call), only while it
+/// is `running`: a call its run's end already recorded `interrupted` or `cancelled` stays so.
+const END_CALL: &str = "UPDATE tool_calls SET status = $1, result = $2, finished_at = $3,
+         reached = CASE WHEN $4 = 1 THEN 0 ELSE reached END
+     WHERE id = $5 AND status = 'running'";
+
+/// [`END_CALL`] only while the call's run is `running` under a live lease (fencing).
+static END_CALL_FENCED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{END_CALL} AND EXISTS (SELECT 1 FROM runs r
+             WHERE r.id = tool_calls.run_id AND r.status = 'running' AND {})",
+        super::shared::lease_live("r")
+    )
+});
