@@ -14,8 +14,9 @@ pub const EVENTS_CHANNEL: &str = "mulligan_events";
 pub const CANCEL_CHANNEL: &str = "mulligan_cancel";
 /// `LISTEN` connections an instance keeps: the event follower's and the cancel listener's.
 const LISTENERS: u32 = 2;
-/// Connections an instance opens besides its main pool: the heartbeat's and the listeners'.
-pub const SIDE_CONNECTIONS: u32 = 1 + LISTENERS;
+/// Connections an instance opens besides its main pool: the heartbeat's, the event log
+/// writer's and the listeners'.
+pub const SIDE_CONNECTIONS: u32 = 2 + LISTENERS;
 /// The database's clock, in ms since the Unix epoch: leases and locks are judged by it, so
 /// hosts whose clocks disagree never take each other for dead.
 pub(crate) const DB_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
@@ -61,12 +62,16 @@ const LOCK_TTL_MS: i64 = 30_000;
 /// Connections kept apart from the main pool, so that no load on it can starve them:
 /// - `beat`: one connection for heartbeats, so a busy pool never lets this instance's
 ///   lease lapse (and another instance declare it dead).
+/// - `events`: one connection for the event log's writer, so that a delta's way to other
+///   instances never queues behind a burst of run starts for the main pool (its batches
+///   are written one at a time anyway).
 /// - `listen`: the `LISTEN` connections (events, cancels), which a listener keeps for its
 ///   whole life and would otherwise take from the main pool.
 ///
 /// Session locks take no connection of their own: they are rows ([`Store::lock_session`]).
 pub(super) struct SidePools {
     beat: PgPool,
+    events: PgPool,
     listen: PgPool,
 }
 
@@ -77,6 +82,10 @@ impl SidePools {
                 .max_connections(1)
                 .acquire_timeout(BEAT_TIMEOUT)
                 .connect_lazy_with(opts.clone()),
+            events: PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_lazy_with(opts.clone()),
             listen: PgPoolOptions::new()
                 .max_connections(LISTENERS)
                 .acquire_timeout(Duration::from_secs(10))
@@ -86,6 +95,7 @@ impl SidePools {
 
     pub(super) async fn close(&self) {
         self.beat.close().await;
+        self.events.close().await;
         self.listen.close().await;
     }
 }
@@ -233,18 +243,18 @@ impl Store {
     /// as rows: every event but deltas, and a delta too large for a notification. A delta
     /// thus costs no row: followers keep recent deltas in memory, and the reply's text is
     /// saved with its `delta_seq` (a resume from the log gets that snapshot). Answers the ids
-    /// given, in the batch's order.
+    /// given, in the batch's order. On the writer's own connection.
     pub async fn append_shared_events(
         &self,
         batch: &[(String, &'static str, String)],
     ) -> Result<Vec<i64>> {
-        let Pool::Postgres(pool) = &self.pool else {
+        let Some(side) = &self.side else {
             return Ok(Vec::new());
         };
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = pool.begin().await?;
+        let mut tx = side.events.begin().await?;
         // One writer at a time across instances, until the commit: ids, commits and
         // notifications all come in one order.
         sqlx::query("SELECT pg_advisory_xact_lock(2, 0)")
