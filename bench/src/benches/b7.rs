@@ -63,6 +63,23 @@ pub async fn run(opts: &Opts, fake: &Fake, base: &str, sessions: usize, t: &mut 
     let peak = two.peak_connections.values().copied().max().unwrap_or(0);
     t.row(
         &bench,
+        "p99 transit: one instance (SSE on the posting instance) · two instances after every stream's first delta",
+        "".into(),
+        format!(
+            "one {:.2} ms · two, steady {:.2} ms",
+            p99(&one.transits_us),
+            p99(&two.steady_transits_us)
+        ),
+        format!(
+            "{:+.2} ms · {:+.2} ms",
+            p99(&one.transits_us) - direct_p99,
+            p99(&two.steady_transits_us) - direct_p99
+        ),
+        "(printed)",
+        None,
+    );
+    t.row(
+        &bench,
         "peak connections per instance (pg_stat_activity)",
         "".into(),
         format!("{:?}", two.peak_connections.values().collect::<Vec<_>>()),
@@ -131,6 +148,9 @@ struct Load {
     wall: Duration,
     last_first: Duration,
     transits_us: Vec<u64>,
+    /// Transits of the deltas that arrived after every stream's first delta: the steady
+    /// state, without the burst of run starts.
+    steady_transits_us: Vec<u64>,
     deltas: usize,
     rows: i64,
     /// Delta rows written (read before their run's end prunes them: the prune waits 5 s).
@@ -225,18 +245,26 @@ async fn load(
         wall,
         last_first: Duration::ZERO,
         transits_us: Vec::new(),
+        steady_transits_us: Vec::new(),
         deltas: 0,
         rows,
         delta_rows,
         peak_connections,
         cpu,
     };
+    let mut arrived: Vec<(Duration, u64)> = Vec::new();
     for trace in traces {
         match trace {
             Ok(tr) => {
                 out.completed += 1;
                 out.deltas += tr.arrivals.len();
                 out.last_first = out.last_first.max(tr.t0 - start + tr.first());
+                arrived.extend(
+                    tr.arrivals
+                        .iter()
+                        .map(|a| a.saturating_duration_since(start))
+                        .zip(tr.transits_us.iter().copied()),
+                );
                 out.transits_us.extend(tr.transits_us);
             }
             Err(e) => {
@@ -245,6 +273,11 @@ async fn load(
             }
         }
     }
+    out.steady_transits_us = arrived
+        .into_iter()
+        .filter(|(at, _)| *at > out.last_first)
+        .map(|(_, t)| t)
+        .collect();
     for s in servers {
         if let Ok(s) = Arc::try_unwrap(s) {
             s.stop().await;
