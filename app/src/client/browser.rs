@@ -97,19 +97,11 @@ async fn fetch_value(
     js_sys::JSON::parse(&text).map_err(|e| unreadable(js_text(&e)))
 }
 
-/// An event from its SSE name and data, as [`Event::parse`] reads it but with [`parse_json`];
-/// `None` for names this build doesn't know and for data it cannot read.
+/// An event from its SSE name and data, read by [`Event::read`] from the browser's own JSON
+/// parse; `None` for names this build doesn't know and for data it cannot read.
 fn parse_event(name: &str, data: &str) -> Option<Event> {
-    use serde_wasm_bindgen::from_value;
     let value = js_sys::JSON::parse(data).ok()?;
-    match name {
-        "message" => from_value(value).ok().map(Event::Message),
-        "delta" => from_value(value).ok().map(Event::Delta),
-        "run" => from_value(value).ok().map(Event::Run),
-        "attempt" => from_value(value).ok().map(Event::Attempt),
-        "session" => from_value(value).ok().map(Event::Session),
-        _ => None,
-    }
+    Event::read(name, serde_wasm_bindgen::Deserializer::from(value))?.ok()
 }
 
 /// An open `EventSource` on a session's events; closes when dropped or closed.
@@ -124,7 +116,9 @@ impl EventStream {
         let source = web_sys::EventSource::new(url).ok()?;
         let handler = std::rc::Rc::new(std::cell::RefCell::new(on_event));
         let mut listeners = Vec::new();
-        for name in ["message", "delta", "run", "attempt", "session"] {
+        // Every event the server sends (a listener per name: `EventSource` hands named
+        // events only to listeners of that name).
+        for &name in crate::wire::EVENT_NAMES {
             let handler = handler.clone();
             let cb = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
                 move |ev: web_sys::MessageEvent| {

@@ -64,13 +64,25 @@ impl Event {
 
     /// Parses an event from its SSE name and data; `None` for names this build doesn't know.
     pub fn parse(name: &str, data: &str) -> Option<Result<Event, serde_json::Error>> {
+        let mut de = serde_json::Deserializer::from_str(data);
+        let event = Event::read(name, &mut de)?;
+        Some(event.and_then(|e| de.end().map(|()| e)))
+    }
+
+    /// Reads the data of an event named `name` from any serde deserializer (JSON text on
+    /// the server and in the CLI, a JavaScript value in the browser): the one place that
+    /// maps [`EVENT_NAMES`] to their types. `None` for names this build doesn't know.
+    pub fn read<'de, D: serde::Deserializer<'de>>(
+        name: &str,
+        de: D,
+    ) -> Option<Result<Event, D::Error>> {
         Some(match name {
-            "message" => serde_json::from_str(data).map(Event::Message),
-            "delta" => serde_json::from_str(data).map(Event::Delta),
-            "run" => serde_json::from_str(data).map(Event::Run),
-            "attempt" => serde_json::from_str(data).map(Event::Attempt),
-            "session" => serde_json::from_str(data).map(Event::Session),
-            "tool_call" => serde_json::from_str(data).map(Event::ToolCall),
+            "message" => Message::deserialize(de).map(Event::Message),
+            "delta" => Delta::deserialize(de).map(Event::Delta),
+            "run" => Run::deserialize(de).map(Event::Run),
+            "attempt" => AttemptEvent::deserialize(de).map(Event::Attempt),
+            "session" => Session::deserialize(de).map(Event::Session),
+            "tool_call" => ToolCallEvent::deserialize(de).map(Event::ToolCall),
             _ => return None,
         })
     }

@@ -186,5 +186,14 @@ mod tests {
         for name in EVENT_NAMES {
             assert!(Event::parse(name, "{}").is_some(), "{name} parses");
         }
+        let delta = r#"{"run_id":"r","message_id":"m","seq":1,"text":"a"}"#;
+        assert!(matches!(
+            Event::parse("delta", delta),
+            Some(Ok(Event::Delta(_)))
+        ));
+        assert!(
+            matches!(Event::parse("delta", &format!("{delta} x")), Some(Err(_))),
+            "trailing text after the data is refused"
+        );
     }
 }
