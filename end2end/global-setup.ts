@@ -24,6 +24,12 @@ export default async function globalSetup() {
   const bin = process.env.MULLIGAN_BIN || join(root, 'target', 'release', 'mulligan');
   const port = await freePort();
   const dataDir = mkdtempSync(join(tmpdir(), 'mulligan-e2e-'));
+  // One MCP tool server beside the built-in tools: the reference server `everything` (from
+  // the lockfile's packages), whose long-running tool lets a test watch a call run.
+  const mcpConfig = join(dataDir, 'mcp.json');
+  writeFileSync(mcpConfig, JSON.stringify({
+    mcpServers: { every: { command: join(root, 'end2end', 'node_modules', '.bin', 'mcp-server-everything') } },
+  }));
   const child = spawn(bin, ['serve'], {
     cwd: root,
     env: {
@@ -31,6 +37,7 @@ export default async function globalSetup() {
       MULLIGAN_BIND: `127.0.0.1:${port}`,
       MULLIGAN_DATA_DIR: dataDir,
       MULLIGAN_PROVIDER: 'demo',
+      MULLIGAN_MCP_CONFIG: mcpConfig,
       MULLIGAN_DEMO_DELTA_MS: process.env.MULLIGAN_DEMO_DELTA_MS || '30',
       // Fast Tier 1 backoff and a short Tier 2 countdown keep the suite quick.
       MULLIGAN_TIER1_BASE_MS: '100',

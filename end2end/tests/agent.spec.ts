@@ -2,7 +2,7 @@
 // banner says what a retry will do, a retry continues without calling the tool again, and
 // Regenerate asks first when the turn ran tools.
 import { test, expect, Page } from '@playwright/test';
-import { newSession, runs, send, shot } from './helpers';
+import { newSession, origin, runs, send, shot } from './helpers';
 
 const banner = (page: Page) => page.locator('.retry-banner');
 const replies = (page: Page) => page.locator('li.msg.agent');
@@ -54,4 +54,23 @@ test('demo-agent-flaky: the tool call shows, the retry continues after it and it
   await expect.poll(async () => (await runs(page, sid)).map((r) => r.kind)).toEqual([
     'prompt', 'continuation', 'regenerate',
   ]);
+});
+
+test('a tool call shows running while it runs, then its result', async ({ page }) => {
+  await newSession(page, 'demo-agent', 'a tool that takes a while');
+  // The MCP server starts beside Mulligan: wait (bounded) until its tools are listed.
+  await expect.poll(async () => {
+    const r = await page.request.get(`${origin()}/api/v1/tools`);
+    const servers: any[] = (await r.json()).servers ?? [];
+    return servers.find((s) => s.name === 'every')?.status;
+  }, { timeout: 30_000 }).toBe('ready');
+  await send(page, 'call every__trigger-long-running-operation {"duration": 3, "steps": 3}');
+
+  // The call is on the page while the tool still works: its `tool_call` event arrived live.
+  const call = replies(page).last().locator('.tool-call[data-tool="trigger-long-running-operation"]');
+  await expect(call).toHaveAttribute('data-status', 'running', { timeout: 10_000 });
+  await expect(call.locator('.tool-server')).toHaveText('every');
+  await shot(page, 'agent-tool-running');
+  await expect(call).toHaveAttribute('data-status', 'ok', { timeout: 20_000 });
+  await expect(replies(page).last()).not.toHaveClass(/streaming|failed/, { timeout: 10_000 });
 });

@@ -31,7 +31,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("demo-long", "a long healthy reply (for cancel demos)"),
     (
         "demo-agent",
-        "an agent turn: lists its sub-sessions with the built-in mulligan tool, then answers",
+        "an agent turn: lists its sub-sessions with the built-in mulligan tool, then answers; a prompt `call <server>__<tool> {json}` asks for that tool instead",
     ),
     (
         "demo-agent-flaky",
@@ -173,10 +173,19 @@ fn agent_step(every: Duration, messages: &[super::ChatMessage], flaky: bool) -> 
         m.role == "user" && m.content.starts_with("Your previous turn was cut off")
     });
     if since_prompt.is_empty() && !continuing {
-        let mut words = words("Let me check my sub-sessions first. ");
+        let asked = last.and_then(|m| asked_call(&m.content));
+        let (intro, name, arguments) = match asked {
+            Some((name, arguments)) => ("Calling the tool you asked for. ", name, arguments),
+            None => (
+                "Let me check my sub-sessions first. ",
+                "mulligan__list_sessions",
+                "{}",
+            ),
+        };
+        let mut words = words(intro);
         let call = serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [{
             "index": 0, "id": format!("call_demo_{}", messages.len()), "type": "function",
-            "function": {"name": "mulligan__list_sessions", "arguments": "{}"}}]}}]});
+            "function": {"name": name, "arguments": arguments}}]}}]});
         words.push(String::new());
         return stream_with_call(every, words, call);
     }
@@ -200,6 +209,22 @@ fn agent_step(every: Duration, messages: &[super::ChatMessage], flaky: bool) -> 
         None => "I checked what already finished; the tool's result is above. Nothing else is needed.".to_string(),
     };
     stream(every, words(&text), true)
+}
+
+/// The tool an operator's prompt `call <server>__<tool> [json arguments]` asks the demo agent
+/// for (arguments `{}` when none are given): any configured tool can be tried offline.
+fn asked_call(prompt: &str) -> Option<(&str, &str)> {
+    let rest = prompt.trim().strip_prefix("call ")?.trim_start();
+    let (name, arguments) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    let arguments = arguments.trim();
+    (!name.is_empty()).then_some((
+        name,
+        if arguments.is_empty() {
+            "{}"
+        } else {
+            arguments
+        },
+    ))
 }
 
 /// Streams `deltas`, then one chunk asking for a tool call, then `[DONE]`.
@@ -308,6 +333,21 @@ fn error_coded(status: u16, kind: &str, code: &str, message: &str) -> Response {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_prompt_can_name_the_tool_the_demo_agent_calls() {
+        use super::asked_call;
+        assert_eq!(
+            asked_call("call every__echo {\"message\": \"hi\"}"),
+            Some(("every__echo", "{\"message\": \"hi\"}"))
+        );
+        assert_eq!(
+            asked_call("  call mulligan__list_sessions "),
+            Some(("mulligan__list_sessions", "{}"))
+        );
+        assert_eq!(asked_call("what are my sub-sessions?"), None);
+        assert_eq!(asked_call("call "), None);
+    }
+
     #[test]
     fn call_counters_are_bounded_and_forget_the_oldest_conversation() {
         let mut calls = super::Calls::default();
