@@ -218,6 +218,23 @@ mod tests {
         );
     }
 
+    /// New Year's Eve: a retry an hour away falls on the next day and the next year, and
+    /// says both; a leap day reads as itself.
+    #[test]
+    fn a_time_past_new_year_s_midnight_carries_its_year() {
+        let eve = parse_http_date("Thu, 31 Dec 2026 23:30:00 GMT").unwrap();
+        let today = utc(eve);
+        assert_eq!(clock_text(&utc(eve), &today), "23:30");
+        assert_eq!(
+            clock_text(&utc(eve + 3_600_000), &today),
+            "Fri 1 Jan 2027 00:30"
+        );
+        let leap = parse_http_date("Tue, 29 Feb 2028 12:00:00 GMT").unwrap();
+        let u = utc(leap);
+        assert_eq!((u.year, u.month, u.day, u.weekday), (2028, 2, 29, 2));
+        assert_eq!(clock_text(&utc(leap + 86_400_000), &u), "Wed 1 Mar 12:00");
+    }
+
     #[test]
     fn relative_hints_read_as_words() {
         assert_eq!(relative(T + 49 * 60_000 + 5_000, T), "in 49 min");
