@@ -129,9 +129,9 @@ async fn the_demo_endpoint_exists_only_with_the_demo_provider() {
         .send()
         .await
         .unwrap();
-    assert_ne!(
+    assert_eq!(
         r.status(),
-        200,
+        404,
         "the demo endpoint answered with the openai provider"
     );
 

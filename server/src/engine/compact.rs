@@ -102,13 +102,30 @@ mod tests {
             "the turn is kept whole"
         );
         // An earlier turn's result never leads the kept conversation without its call.
-        let mut earlier = vec![msg("user", 100), asked, result];
+        let mut earlier = vec![msg("user", 100), msg("assistant", 100)];
+        earlier.extend([msg("user", 100), asked, result, msg("assistant", 50)]);
         earlier.extend(convo(1));
-        let out = compact(&earlier, Some(150)).unwrap();
-        assert_eq!(out[0].role, "user");
-        assert!(out
-            .iter()
-            .all(|m| m.role != "tool" || m.tool_call_id.is_some()));
+        // Whatever the budget: every kept result has the step that asked for it kept before
+        // it, and some budget keeps a result while cutting what came before, so the check
+        // is not vacuous.
+        let mut kept_a_result_after_a_cut = false;
+        for budget in 1..=1000 {
+            let Some(out) = compact(&earlier, Some(budget)) else {
+                continue;
+            };
+            assert_eq!(out[0].role, "user", "budget {budget}");
+            for (i, m) in out.iter().enumerate().filter(|(_, m)| m.role == "tool") {
+                let id = m.tool_call_id.as_deref();
+                assert!(
+                    out[..i]
+                        .iter()
+                        .any(|a| a.tool_calls.iter().any(|c| Some(c.id.as_str()) == id)),
+                    "budget {budget}: a tool result was kept without its call: {out:?}"
+                );
+                kept_a_result_after_a_cut |= out.len() < earlier.len();
+            }
+        }
+        assert!(kept_a_result_after_a_cut);
     }
 
     #[test]
