@@ -46,17 +46,18 @@ pub async fn setup(tag: &str) -> (fake::FakeProvider, TestServer) {
     (fake, server)
 }
 
-/// A session's first turn fails (after a slow start, so a second prompt queues behind it) and
-/// holds that second prompt. Answers the failed run's id and the held prompt's receipt.
+/// A session's first turn fails (after a slow start: a 503 whose advised wait of 500 ms Tier 1
+/// sleeps out, so a second prompt queues behind it) and holds that second prompt. Answers the
+/// failed run's id and the held prompt's receipt.
 pub async fn held_behind_a_failure(
     fake: &fake::FakeProvider,
     server: &TestServer,
     sid: &str,
 ) -> (String, Receipt) {
-    fake.push(fake::Script::Stream {
-        deltas: vec![],
-        every: Duration::from_millis(200),
-        finish: false,
+    fake.push(fake::Script::Status {
+        code: 503,
+        headers: vec![("retry-after-ms", "500".into())],
+        body: serde_json::json!({"error": {"message": "busy"}}),
     });
     fake.push(fake::Script::Status {
         code: 401,
@@ -65,6 +66,10 @@ pub async fn held_behind_a_failure(
     });
     let failing = server.send(sid, "one").await;
     let queued = server.send(sid, "two").await;
+    assert!(
+        queued.queued,
+        "the second prompt did not queue behind the first: {queued:?}"
+    );
     assert_eq!(
         server.wait_run_end(&failing.run_id).await.status,
         RunStatus::Failed
