@@ -265,3 +265,81 @@ async fn leaving_background_ends_the_waiting_retry_and_a_cancelled_run_never_wai
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(session(&server, &sid).await.waiting_retry, None);
 }
+
+fn bad_key() -> Script {
+    Script::Status {
+        code: 401,
+        headers: vec![],
+        body: json!({"error": {"message": "bad key"}}),
+    }
+}
+
+/// Waits until the wall clock is `ms` past `at` (a waiting retry's time, say).
+async fn past(at: i64, ms: i64) {
+    while common::now_ms() < at + ms {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_newer_prompt_ends_the_waiting_retry_and_it_never_fires_on_that_turn() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(cfg(&temp_dir("bg-newer"), &fake, 1500)).await;
+    fake.push(overloaded()).push(bad_key());
+    let sid = background_session(&server).await;
+    let a = server.send(&sid, "A").await;
+    let w = waiting(&server, &sid).await;
+    // B fails in a way no retry helps: nothing may send it again.
+    let b = server.send(&sid, "B").await;
+    assert_eq!(
+        server.wait_run_end(&b.run_id).await.status,
+        RunStatus::Failed
+    );
+    assert_eq!(
+        session(&server, &sid).await.waiting_retry,
+        None,
+        "the newer prompt ended the retry waiting for A"
+    );
+    past(w.fires_at, 1000).await;
+    let runs = server.detail(&sid).await.runs;
+    let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, [a.run_id.as_str(), b.run_id.as_str()], "{runs:#?}");
+    assert_eq!(fake.seen().len(), 2, "A once, B once");
+}
+
+#[tokio::test]
+async fn released_prompts_end_the_waiting_retry_of_the_turn_they_were_held_behind() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(cfg(&temp_dir("bg-release"), &fake, 1500)).await;
+    // A streams a little, slowly, then is cut (retryable); B queues behind it and is held.
+    fake.push(Script::Stream {
+        deltas: vec!["half".into()],
+        every: Duration::from_millis(300),
+        finish: false,
+    })
+    .push(bad_key());
+    let sid = background_session(&server).await;
+    let a = server.send(&sid, "A").await;
+    let b = server.send(&sid, "B").await;
+    assert_eq!(
+        server.wait_run_end(&a.run_id).await.status,
+        RunStatus::Failed
+    );
+    let w = waiting(&server, &sid).await;
+    assert_eq!(
+        server.run(&b.run_id).await.held_by.as_deref(),
+        Some(a.run_id.as_str())
+    );
+    let (status, body) = server
+        .post(&format!("/sessions/{sid}/release"), json!({}))
+        .await;
+    assert_eq!((status, body["released"].clone()), (200, json!([b.run_id])));
+    assert_eq!(
+        server.wait_run_end(&b.run_id).await.status,
+        RunStatus::Failed
+    );
+    assert_eq!(session(&server, &sid).await.waiting_retry, None);
+    past(w.fires_at, 1000).await;
+    assert_eq!(server.detail(&sid).await.runs.len(), 2);
+    assert_eq!(fake.seen().len(), 2, "B was not sent again");
+}

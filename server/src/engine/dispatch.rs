@@ -12,15 +12,27 @@ use app::wire::{
 
 impl Engine {
     /// Queues a run and starts it if the session is free. Call under the session's lock.
+    /// The same transaction ends the session's waiting background retry: a newer prompt,
+    /// regenerate or retry supersedes it (a background retry firing is counted `fired` by
+    /// its caller instead).
     async fn queue(&self, new: NewRun<'_>) -> Result<Receipt> {
         let session_id = new.session_id.to_string();
+        let fired = new
+            .provenance
+            .as_ref()
+            .is_some_and(|p| p.kind == ProvenanceKind::AutoResume && p.manual == Some(false));
         let Dispatched {
             released,
             message,
             run,
             superseded,
             started,
+            waiting_retry_ended,
         } = self.store().dispatch(new, self.owner()).await?;
+        if waiting_retry_ended && !fired {
+            tracing::info!(session = %session_id, run = %run.id, "a newer turn ended the waiting background retry");
+            metrics().background_retry("superseded");
+        }
         for run in released {
             self.publish(&session_id, Event::Run(run));
         }
@@ -39,6 +51,11 @@ impl Engine {
         };
         self.publish(&session_id, Event::Run(run.clone()));
         let started = started.map(|s| self.launch(s));
+        if waiting_retry_ended {
+            if let Err(e) = self.publish_session(&session_id).await {
+                tracing::warn!(session = %session_id, error = %e, "could not announce the session");
+            }
+        }
         Ok(Receipt {
             message_id,
             queued: started.as_deref() != Some(run.id.as_str()),
@@ -181,13 +198,7 @@ impl Engine {
     async fn retry_now(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
         self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
-        let receipt = self.retry_locked(session_id, from, true).await?;
-        if self.store().clear_waiting_retry(session_id).await? {
-            tracing::info!(session = %session_id, "retry-now took over the waiting background retry");
-            metrics().background_retry("superseded");
-            self.publish_session(session_id).await?;
-        }
-        Ok(receipt)
+        self.retry_locked(session_id, from, true).await
     }
 
     /// Retry-now's claim and queueing, under the session's lock. `manual`: an operator or

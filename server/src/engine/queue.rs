@@ -8,16 +8,23 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 impl Engine {
-    /// Lets the prompts held behind a failed turn go on.
+    /// Lets the prompts held behind a failed turn go on (in order; answers their ids). They
+    /// are newer turns: the failed turn's waiting background retry ends.
     pub async fn release(&self, session_id: &str) -> Result<Vec<String>> {
         self.inner.store.session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
         let released = self.inner.store.release_held(session_id).await?;
         let ids = released.iter().map(|r| r.id.clone()).collect();
+        let any = !released.is_empty();
         for run in released {
             self.publish(session_id, Event::Run(run));
         }
         self.pump(session_id).await?;
+        if any && self.inner.store.clear_waiting_retry(session_id).await? {
+            tracing::info!(session = %session_id, "released prompts ended the waiting background retry");
+            crate::metrics::metrics().background_retry("superseded");
+            self.publish_session(session_id).await?;
+        }
         Ok(ids)
     }
 
