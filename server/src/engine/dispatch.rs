@@ -68,7 +68,13 @@ impl Engine {
     /// Posts an operator message: releases prompts held behind a failed turn (they go first,
     /// in order), then queues this one behind them.
     pub async fn post_message(&self, session_id: &str, content: &str) -> Result<Receipt> {
-        let content = validate_content(content)?;
+        let content = validate_content(content)?.to_string();
+        let (engine, session_id) = (self.clone(), session_id.to_string());
+        self.carried(async move { engine.post(&session_id, &content).await })
+            .await
+    }
+
+    async fn post(&self, session_id: &str, content: &str) -> Result<Receipt> {
         // A missing session is found by the dispatch (its message refers to the session).
         let _guard = self.lock(session_id).await?;
         self.queue(NewRun::prompt(session_id, content)).await
@@ -82,6 +88,24 @@ impl Engine {
     /// Counted where it happens: a regenerate with `if_last_run` and not `manual` is a Tier 2
     /// retry, and the ended runs whose replies it superseded are counted `superseded`.
     pub async fn regenerate(
+        &self,
+        session_id: &str,
+        mid: &str,
+        if_last_run: Option<&str>,
+        manual: bool,
+    ) -> Result<Receipt> {
+        let engine = self.clone();
+        let (session_id, mid) = (session_id.to_string(), mid.to_string());
+        let if_last_run = if_last_run.map(str::to_string);
+        self.carried(async move {
+            engine
+                .regenerate_counted(&session_id, &mid, if_last_run.as_deref(), manual)
+                .await
+        })
+        .await
+    }
+
+    async fn regenerate_counted(
         &self,
         session_id: &str,
         mid: &str,
@@ -190,9 +214,14 @@ impl Engine {
     /// waiting one ends (counted as superseded).
     /// Every answer, started or refused, is counted.
     pub async fn retry(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
-        let answer = self.retry_now(session_id, from).await;
-        metrics().retry_now_answered(&answer);
-        answer
+        let engine = self.clone();
+        let (session_id, from) = (session_id.to_string(), from.map(str::to_string));
+        self.carried(async move {
+            let answer = engine.retry_now(&session_id, from.as_deref()).await;
+            metrics().retry_now_answered(&answer);
+            answer
+        })
+        .await
     }
 
     async fn retry_now(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {

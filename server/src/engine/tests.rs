@@ -1,5 +1,6 @@
 //! The engine with a provider that panics: the run still ends (`failed`/`internal`,
-//! retryable, partial text kept) and the session's next prompt runs; a background retry
+//! retryable, partial text kept) and the session's next prompt runs; a command whose caller
+//! stops waiting right after its commit still starts what it committed; a background retry
 //! the database cannot queue stays waiting, and one that outlived its turn never fires.
 use super::{Engine, EngineConfig};
 use crate::events::EventHub;
@@ -154,6 +155,96 @@ async fn session(engine: &Engine, auto_retry: AutoRetry) -> String {
         .await
         .unwrap()
         .id
+}
+
+/// Polls `command` (and nothing else does) until `committed` sees its write in the store,
+/// then drops it unfinished, as a client hanging up drops its request. Answers whether it
+/// was dropped so (`false`: it finished first).
+async fn drop_after_commit<F, C>(command: F, committed: impl Fn() -> C) -> bool
+where
+    F: std::future::Future,
+    C: std::future::Future<Output = bool>,
+{
+    let mut command = std::pin::pin!(command);
+    loop {
+        if futures::poll!(command.as_mut()).is_ready() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if committed().await {
+            return true;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_prompt_whose_caller_hangs_up_right_after_the_commit_still_runs() {
+    let engine = engine().await;
+    let mut cut = 0;
+    for _ in 0..20 {
+        let sid = session(&engine, AutoRetry::Off).await;
+        let started = || async {
+            let runs = engine.store().runs(&sid).await.unwrap();
+            runs.iter().any(|r| r.status != RunStatus::Queued)
+        };
+        if drop_after_commit(engine.post_message(&sid, "go"), started).await {
+            cut += 1;
+        }
+        let run = engine.store().runs(&sid).await.unwrap().pop();
+        let Some(run) = run else { continue };
+        // Not left `running` with no task (until a reconcile fails it).
+        let run = ended(&engine, &run.id).await;
+        assert!(run.finished_at.is_some(), "{run:?}");
+        if cut >= 3 {
+            break;
+        }
+    }
+    assert!(cut > 0, "no post was dropped after its commit");
+}
+
+#[tokio::test]
+async fn prompts_released_by_a_caller_that_hangs_up_still_run() {
+    let engine = engine().await;
+    let sid = session(&engine, AutoRetry::Off).await;
+    // Both queued before the first starts: the second is held when the first fails.
+    let queue = |content| crate::store::NewRun::prompt(&sid, content);
+    let first = engine.store().dispatch(queue("one"), None).await.unwrap();
+    let second = engine.store().dispatch(queue("two"), None).await.unwrap();
+    engine.start_next(&sid).await.unwrap();
+    assert_eq!(
+        ended(&engine, &first.run.id).await.status,
+        RunStatus::Failed
+    );
+    let held = engine.store().run(&second.run.id).await.unwrap();
+    assert_eq!(held.held_by.as_deref(), Some(first.run.id.as_str()));
+    let released = || async {
+        let run = engine.store().run(&second.run.id).await.unwrap();
+        run.held_by.is_none()
+    };
+    assert!(
+        drop_after_commit(engine.release(&sid), released).await,
+        "dropped after the release was committed"
+    );
+    // Not left queued for ever.
+    let run = ended(&engine, &second.run.id).await;
+    assert!(run.started_at.is_some(), "{run:?}");
+}
+
+#[tokio::test]
+async fn the_pump_starts_a_queued_run_that_nothing_started() {
+    let engine = engine().await;
+    let sid = session(&engine, AutoRetry::Off).await;
+    // Queued, not started: what a dispatch cut off after its commit used to leave.
+    let queued = engine
+        .store()
+        .dispatch(crate::store::NewRun::prompt(&sid, "stranded"), None)
+        .await
+        .unwrap()
+        .run;
+    assert_eq!(queued.status, RunStatus::Queued);
+    engine.pump_periodically();
+    let run = ended(&engine, &queued.id).await;
+    assert!(run.started_at.is_some(), "{run:?}");
 }
 
 #[tokio::test]
