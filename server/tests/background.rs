@@ -343,3 +343,63 @@ async fn released_prompts_end_the_waiting_retry_of_the_turn_they_were_held_behin
     assert_eq!(server.detail(&sid).await.runs.len(), 2);
     assert_eq!(fake.seen().len(), 2, "B was not sent again");
 }
+
+#[tokio::test]
+async fn a_background_retry_continues_a_tool_turn_without_running_its_tool_again() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(cfg(&temp_dir("bg-tools"), &fake, 300)).await;
+    fake.push(Script::call(
+        "Looking. ",
+        "c1",
+        "mulligan__list_sessions",
+        json!({}),
+    ))
+    .push(overloaded())
+    .push(Script::reply(&["Done."]));
+    let sid = background_session(&server).await;
+    let first = server.send(&sid, "list them").await;
+    let failed = server.wait_run_end(&first.run_id).await;
+    assert_eq!(
+        (failed.status, failed.tools_executed),
+        (RunStatus::Failed, 1)
+    );
+    waiting(&server, &sid).await;
+
+    let deadline = Instant::now() + WAIT;
+    let next = loop {
+        let runs = server.detail(&sid).await.runs;
+        if let Some(r) = runs.get(1).filter(|r| !r.status.is_active()) {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "no retry ended: {runs:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (next.status, next.kind, next.tools_executed),
+        (RunStatus::Completed, RunKind::Continuation, 0),
+        "{next:#?}"
+    );
+    let p = next.provenance.clone().expect("provenance");
+    assert_eq!(
+        (p.kind, p.manual),
+        (ProvenanceKind::AutoResume, Some(false))
+    );
+    let seen = fake.seen();
+    assert_eq!(seen.len(), 3, "the call, the failed step, the continuation");
+    let sent = seen[2].body["messages"].as_array().unwrap().clone();
+    let result = sent
+        .iter()
+        .find(|m| m["tool_call_id"] == "c1")
+        .expect("the recorded result goes with the continuation");
+    assert_eq!(result["role"], "tool");
+    // One call in the whole session: the continuation asked for none and ran none.
+    let calls: usize = server
+        .detail(&sid)
+        .await
+        .messages
+        .iter()
+        .flat_map(|m| m.parts.iter().flatten())
+        .filter(|p| matches!(p, app::wire::Part::ToolCall { .. }))
+        .count();
+    assert_eq!(calls, 1);
+}
