@@ -130,6 +130,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
     engine.recover().await.map_err(|e| e.to_string())?;
     engine.reconcile_periodically();
     engine.fire_background_retries();
+    engine.pump_periodically();
 
     let leptos = leptos::prelude::LeptosOptions::builder()
         .output_name("mulligan")

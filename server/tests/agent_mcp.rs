@@ -257,3 +257,89 @@ async fn kill_9_during_a_tool_call_leaves_it_interrupted_and_the_continuation_sa
         "{told}"
     );
 }
+
+/// A server on `mcp_servers` (an `mcpServers` object), not waiting for its tool sources.
+async fn started_with(tag: &str, mcp_servers: Value) -> (FakeProvider, TestServer) {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir(tag);
+    let path = dir.join("mcp.json");
+    std::fs::write(&path, json!({ "mcpServers": mcp_servers }).to_string()).unwrap();
+    let mut c = config(&dir, &fake.url);
+    c.mcp_config = Some(path);
+    (fake, TestServer::start(c).await)
+}
+
+/// The tool names a provider request offered.
+fn offered(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_turn_sent_while_a_tool_source_starts_waits_for_its_tools() {
+    let dir = temp_dir("mcp-slow-files");
+    let files = dir.canonicalize().unwrap();
+    // `fs` answers MCP only after three seconds.
+    let slow = json!({"fs": {
+        "command": "sh",
+        "args": ["-c", "sleep 3; exec \"$0\" \"$1\"", bin("mcp-server-filesystem"), files],
+    }});
+    let (fake, server) = started_with("mcp-slow", slow).await;
+    let (_, tools) = server.get("/tools").await;
+    assert_eq!(tools["servers"][1]["status"], "starting", "{tools}");
+    let sid = server.create_session().await;
+    let target = files.join("early.txt");
+    let path = target.to_string_lossy().to_string();
+    fake.push(Script::call(
+        "",
+        "w1",
+        "fs__write_file",
+        json!({"path": path, "content": "early"}),
+    ));
+    fake.push(Script::reply(&["Written."]));
+    let sent = server.send(&sid, "write it now").await;
+    // Waiting for `fs`, the run shows as running.
+    assert_eq!(server.run(&sent.run_id).await.status, RunStatus::Running);
+    let run = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
+    assert_eq!(run.tools_executed, 1);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "early");
+    let first = &fake.seen()[0].body;
+    assert!(
+        offered(first).iter().any(|t| t == "fs__write_file"),
+        "{first}"
+    );
+    assert_eq!(first["messages"][0]["role"], "user", "nothing was missing");
+}
+
+#[tokio::test]
+async fn a_tool_source_still_starting_after_the_wait_is_named_to_the_model() {
+    // `stuck` never answers MCP: it stays `starting` (for 30 s) and the turn goes on without.
+    let stuck = json!({"stuck": {"command": "sleep", "args": ["60"]}});
+    let (fake, server) = started_with("mcp-stuck", stuck).await;
+    let sid = server.create_session().await;
+    fake.push(Script::reply(&["Without it, then."]));
+    let at = Instant::now();
+    let sent = server.send(&sid, "use stuck").await;
+    let run = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
+    let took = at.elapsed();
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(20),
+        "went on after {took:?}"
+    );
+    let first = &fake.seen()[0].body;
+    let note = &first["messages"][0];
+    assert_eq!(note["role"], "system", "{first}");
+    let text = note["content"].as_str().unwrap();
+    assert!(
+        text.contains("\"stuck\"") && text.contains("not available"),
+        "{text}"
+    );
+    assert!(offered(first).iter().all(|t| !t.starts_with("stuck__")));
+    assert_eq!(first["messages"][1]["content"], "use stuck");
+}

@@ -265,3 +265,141 @@ async fn leaving_background_ends_the_waiting_retry_and_a_cancelled_run_never_wai
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(session(&server, &sid).await.waiting_retry, None);
 }
+
+fn bad_key() -> Script {
+    Script::Status {
+        code: 401,
+        headers: vec![],
+        body: json!({"error": {"message": "bad key"}}),
+    }
+}
+
+/// Waits until the wall clock is `ms` past `at` (a waiting retry's time, say).
+async fn past(at: i64, ms: i64) {
+    while common::now_ms() < at + ms {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_newer_prompt_ends_the_waiting_retry_and_it_never_fires_on_that_turn() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(cfg(&temp_dir("bg-newer"), &fake, 1500)).await;
+    fake.push(overloaded()).push(bad_key());
+    let sid = background_session(&server).await;
+    let a = server.send(&sid, "A").await;
+    let w = waiting(&server, &sid).await;
+    // B fails in a way no retry helps: nothing may send it again.
+    let b = server.send(&sid, "B").await;
+    assert_eq!(
+        server.wait_run_end(&b.run_id).await.status,
+        RunStatus::Failed
+    );
+    assert_eq!(
+        session(&server, &sid).await.waiting_retry,
+        None,
+        "the newer prompt ended the retry waiting for A"
+    );
+    past(w.fires_at, 1000).await;
+    let runs = server.detail(&sid).await.runs;
+    let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, [a.run_id.as_str(), b.run_id.as_str()], "{runs:#?}");
+    assert_eq!(fake.seen().len(), 2, "A once, B once");
+}
+
+#[tokio::test]
+async fn released_prompts_end_the_waiting_retry_of_the_turn_they_were_held_behind() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(cfg(&temp_dir("bg-release"), &fake, 1500)).await;
+    // A streams a little, slowly, then is cut (retryable); B queues behind it and is held.
+    fake.push(Script::Stream {
+        deltas: vec!["half".into()],
+        every: Duration::from_millis(300),
+        finish: false,
+    })
+    .push(bad_key());
+    let sid = background_session(&server).await;
+    let a = server.send(&sid, "A").await;
+    let b = server.send(&sid, "B").await;
+    assert_eq!(
+        server.wait_run_end(&a.run_id).await.status,
+        RunStatus::Failed
+    );
+    let w = waiting(&server, &sid).await;
+    assert_eq!(
+        server.run(&b.run_id).await.held_by.as_deref(),
+        Some(a.run_id.as_str())
+    );
+    let (status, body) = server
+        .post(&format!("/sessions/{sid}/release"), json!({}))
+        .await;
+    assert_eq!((status, body["released"].clone()), (200, json!([b.run_id])));
+    assert_eq!(
+        server.wait_run_end(&b.run_id).await.status,
+        RunStatus::Failed
+    );
+    assert_eq!(session(&server, &sid).await.waiting_retry, None);
+    past(w.fires_at, 1000).await;
+    assert_eq!(server.detail(&sid).await.runs.len(), 2);
+    assert_eq!(fake.seen().len(), 2, "B was not sent again");
+}
+
+#[tokio::test]
+async fn a_background_retry_continues_a_tool_turn_without_running_its_tool_again() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(cfg(&temp_dir("bg-tools"), &fake, 300)).await;
+    fake.push(Script::call(
+        "Looking. ",
+        "c1",
+        "mulligan__list_sessions",
+        json!({}),
+    ))
+    .push(overloaded())
+    .push(Script::reply(&["Done."]));
+    let sid = background_session(&server).await;
+    let first = server.send(&sid, "list them").await;
+    let failed = server.wait_run_end(&first.run_id).await;
+    assert_eq!(
+        (failed.status, failed.tools_executed),
+        (RunStatus::Failed, 1)
+    );
+    waiting(&server, &sid).await;
+
+    let deadline = Instant::now() + WAIT;
+    let next = loop {
+        let runs = server.detail(&sid).await.runs;
+        if let Some(r) = runs.get(1).filter(|r| !r.status.is_active()) {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "no retry ended: {runs:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (next.status, next.kind, next.tools_executed),
+        (RunStatus::Completed, RunKind::Continuation, 0),
+        "{next:#?}"
+    );
+    let p = next.provenance.clone().expect("provenance");
+    assert_eq!(
+        (p.kind, p.manual),
+        (ProvenanceKind::AutoResume, Some(false))
+    );
+    let seen = fake.seen();
+    assert_eq!(seen.len(), 3, "the call, the failed step, the continuation");
+    let sent = seen[2].body["messages"].as_array().unwrap().clone();
+    let result = sent
+        .iter()
+        .find(|m| m["tool_call_id"] == "c1")
+        .expect("the recorded result goes with the continuation");
+    assert_eq!(result["role"], "tool");
+    // One call in the whole session: the continuation asked for none and ran none.
+    let calls: usize = server
+        .detail(&sid)
+        .await
+        .messages
+        .iter()
+        .flat_map(|m| m.parts.iter().flatten())
+        .filter(|p| matches!(p, app::wire::Part::ToolCall { .. }))
+        .count();
+    assert_eq!(calls, 1);
+}

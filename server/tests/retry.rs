@@ -414,3 +414,72 @@ async fn release_lets_held_prompts_go_on() {
         RunStatus::Completed
     );
 }
+
+#[tokio::test]
+async fn three_held_prompts_are_released_in_order_with_their_ids() {
+    let (fake, server) = setup("release-three").await;
+    let sid = server.create_session().await;
+    // The first turn starts slowly and fails; three prompts queue behind it meanwhile.
+    fake.push(Script::Stream {
+        deltas: vec![],
+        every: Duration::from_millis(300),
+        finish: false,
+    })
+    .push(fail_401());
+    let failing = server.send(&sid, "one").await;
+    let queued: Vec<Receipt> = vec![
+        server.send(&sid, "two").await,
+        server.send(&sid, "three").await,
+        server.send(&sid, "four").await,
+    ];
+    assert_eq!(
+        server.wait_run_end(&failing.run_id).await.status,
+        RunStatus::Failed
+    );
+    let ids: Vec<&str> = queued.iter().map(|r| r.run_id.as_str()).collect();
+    for id in &ids {
+        let held = server.run(id).await;
+        assert_eq!(
+            (held.status, held.held_by.as_deref()),
+            (RunStatus::Queued, Some(failing.run_id.as_str())),
+            "{id} is held behind the failure"
+        );
+    }
+
+    fake.push(Script::reply(&["two done"]))
+        .push(Script::reply(&["three done"]))
+        .push(Script::reply(&["four done"]));
+    let (status, body) = server
+        .post(&format!("/sessions/{sid}/release"), json!({}))
+        .await;
+    assert_eq!((status, body["released"].clone()), (200, json!(ids)));
+    let mut ended = Vec::new();
+    for id in &ids {
+        let run = server.wait_run_end(id).await;
+        assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
+        ended.push(run);
+    }
+    for pair in ended.windows(2) {
+        assert!(
+            pair[1].started_at.unwrap() >= pair[0].finished_at.unwrap(),
+            "one after the other, in order"
+        );
+    }
+    let prompts: Vec<String> = fake
+        .seen()
+        .iter()
+        .skip(fake.seen().len() - 3)
+        .map(|s| {
+            let messages = s.body["messages"].as_array().unwrap();
+            messages.last().unwrap()["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(prompts, ["two", "three", "four"]);
+    let (status, body) = server
+        .post(&format!("/sessions/{sid}/release"), json!({}))
+        .await;
+    assert_eq!((status, body), (200, json!({"released": []})));
+}

@@ -271,7 +271,10 @@ async fn the_next_waiting_retry_is_the_earliest() {
             fires_at,
             reason: RetryClass::Overloaded,
         };
-        store.set_waiting_retry(&s.id, &waiting).await.unwrap();
+        store
+            .set_waiting_retry(&s.id, "r_failed", &waiting)
+            .await
+            .unwrap();
     }
     assert_eq!(store.next_waiting_retry().await.unwrap(), Some(4_000));
 }

@@ -5,10 +5,10 @@
 //! nothing, and a retry fires once however many instances see it due.
 use super::{Engine, LOOP_LOCK_WAIT};
 use crate::clock::now_ms;
-use crate::error::{Error, Result};
+use crate::error::{Error, Kind, Result};
 use crate::metrics::metrics;
 use crate::retry::background;
-use app::wire::{AutoRetry, Event, ProvenanceKind, Run, Session};
+use app::wire::{AutoRetry, Event, ProvenanceKind, Run, RunStatus, Session};
 use std::time::Duration;
 
 /// The shortest wait between two looks for due waiting retries.
@@ -44,7 +44,9 @@ impl Engine {
             session = %run.session_id, run = %run.id, attempt, fires_at = waiting.fires_at,
             "a background retry is waiting"
         );
-        store.set_waiting_retry(&run.session_id, &waiting).await?;
+        store
+            .set_waiting_retry(&run.session_id, &run.id, &waiting)
+            .await?;
         self.inner.background_wake.notify_one();
         metrics().background_retry("scheduled");
         self.publish_session(&run.session_id).await?;
@@ -114,28 +116,62 @@ impl Engine {
                     continue;
                 }
             };
-            // Under the lock, again: another instance may have fired it, someone cancelled it.
-            let due = store
-                .session(&session_id)
-                .await?
-                .session
-                .waiting_retry
-                .filter(|w| w.fires_at <= now_ms());
-            let Some(waiting) = due else {
-                continue;
-            };
-            store.clear_waiting_retry(&session_id).await?;
-            metrics().background_retry("fired");
-            match self.retry_locked(&session_id, None, false).await {
-                Ok(r) => tracing::info!(
+            if let Err(e) = self.fire_locked(&session_id).await {
+                // The waiting retry stays (its end is in the retry's own transaction): it is
+                // tried again on the next pass.
+                tracing::warn!(session = %session_id, error = %e, "a due background retry could not fire; it stays waiting");
+            }
+        }
+        Ok(())
+    }
+
+    /// Fires the session's due waiting retry, under its lock, if it still belongs to the
+    /// session's last turn: that failed run, retryable. A waiting retry that no longer does
+    /// (a newer turn came) ends without firing. Ending the wait and queueing the retry are
+    /// one transaction.
+    async fn fire_locked(&self, session_id: &str) -> Result<()> {
+        let store = self.store();
+        // Under the lock, again: another instance may have fired it, someone cancelled it.
+        let rec = store.session(session_id).await?;
+        let Some(waiting) = rec.session.waiting_retry.filter(|w| w.fires_at <= now_ms()) else {
+            return Ok(());
+        };
+        let last = store.last_turn(session_id).await?;
+        let belongs = last.as_ref().is_some_and(|r| {
+            Some(&r.id) == rec.retry_run_id.as_ref()
+                && r.status == RunStatus::Failed
+                && r.retry.as_ref().is_some_and(|c| c.retryable)
+        });
+        if !belongs {
+            tracing::info!(
+                session = %session_id, for_run = ?rec.retry_run_id, last_turn = ?last.map(|r| r.id),
+                "a waiting background retry outlived its turn; it ends without firing"
+            );
+            return self.end_stale(session_id).await;
+        }
+        match self.retry_locked(session_id, None, false).await {
+            Ok(r) => {
+                metrics().background_retry("fired");
+                tracing::info!(
                     session = %session_id, run = %r.run_id, attempt = waiting.attempt,
                     "a background retry fired"
-                ),
-                Err(e) => tracing::info!(
-                    session = %session_id, "a background retry found nothing to retry: {e}"
-                ),
+                );
+                Ok(())
             }
-            self.publish_session(&session_id).await?;
+            // Refused (busy, nothing failed): there is nothing for it to retry any more.
+            Err(e) if matches!(e.kind, Kind::Refused(_)) => {
+                tracing::info!(session = %session_id, "a background retry found nothing to retry: {e}");
+                self.end_stale(session_id).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends a waiting retry that can no longer fire, and announces the session.
+    async fn end_stale(&self, session_id: &str) -> Result<()> {
+        if self.store().clear_waiting_retry(session_id).await? {
+            metrics().background_retry("superseded");
+            self.publish_session(session_id).await?;
         }
         Ok(())
     }

@@ -10,9 +10,14 @@ impl Engine {
     /// Stops a queued or running run; it ends `cancelled`, whatever the provider says after.
     /// A run stopped before it started is counted here (the runner counts the ones it ran).
     pub async fn cancel(&self, session_id: &str, run_id: &str) -> Result<Run> {
-        let run = self.cancel_run(session_id, run_id).await?;
-        crate::metrics::metrics().cancelled_before_start(&run);
-        Ok(run)
+        let engine = self.clone();
+        let (session_id, run_id) = (session_id.to_string(), run_id.to_string());
+        self.carried(async move {
+            let run = engine.cancel_run(&session_id, &run_id).await?;
+            crate::metrics::metrics().cancelled_before_start(&run);
+            Ok(run)
+        })
+        .await
     }
 
     async fn cancel_run(&self, session_id: &str, run_id: &str) -> Result<Run> {

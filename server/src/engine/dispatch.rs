@@ -12,15 +12,27 @@ use app::wire::{
 
 impl Engine {
     /// Queues a run and starts it if the session is free. Call under the session's lock.
+    /// The same transaction ends the session's waiting background retry: a newer prompt,
+    /// regenerate or retry supersedes it (a background retry firing is counted `fired` by
+    /// its caller instead).
     async fn queue(&self, new: NewRun<'_>) -> Result<Receipt> {
         let session_id = new.session_id.to_string();
+        let fired = new
+            .provenance
+            .as_ref()
+            .is_some_and(|p| p.kind == ProvenanceKind::AutoResume && p.manual == Some(false));
         let Dispatched {
             released,
             message,
             run,
             superseded,
             started,
+            waiting_retry_ended,
         } = self.store().dispatch(new, self.owner()).await?;
+        if waiting_retry_ended && !fired {
+            tracing::info!(session = %session_id, run = %run.id, "a newer turn ended the waiting background retry");
+            metrics().background_retry("superseded");
+        }
         for run in released {
             self.publish(&session_id, Event::Run(run));
         }
@@ -39,6 +51,11 @@ impl Engine {
         };
         self.publish(&session_id, Event::Run(run.clone()));
         let started = started.map(|s| self.launch(s));
+        if waiting_retry_ended {
+            if let Err(e) = self.publish_session(&session_id).await {
+                tracing::warn!(session = %session_id, error = %e, "could not announce the session");
+            }
+        }
         Ok(Receipt {
             message_id,
             queued: started.as_deref() != Some(run.id.as_str()),
@@ -51,7 +68,13 @@ impl Engine {
     /// Posts an operator message: releases prompts held behind a failed turn (they go first,
     /// in order), then queues this one behind them.
     pub async fn post_message(&self, session_id: &str, content: &str) -> Result<Receipt> {
-        let content = validate_content(content)?;
+        let content = validate_content(content)?.to_string();
+        let (engine, session_id) = (self.clone(), session_id.to_string());
+        self.carried(async move { engine.post(&session_id, &content).await })
+            .await
+    }
+
+    async fn post(&self, session_id: &str, content: &str) -> Result<Receipt> {
         // A missing session is found by the dispatch (its message refers to the session).
         let _guard = self.lock(session_id).await?;
         self.queue(NewRun::prompt(session_id, content)).await
@@ -65,6 +88,24 @@ impl Engine {
     /// Counted where it happens: a regenerate with `if_last_run` and not `manual` is a Tier 2
     /// retry, and the ended runs whose replies it superseded are counted `superseded`.
     pub async fn regenerate(
+        &self,
+        session_id: &str,
+        mid: &str,
+        if_last_run: Option<&str>,
+        manual: bool,
+    ) -> Result<Receipt> {
+        let engine = self.clone();
+        let (session_id, mid) = (session_id.to_string(), mid.to_string());
+        let if_last_run = if_last_run.map(str::to_string);
+        self.carried(async move {
+            engine
+                .regenerate_counted(&session_id, &mid, if_last_run.as_deref(), manual)
+                .await
+        })
+        .await
+    }
+
+    async fn regenerate_counted(
         &self,
         session_id: &str,
         mid: &str,
@@ -173,21 +214,20 @@ impl Engine {
     /// waiting one ends (counted as superseded).
     /// Every answer, started or refused, is counted.
     pub async fn retry(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
-        let answer = self.retry_now(session_id, from).await;
-        metrics().retry_now_answered(&answer);
-        answer
+        let engine = self.clone();
+        let (session_id, from) = (session_id.to_string(), from.map(str::to_string));
+        self.carried(async move {
+            let answer = engine.retry_now(&session_id, from.as_deref()).await;
+            metrics().retry_now_answered(&answer);
+            answer
+        })
+        .await
     }
 
     async fn retry_now(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
         self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
-        let receipt = self.retry_locked(session_id, from, true).await?;
-        if self.store().clear_waiting_retry(session_id).await? {
-            tracing::info!(session = %session_id, "retry-now took over the waiting background retry");
-            metrics().background_retry("superseded");
-            self.publish_session(session_id).await?;
-        }
-        Ok(receipt)
+        self.retry_locked(session_id, from, true).await
     }
 
     /// Retry-now's claim and queueing, under the session's lock. `manual`: an operator or

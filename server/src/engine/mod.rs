@@ -156,6 +156,26 @@ impl Engine {
         })
     }
 
+    /// Runs a command to its end on a task of its own, and answers what it answers. A caller
+    /// that stops waiting (a client hanging up drops its request's future, and with it this
+    /// one) cannot cut the command between its commit and what must follow it: launching
+    /// the run it started, publishing its events, starting the runs it released. Shutdown
+    /// waits for it like for a run.
+    async fn carried<T: Send + 'static>(
+        &self,
+        command: impl std::future::Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        match self.inner.tasks.spawn(command).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::error!(error = %e, "a command failed inside Mulligan");
+                Err(Error::internal(
+                    "the command failed inside Mulligan; see the server's log",
+                ))
+            }
+        }
+    }
+
     fn publish(&self, session_id: &str, event: Event) {
         self.inner.hub.publish(session_id, &event);
     }

@@ -1,24 +1,76 @@
 //! The per-session queue: starting a session's next queued run (one active run per
 //! session) and releasing the prompts held behind a failed turn.
-use super::{runner, Active, Engine};
+use super::{runner, Active, Engine, LOOP_LOCK_WAIT};
 use crate::error::Result;
 use crate::store::Started;
 use app::wire::Event;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// How often every instance looks for queued runs that nothing starts.
+pub const PUMP_EVERY: Duration = Duration::from_secs(3);
+
 impl Engine {
-    /// Lets the prompts held behind a failed turn go on.
+    /// Lets the prompts held behind a failed turn go on (in order; answers their ids). They
+    /// are newer turns: the failed turn's waiting background retry ends.
     pub async fn release(&self, session_id: &str) -> Result<Vec<String>> {
+        let (engine, session_id) = (self.clone(), session_id.to_string());
+        self.carried(async move { engine.release_held(&session_id).await })
+            .await
+    }
+
+    async fn release_held(&self, session_id: &str) -> Result<Vec<String>> {
         self.inner.store.session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
         let released = self.inner.store.release_held(session_id).await?;
         let ids = released.iter().map(|r| r.id.clone()).collect();
+        let any = !released.is_empty();
         for run in released {
             self.publish(session_id, Event::Run(run));
         }
         self.pump(session_id).await?;
+        if any && self.inner.store.clear_waiting_retry(session_id).await? {
+            tracing::info!(session = %session_id, "released prompts ended the waiting background retry");
+            crate::metrics::metrics().background_retry("superseded");
+            self.publish_session(session_id).await?;
+        }
         Ok(ids)
+    }
+
+    /// Starts the pump loop: every [`PUMP_EVERY`], the queued (not held) runs of sessions with
+    /// nothing running start, whatever left them there (a dispatch cut short, a start that
+    /// failed); it ends when the server stops. A session locked elsewhere is left for the
+    /// next pass.
+    pub fn pump_periodically(&self) {
+        self.every(PUMP_EVERY, "starting queued runs failed", |e| {
+            Box::pin(async move { e.pump_waiting().await.map(drop) })
+        });
+    }
+
+    /// One pass of the pump loop: answers how many runs it started.
+    pub(super) async fn pump_waiting(&self) -> Result<usize> {
+        let mut started = 0;
+        for session_id in self.inner.store.sessions_waiting_to_start().await? {
+            let _guard = match self.lock_within(&session_id, LOOP_LOCK_WAIT).await {
+                Ok(guard) => guard,
+                Err(e) => {
+                    tracing::debug!(session = %session_id, error = %e, "the pump skips a locked session");
+                    continue;
+                }
+            };
+            match self.pump(&session_id).await {
+                Ok(Some(run)) => {
+                    tracing::warn!(session = %session_id, run = %run, "a queued run was waiting with nothing running; started it");
+                    started += 1;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(session = %session_id, error = %e, "the pump could not start a queued run; trying again");
+                }
+            }
+        }
+        Ok(started)
     }
 
     /// Starts the session's next queued run unless one is running. Call under the lock.

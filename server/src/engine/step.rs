@@ -10,9 +10,15 @@ use crate::store::{NewToolCall, RecordedCall};
 use crate::tools::{bounded_result, model_name, CallEnd, Offered, BUILTIN};
 use app::wire::{Event, Run, ToolCall, ToolCallEvent, ToolCallStatus};
 use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The longest call id a model may give (a longer or odd one is replaced).
 const MAX_CALL_ID: usize = 128;
+
+/// The longest a turn waits for its session's tool sources that are still starting (the
+/// first seconds after the server starts) before it goes on without them.
+pub const TOOLS_START_WAIT: Duration = Duration::from_secs(10);
 
 /// What the model is told of a call whose outcome is unknown.
 pub const OUTCOME_UNKNOWN: &str = "The outcome of this tool call is unknown: it was started but \
@@ -98,7 +104,51 @@ pub enum Executed {
     Unrecorded(String),
 }
 
+/// The first step's note to the model when tool sources were still starting.
+pub fn missing_sources_note(missing: &[String]) -> String {
+    format!(
+        "The tool sources {} were still starting when this turn began: their tools are not \
+         available in this turn. Tell the operator if the task needs them.",
+        missing
+            .iter()
+            .map(|m| format!("\"{m}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
 impl Engine {
+    /// The tools a turn offers: its session's sources, once those still starting are up
+    /// (waiting at most [`TOOLS_START_WAIT`], the run `running` meanwhile, and logged).
+    /// Answers the tools and the sources still missing after the wait.
+    pub(super) async fn turn_tools(
+        &self,
+        run: &Run,
+        sources: &[String],
+    ) -> (Arc<[Offered]>, Vec<String>) {
+        let tools = self.tools();
+        let starting = tools.external().starting(sources);
+        let missing = if starting.is_empty() {
+            starting
+        } else {
+            tracing::info!(
+                run = %run.id, sources = ?starting,
+                "the turn waits up to {} s for tool sources still starting",
+                TOOLS_START_WAIT.as_secs()
+            );
+            let missing = tools.started(sources, TOOLS_START_WAIT).await;
+            if !missing.is_empty() {
+                tracing::warn!(
+                    run = %run.id, sources = ?missing,
+                    "tool sources still starting after {} s: the turn goes on without their tools",
+                    TOOLS_START_WAIT.as_secs()
+                );
+            }
+            missing
+        };
+        (tools.offered(sources), missing)
+    }
+
     /// Executes one step's calls in order and records each; answers the assistant message
     /// that asked for them and their results, as the next step's conversation needs them.
     pub(super) async fn execute_calls(

@@ -240,7 +240,14 @@ async fn turn_for(engine: &Engine, run: &Run, session: SessionCall) -> crate::er
     } else {
         Default::default()
     };
-    let mut messages = Vec::with_capacity(history.len());
+    let (offered, missing) = engine.turn_tools(run, &session.tools).await;
+    let mut messages = Vec::with_capacity(history.len() + 1);
+    if !missing.is_empty() {
+        messages.push(ChatMessage::text(
+            "system",
+            step::missing_sources_note(&missing),
+        ));
+    }
     for m in history {
         match m.role {
             Role::Operator => messages.push(ChatMessage::text("user", m.content)),
@@ -253,7 +260,7 @@ async fn turn_for(engine: &Engine, run: &Run, session: SessionCall) -> crate::er
     Ok(Turn {
         model: session.model,
         messages,
-        offered: engine.tools().offered(&session.tools),
+        offered,
         spent: u64::try_from(session.tokens_used).unwrap_or(0),
     })
 }

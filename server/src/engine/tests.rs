@@ -1,5 +1,7 @@
 //! The engine with a provider that panics: the run still ends (`failed`/`internal`,
-//! retryable, partial text kept) and the session's next prompt runs.
+//! retryable, partial text kept) and the session's next prompt runs; a command whose caller
+//! stops waiting right after its commit still starts what it committed; a background retry
+//! the database cannot queue stays waiting, and one that outlived its turn never fires.
 use super::{Engine, EngineConfig};
 use crate::events::EventHub;
 use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
@@ -44,6 +46,11 @@ impl Provider for Panicking {
 }
 
 async fn engine() -> Engine {
+    engine_at(app::wire::Backoff::CONTRACT).await.0
+}
+
+/// An engine whose background retries wait as `background` says, and its database's URL.
+async fn engine_at(background: app::wire::Backoff) -> (Engine, String) {
     let dir = std::env::temp_dir().join(format!("mulligan-engine-{}", crate::clock::new_id("t")));
     std::fs::create_dir_all(&dir).unwrap();
     let url = format!("sqlite://{}", dir.join("m.db").display());
@@ -65,10 +72,11 @@ async fn engine() -> Engine {
         reconcile_every: Duration::from_secs(30),
         max_steps: 20,
         tool_timeout: Duration::from_secs(120),
-        background: app::wire::Backoff::CONTRACT,
+        background,
     };
     let tools = crate::tools::Toolbox::new(crate::mcp_client::McpServers::empty(), vec![]);
-    Engine::new(store, hub, Arc::new(Panicking::default()), tools, cfg)
+    let engine = Engine::new(store, hub, Arc::new(Panicking::default()), tools, cfg);
+    (engine, url)
 }
 
 async fn ended(engine: &Engine, run_id: &str) -> Run {
@@ -138,4 +146,204 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
     let third = engine.post_message(&session.id, "three").await.unwrap();
     let run = ended(&engine, &third.run_id).await;
     assert_eq!(run.status, RunStatus::Completed, "the session goes on");
+}
+
+async fn session(engine: &Engine, auto_retry: AutoRetry) -> String {
+    engine
+        .store()
+        .create_session("t", "m", None, "hash", auto_retry, &[])
+        .await
+        .unwrap()
+        .id
+}
+
+/// Polls `command` (and nothing else does) until `committed` sees its write in the store,
+/// then drops it unfinished, as a client hanging up drops its request. Answers whether it
+/// was dropped so (`false`: it finished first).
+async fn drop_after_commit<F, C>(command: F, committed: impl Fn() -> C) -> bool
+where
+    F: std::future::Future,
+    C: std::future::Future<Output = bool>,
+{
+    let mut command = std::pin::pin!(command);
+    loop {
+        if futures::poll!(command.as_mut()).is_ready() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if committed().await {
+            return true;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_prompt_whose_caller_hangs_up_right_after_the_commit_still_runs() {
+    let engine = engine().await;
+    let mut cut = 0;
+    for _ in 0..20 {
+        let sid = session(&engine, AutoRetry::Off).await;
+        let started = || async {
+            let runs = engine.store().runs(&sid).await.unwrap();
+            runs.iter().any(|r| r.status != RunStatus::Queued)
+        };
+        if drop_after_commit(engine.post_message(&sid, "go"), started).await {
+            cut += 1;
+        }
+        let run = engine.store().runs(&sid).await.unwrap().pop();
+        let Some(run) = run else { continue };
+        // Not left `running` with no task (until a reconcile fails it).
+        let run = ended(&engine, &run.id).await;
+        assert!(run.finished_at.is_some(), "{run:?}");
+        if cut >= 3 {
+            break;
+        }
+    }
+    assert!(cut > 0, "no post was dropped after its commit");
+}
+
+#[tokio::test]
+async fn prompts_released_by_a_caller_that_hangs_up_still_run() {
+    let engine = engine().await;
+    let sid = session(&engine, AutoRetry::Off).await;
+    // Both queued before the first starts: the second is held when the first fails.
+    let queue = |content| crate::store::NewRun::prompt(&sid, content);
+    let first = engine.store().dispatch(queue("one"), None).await.unwrap();
+    let second = engine.store().dispatch(queue("two"), None).await.unwrap();
+    engine.start_next(&sid).await.unwrap();
+    assert_eq!(
+        ended(&engine, &first.run.id).await.status,
+        RunStatus::Failed
+    );
+    let held = engine.store().run(&second.run.id).await.unwrap();
+    assert_eq!(held.held_by.as_deref(), Some(first.run.id.as_str()));
+    let released = || async {
+        let run = engine.store().run(&second.run.id).await.unwrap();
+        run.held_by.is_none()
+    };
+    assert!(
+        drop_after_commit(engine.release(&sid), released).await,
+        "dropped after the release was committed"
+    );
+    // Not left queued for ever.
+    let run = ended(&engine, &second.run.id).await;
+    assert!(run.started_at.is_some(), "{run:?}");
+}
+
+#[tokio::test]
+async fn the_pump_starts_a_queued_run_that_nothing_started() {
+    let engine = engine().await;
+    let sid = session(&engine, AutoRetry::Off).await;
+    // Queued, not started: what a dispatch cut off after its commit used to leave.
+    let queued = engine
+        .store()
+        .dispatch(crate::store::NewRun::prompt(&sid, "stranded"), None)
+        .await
+        .unwrap()
+        .run;
+    assert_eq!(queued.status, RunStatus::Queued);
+    engine.pump_periodically();
+    let run = ended(&engine, &queued.id).await;
+    assert!(run.started_at.is_some(), "{run:?}");
+}
+
+#[tokio::test]
+async fn a_background_retry_the_database_cannot_queue_stays_waiting() {
+    let quick = app::wire::Backoff {
+        base_ms: 50,
+        cap_ms: 50,
+    };
+    let (engine, url) = engine_at(quick).await;
+    let sid = session(&engine, AutoRetry::Background).await;
+    let first = engine.post_message(&sid, "one").await.unwrap();
+    assert_eq!(
+        ended(&engine, &first.run_id).await.status,
+        RunStatus::Failed
+    );
+    let waiting = || async {
+        let rec = engine.store().session(&sid).await.unwrap();
+        rec.session.waiting_retry
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiting().await.is_none() {
+        assert!(Instant::now() < deadline, "no waiting retry");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Every new run fails to be written: the retry cannot be queued.
+    use sqlx::Connection;
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER no_runs BEFORE INSERT ON runs BEGIN SELECT RAISE(ABORT, 'refused'); END",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+    engine.fire_background_retries();
+    // Several passes of the loop past its time.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(waiting().await.is_some(), "the waiting retry was lost");
+    assert_eq!(engine.store().runs(&sid).await.unwrap().len(), 1);
+
+    sqlx::query("DROP TRIGGER no_runs")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.store().runs(&sid).await.unwrap().len() < 2 {
+        assert!(Instant::now() < deadline, "the retry never fired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_waiting_retry_whose_run_is_no_longer_the_last_turn_ends_without_firing() {
+    let quick = app::wire::Backoff {
+        base_ms: 50,
+        cap_ms: 50,
+    };
+    let (engine, _) = engine_at(quick).await;
+    let sid = session(&engine, AutoRetry::Background).await;
+    let one = engine.post_message(&sid, "one").await.unwrap();
+    assert_eq!(ended(&engine, &one.run_id).await.status, RunStatus::Failed);
+    // A newer turn fails too (retryable, so a retry of it would go).
+    let two = engine.post_message(&sid, "two").await.unwrap();
+    assert_eq!(ended(&engine, &two.run_id).await.status, RunStatus::Failed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut w = loop {
+        let rec = engine.store().session(&sid).await.unwrap();
+        if let (Some(w), Some(run)) = (rec.session.waiting_retry, rec.retry_run_id) {
+            if run == two.run_id {
+                break w;
+            }
+        }
+        assert!(Instant::now() < deadline, "no waiting retry for two");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // A retry left waiting for the first turn (as one from before a newer turn could be).
+    w.fires_at = crate::clock::now_ms();
+    engine
+        .store()
+        .set_waiting_retry(&sid, &one.run_id, &w)
+        .await
+        .unwrap();
+    engine.fire_background_retries();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine
+        .store()
+        .session(&sid)
+        .await
+        .unwrap()
+        .session
+        .waiting_retry
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "the stale retry never ended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        engine.store().runs(&sid).await.unwrap().len(),
+        2,
+        "nothing fired on the newer turn"
+    );
 }

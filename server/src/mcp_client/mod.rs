@@ -213,6 +213,33 @@ impl McpServers {
         }
     }
 
+    /// Of the servers named in `names`, those still starting, in config order.
+    pub fn starting(&self, names: &[String]) -> Vec<String> {
+        self.inner
+            .slots
+            .iter()
+            .filter(|s| names.contains(&s.name) && s.status() == ToolServerStatus::Starting)
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
+    /// Waits until none of the servers named in `names` is still starting (each is ready or
+    /// failed), or `within` passes; answers those still starting then.
+    pub async fn started(&self, names: &[String], within: Duration) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut rx = self.inner.changed.subscribe();
+        loop {
+            let starting = self.starting(names);
+            if starting.is_empty() {
+                return starting;
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return self.starting(names),
+            }
+        }
+    }
+
     fn slot(&self, name: &str) -> Option<&Arc<Slot>> {
         self.inner.slots.iter().find(|s| s.name == name)
     }

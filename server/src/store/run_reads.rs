@@ -126,6 +126,21 @@ impl Store {
         })
     }
 
+    /// Sessions with a queued run (not held) and none running: a run that should have
+    /// started. One query on the runs by status.
+    pub async fn sessions_waiting_to_start(&self) -> Result<Vec<String>> {
+        with_pool!(self, |pool| {
+            Ok(sqlx::query_scalar(
+                "SELECT DISTINCT q.session_id FROM runs q
+                 WHERE q.status = 'queued' AND q.held_by IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM runs r
+                                   WHERE r.session_id = q.session_id AND r.status = 'running')",
+            )
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
     /// Sessions with a queued run that is free to start.
     pub async fn sessions_with_queued_runs(&self) -> Result<Vec<String>> {
         with_pool!(self, |pool| {

@@ -52,6 +52,9 @@ pub struct Dispatched {
     pub superseded: Vec<String>,
     /// The run it started (maybe not the queued one).
     pub started: Option<Started>,
+    /// Whether it ended the session's waiting background retry (a newer turn, or that
+    /// retry itself, is on its way: the waiting one belonged to the turn before).
+    pub waiting_retry_ended: bool,
 }
 
 /// What [`Store::end_run`] recorded.
@@ -228,7 +231,9 @@ impl Store {
     }
 
     /// In one transaction: an optional new operator message, the supersession of what follows
-    /// the anchor (queued and held prompts excepted) and a queued run; with `start` (this
+    /// the anchor (queued and held prompts excepted), a queued run and the end of the
+    /// session's waiting background retry (so a retry that fires is no longer waiting, and
+    /// a failed write leaves it waiting); with `start` (this
     /// instance's id), also the start of the session's next run when none is running (the new
     /// one, or a prompt queued before it), so a run on a free session starts in the
     /// transaction that queued it. A session that does not exist is `not_found`. The statements
@@ -286,6 +291,7 @@ impl Store {
                 ],
             )
         });
+        let waiting = script.push(sessions::END_WAITING_RETRY, vec![d.session_id.into()]);
         let start = start.map(|owner| starts::push_start(&mut script, d.session_id, owner, now));
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
@@ -310,6 +316,7 @@ impl Store {
                         r.iter().map(|r| r.text("message_id")).collect()
                     }),
                 started: start.and_then(|s| s.read(&rows)),
+                waiting_retry_ended: first(waiting).is_some(),
             };
             tx.commit().await?;
             Ok(dispatched)

@@ -9,7 +9,15 @@ pub struct SessionRecord {
     pub tokens_used: i64,
     /// The last background retry's number (kept after it fires).
     pub retry_attempt: u32,
+    /// The failed run the waiting background retry is for (`None` when none waits).
+    pub retry_run_id: Option<String>,
 }
+
+/// Ends session $1's waiting background retry, if one waits (its attempt number stays).
+pub(super) const END_WAITING_RETRY: &str =
+    "UPDATE sessions SET retry_fires_at = NULL, retry_reason = NULL, retry_run_id = NULL
+     WHERE id = $1 AND retry_fires_at IS NOT NULL
+     RETURNING id";
 
 /// A session row with its summary: busy or not, and its last run (joined: one query for
 /// any number of sessions). Append `WHERE …`/`ORDER BY …`.
@@ -96,6 +104,7 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
         agent_token_hash: row.text("agent_token_hash"),
         tokens_used: row.int("tokens_used"),
         retry_attempt: row.int("retry_attempt") as u32,
+        retry_run_id: row.opt_text("retry_run_id"),
     }
 }
 
@@ -272,16 +281,23 @@ impl Store {
         })
     }
 
-    /// Sets the session's waiting background retry.
-    pub async fn set_waiting_retry(&self, session_id: &str, w: &WaitingRetry) -> Result<()> {
+    /// Sets the session's waiting background retry, for its failed run `run_id`.
+    pub async fn set_waiting_retry(
+        &self,
+        session_id: &str,
+        run_id: &str,
+        w: &WaitingRetry,
+    ) -> Result<()> {
         with_writer!(self, |pool| {
             let done = sqlx::query(
-                "UPDATE sessions SET retry_attempt = $1, retry_fires_at = $2, retry_reason = $3
-                 WHERE id = $4",
+                "UPDATE sessions SET retry_attempt = $1, retry_fires_at = $2, retry_reason = $3,
+                     retry_run_id = $4
+                 WHERE id = $5",
             )
             .bind(w.attempt as i64)
             .bind(w.fires_at)
             .bind(w.reason.as_str())
+            .bind(run_id)
             .bind(session_id)
             .execute(pool)
             .await?;
@@ -296,14 +312,11 @@ impl Store {
     /// its attempt number stays. One statement: no read-then-write race.
     pub async fn clear_waiting_retry(&self, session_id: &str) -> Result<bool> {
         with_writer!(self, |pool| {
-            let done = sqlx::query(
-                "UPDATE sessions SET retry_fires_at = NULL, retry_reason = NULL
-                 WHERE id = $1 AND retry_fires_at IS NOT NULL",
-            )
-            .bind(session_id)
-            .execute(pool)
-            .await?;
-            Ok(done.rows_affected() == 1)
+            let ended = sqlx::query(END_WAITING_RETRY)
+                .bind(session_id)
+                .fetch_optional(pool)
+                .await?;
+            Ok(ended.is_some())
         })
     }
 

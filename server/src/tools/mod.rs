@@ -104,6 +104,12 @@ impl Toolbox {
         Ok(out)
     }
 
+    /// Waits until none of `sources` is still starting, or `within` passes; answers those
+    /// still starting then (the built-in source is always ready).
+    pub async fn started(&self, sources: &[String], within: std::time::Duration) -> Vec<String> {
+        self.external.started(sources, within).await
+    }
+
     /// The tools of the ready sources among `sources`, named for the model (the built-in
     /// source first, then the configured servers in order). Shares each source's tool list.
     pub fn offered(&self, sources: &[String]) -> Arc<[Offered]> {
