@@ -1,5 +1,5 @@
 //! `/sessions…`: create, list, read, rename, post a message, release held prompts.
-use super::error::ApiJson;
+use super::error::{ApiJson, ApiPath, ApiQuery};
 use super::AppState;
 use crate::engine::overlay_live;
 use crate::error::{Error, Result};
@@ -7,7 +7,7 @@ use app::wire::{
     CreateSession, CreatedSession, PatchSession, PostMessage, Receipt, Session, SessionDetail,
     SessionList,
 };
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use sha2::Digest;
@@ -92,7 +92,7 @@ pub struct ListQuery {
 /// `GET /sessions[?limit=&before=]`: newest first; the next page is `before=<the last id>`.
 pub async fn list(
     State(state): State<AppState>,
-    Query(q): Query<ListQuery>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<SessionList>> {
     let limit = match q.limit.as_deref().map(str::trim) {
         None | Some("") => None,
@@ -117,8 +117,8 @@ pub struct DetailQuery {
 
 pub async fn detail(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
-    Query(q): Query<DetailQuery>,
+    ApiPath(sid): ApiPath<String>,
+    ApiQuery(q): ApiQuery<DetailQuery>,
 ) -> Result<Json<SessionDetail>> {
     let include_superseded = match q.include_superseded.as_deref() {
         None | Some("false") | Some("0") => false,
@@ -151,7 +151,7 @@ pub async fn detail(
 
 pub async fn patch(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
+    ApiPath(sid): ApiPath<String>,
     ApiJson(body): ApiJson<PatchSession>,
 ) -> Result<Json<Session>> {
     let store = state.engine.store();
@@ -196,7 +196,7 @@ pub async fn patch(
 
 pub async fn post_message(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
+    ApiPath(sid): ApiPath<String>,
     ApiJson(body): ApiJson<PostMessage>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
     let receipt = state.engine.post_message(&sid, &body.content).await?;
@@ -205,7 +205,7 @@ pub async fn post_message(
 
 pub async fn release(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
+    ApiPath(sid): ApiPath<String>,
 ) -> Result<Json<app::wire::Released>> {
     let released = state.engine.release(&sid).await?;
     Ok(Json(app::wire::Released { released }))
@@ -213,7 +213,7 @@ pub async fn release(
 
 pub async fn regenerate(
     State(state): State<AppState>,
-    Path((sid, mid)): Path<(String, String)>,
+    ApiPath((sid, mid)): ApiPath<(String, String)>,
     body: Option<ApiJson<app::wire::Regenerate>>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
     let body = body.map(|ApiJson(b)| b).unwrap_or_default();
@@ -226,7 +226,7 @@ pub async fn regenerate(
 
 pub async fn retry(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
+    ApiPath(sid): ApiPath<String>,
 ) -> Result<Json<app::wire::RetryReceipt>> {
     Ok(Json(state.engine.retry(&sid, None).await?))
 }
@@ -234,7 +234,7 @@ pub async fn retry(
 /// `DELETE /sessions/:sid/waiting-retry`: ends the waiting background retry.
 pub async fn cancel_waiting_retry(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
+    ApiPath(sid): ApiPath<String>,
 ) -> Result<Json<app::wire::Session>> {
     Ok(Json(state.engine.cancel_waiting_retry(&sid).await?))
 }
