@@ -354,3 +354,46 @@ async fn every_api_refusal_has_the_contract_shape() {
         "{allow:?}"
     );
 }
+
+/// A session's title and model are at most 200 characters (after trim), on create and on
+/// rename; a longer one is refused and stores nothing.
+#[tokio::test]
+async fn titles_and_models_are_bounded() {
+    let (_fake, server) = common::setup("bounds").await;
+    let at = "é".repeat(200);
+    let over = "é".repeat(201);
+    for (case, body) in [
+        ("title", json!({"title": over})),
+        ("model", json!({"model": over})),
+        ("padded model", json!({"model": format!(" {over} ")})),
+    ] {
+        let (status, answer) = server.post("/sessions", body).await;
+        assert_error(status, &answer, 422, ErrorCode::InvalidRequest, case);
+    }
+    let (_, list) = server.get("/sessions").await;
+    assert_eq!(list["sessions"], json!([]), "nothing was created");
+
+    let (status, created) = server
+        .post(
+            "/sessions",
+            json!({"title": format!(" {at} "), "model": at}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        (created["title"].as_str(), created["model"].as_str()),
+        (Some(at.as_str()), Some(at.as_str()))
+    );
+    let sid = created["id"].as_str().unwrap();
+    let path = format!("/sessions/{sid}");
+    let (status, answer) = server.patch(&path, json!({"title": over})).await;
+    assert_error(
+        status,
+        &answer,
+        422,
+        ErrorCode::InvalidRequest,
+        "patched title",
+    );
+    let (status, answer) = server.patch(&path, json!({"title": "short"})).await;
+    assert_eq!((status, answer["title"].as_str()), (200, Some("short")));
+}

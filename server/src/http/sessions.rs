@@ -12,7 +12,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use sha2::Digest;
 
+/// A session's title and model are at most this many characters (after trim).
 const MAX_TITLE_CHARS: usize = 200;
+const MAX_MODEL_CHARS: usize = 200;
 
 pub async fn create(
     State(state): State<AppState>,
@@ -33,6 +35,11 @@ pub async fn create(
             return Err(Error::invalid(
                 "model is empty: leave it out for the default",
             ))
+        }
+        Some(m) if m.chars().count() > MAX_MODEL_CHARS => {
+            return Err(Error::invalid(format!(
+                "model is longer than {MAX_MODEL_CHARS} characters"
+            )))
         }
         Some(m) => m.to_string(),
         None => state.config.default_model(),
