@@ -1,5 +1,6 @@
 //! The engine with a provider that panics: the run still ends (`failed`/`internal`,
-//! retryable, partial text kept) and the session's next prompt runs.
+//! retryable, partial text kept) and the session's next prompt runs; a settings change waits
+//! for the session's lock.
 use super::{Engine, EngineConfig};
 use crate::events::EventHub;
 use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
@@ -138,4 +139,50 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
     let third = engine.post_message(&session.id, "three").await.unwrap();
     let run = ended(&engine, &third.run_id).await;
     assert_eq!(run.status, RunStatus::Completed, "the session goes on");
+}
+
+/// A session leaving `background` while a failure is being recorded under its lock: the
+/// change waits for the lock, so the retry that failure left waiting is ended, not left to
+/// fire in a session that no longer retries in the background.
+#[tokio::test]
+async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it() {
+    let engine = engine().await;
+    let session = engine
+        .store()
+        .create_session("t", "m", None, "hash", AutoRetry::Background, &[])
+        .await
+        .unwrap();
+    let sid = session.id.clone();
+    let held = engine.lock(&sid).await.unwrap();
+    let change = tokio::spawn({
+        let engine = engine.clone();
+        let sid = sid.clone();
+        async move {
+            engine
+                .update_settings(&sid, None, Some(AutoRetry::Off), None)
+                .await
+        }
+    });
+    // Time for a change that does not wait for the lock to be done before the retry is left.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!change.is_finished(), "the change waits for the lock");
+    let waiting = app::wire::WaitingRetry {
+        attempt: 1,
+        fires_at: crate::clock::now_ms() + 60_000,
+        reason: RetryClass::Overloaded,
+    };
+    engine
+        .store()
+        .set_waiting_retry(&sid, &waiting)
+        .await
+        .unwrap();
+    drop(held);
+    let changed = change.await.unwrap().unwrap();
+    assert_eq!(changed.auto_retry, AutoRetry::Off);
+    let now = engine.store().session(&sid).await.unwrap().session;
+    assert_eq!(
+        (now.auto_retry, now.waiting_retry),
+        (AutoRetry::Off, None),
+        "no retry waits in a session that left background"
+    );
 }

@@ -181,23 +181,10 @@ pub async fn patch(
         ),
         None => None,
     };
-    let mut session = store
-        .update_session(&sid, title, body.auto_retry, tools.as_deref())
-        .await?;
-    // Leaving `background` ends the retry waiting there (the browser takes over, or nothing).
-    if session.auto_retry != app::wire::AutoRetry::Background && session.waiting_retry.is_some() {
-        match state.engine.cancel_waiting_retry(&sid).await {
-            Ok(s) => return Ok(Json(s)),
-            Err(e) if matches!(e.kind, crate::error::Kind::Conflict) => {
-                session = store.session(&sid).await?.session
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    state
+    let session = state
         .engine
-        .hub()
-        .publish(&sid, &app::wire::Event::Session(session.clone()));
+        .update_settings(&sid, title, body.auto_retry, tools.as_deref())
+        .await?;
     Ok(Json(session))
 }
 
