@@ -8,6 +8,7 @@ pub mod http;
 pub mod llm;
 pub mod mcp_client;
 pub mod metrics;
+pub mod redact;
 pub mod retry;
 pub mod sse_lines;
 pub mod store;
@@ -84,17 +85,29 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
 
-    let cooldowns: Arc<dyn retry::cooldown::Table> = Arc::new(store.clone());
-    let provider = provider_for(&config, addr, cooldowns.clone());
     // MCP servers start in the background; a bad config file stops the start with its error.
     let mcp_specs = match &config.mcp_config {
         Some(path) => mcp_client::load(path)
             .map_err(|e| format!("MULLIGAN_MCP_CONFIG {}: {e}", path.display()))?,
         None => Vec::new(),
     };
+    // What providers and tool servers send passes this before it is stored, logged or sent
+    // to a model.
+    let redactor = redact::Redactor::new(
+        config
+            .api_key
+            .iter()
+            .cloned()
+            .chain(mcp_specs.iter().flat_map(|s| s.transport.secrets())),
+    );
+    let cooldowns: Arc<dyn retry::cooldown::Table> = Arc::new(store.clone());
+    let provider = Arc::new(llm::redacted::Redacted::new(
+        provider_for(&config, addr, cooldowns.clone()),
+        redactor.clone(),
+    ));
     let tools_stop = tokio_util::sync::CancellationToken::new();
     let toolbox = tools::Toolbox::new(
-        mcp_client::McpServers::start(mcp_specs, tools_stop.clone()),
+        mcp_client::McpServers::start(mcp_specs, redactor, tools_stop.clone()),
         http::mcp::builtin_infos(),
     );
     let engine = Engine::new(

@@ -230,3 +230,170 @@ async fn bad_input_gets_the_contract_error_and_changes_nothing() {
         "only the accepted prompts reached the provider"
     );
 }
+
+/// Wrong methods, unknown routes and unparsable paths or queries: every `/api/v1` refusal is
+/// the contract's JSON error, never axum's plain text or an empty body.
+#[tokio::test]
+async fn every_api_refusal_has_the_contract_shape() {
+    let (_fake, server) = common::setup("shape").await;
+    let sid = server.create_session().await;
+    let http = &server.http;
+    let authed = |req: reqwest::RequestBuilder| req.bearer_auth(&server.token);
+    let raw = |path: &str| format!("{}{path}", server.base);
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16, ErrorCode)> = vec![
+        (
+            "PUT /sessions",
+            authed(http.put(server.url("/sessions"))).json(&json!({})),
+            405,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "DELETE /sessions/:sid",
+            authed(http.delete(server.url(&format!("/sessions/{sid}")))),
+            405,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "GET /sessions/:sid/messages",
+            authed(http.get(server.url(&format!("/sessions/{sid}/messages")))),
+            405,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "limit not a number",
+            authed(http.get(server.url("/sessions?limit=abc"))),
+            422,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "limit twice",
+            authed(http.get(server.url("/sessions?limit=1&limit=2"))),
+            400,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "include_superseded twice",
+            authed(http.get(server.url(&format!(
+                "/sessions/{sid}?include_superseded=true&include_superseded=maybe"
+            )))),
+            400,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "last_event_id twice",
+            authed(http.get(server.url(&format!(
+                "/sessions/{sid}/events?last_event_id=1&last_event_id=2"
+            )))),
+            400,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "session id not UTF-8",
+            authed(http.get(server.url("/sessions/%FF"))),
+            400,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "run id not UTF-8",
+            authed(http.get(server.url("/runs/%FF%FE"))),
+            400,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "message id not UTF-8",
+            authed(http.post(server.url(&format!("/sessions/{sid}/messages/%C3%28/regenerate")))),
+            400,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "unknown nested route",
+            authed(http.get(server.url(&format!("/sessions/{sid}/nope/deeper")))),
+            404,
+            ErrorCode::NotFound,
+        ),
+        (
+            "the prefix itself",
+            authed(http.get(raw("/api/v1"))),
+            404,
+            ErrorCode::NotFound,
+        ),
+        (
+            "the prefix with a slash",
+            authed(http.get(raw("/api/v1/"))),
+            404,
+            ErrorCode::NotFound,
+        ),
+        (
+            "unknown route, wrong method",
+            authed(http.put(server.url("/nope"))),
+            404,
+            ErrorCode::NotFound,
+        ),
+    ];
+    for (case, req, want_status, want_code) in cases {
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        let body: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{case}: {status} answered {text:?}, not JSON"));
+        assert_error(status, &body, want_status, want_code, case);
+    }
+    // An allowed method is still named in the 405's `Allow` header.
+    let r = authed(http.put(server.url("/sessions")))
+        .send()
+        .await
+        .unwrap();
+    let allow = r
+        .headers()
+        .get("allow")
+        .map(|v| v.to_str().unwrap().to_string());
+    assert!(
+        allow
+            .as_deref()
+            .is_some_and(|a| a.contains("GET") && a.contains("POST")),
+        "{allow:?}"
+    );
+}
+
+/// A session's title and model are at most 200 characters (after trim), on create and on
+/// rename; a longer one is refused and stores nothing.
+#[tokio::test]
+async fn titles_and_models_are_bounded() {
+    let (_fake, server) = common::setup("bounds").await;
+    let at = "é".repeat(200);
+    let over = "é".repeat(201);
+    for (case, body) in [
+        ("title", json!({"title": over})),
+        ("model", json!({"model": over})),
+        ("padded model", json!({"model": format!(" {over} ")})),
+    ] {
+        let (status, answer) = server.post("/sessions", body).await;
+        assert_error(status, &answer, 422, ErrorCode::InvalidRequest, case);
+    }
+    let (_, list) = server.get("/sessions").await;
+    assert_eq!(list["sessions"], json!([]), "nothing was created");
+
+    let (status, created) = server
+        .post(
+            "/sessions",
+            json!({"title": format!(" {at} "), "model": at}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        (created["title"].as_str(), created["model"].as_str()),
+        (Some(at.as_str()), Some(at.as_str()))
+    );
+    let sid = created["id"].as_str().unwrap();
+    let path = format!("/sessions/{sid}");
+    let (status, answer) = server.patch(&path, json!({"title": over})).await;
+    assert_error(
+        status,
+        &answer,
+        422,
+        ErrorCode::InvalidRequest,
+        "patched title",
+    );
+    let (status, answer) = server.patch(&path, json!({"title": "short"})).await;
+    assert_eq!((status, answer["title"].as_str()), (200, Some("short")));
+}

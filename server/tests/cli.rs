@@ -327,6 +327,32 @@ async fn send_and_regenerate_refusals_exit_2_and_json_success_is_the_answer() {
 }
 
 #[tokio::test]
+async fn regenerate_of_a_superseded_prompt_is_stale_and_exits_2() {
+    let (_fake, server) = setup("cli-stale").await;
+    let sid = server.create_session().await;
+    let first = server.send(&sid, "one").await;
+    server.wait_run_end(&first.run_id).await;
+    let second = server.send(&sid, "two").await;
+    server.wait_run_end(&second.run_id).await;
+    let out = mulligan(&server, &["regenerate", &sid, &first.message_id]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let before = server.detail(&sid).await.runs.len();
+    // The second prompt is superseded now: regenerating it is refused.
+    let out = mulligan(&server, &["regenerate", &sid, &second.message_id]).await;
+    assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.starts_with("regenerate.stale: "),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        server.detail(&sid).await.runs.len(),
+        before,
+        "no run queued"
+    );
+}
+
+#[tokio::test]
 async fn tools_lists_each_source_and_its_tools() {
     let (_fake, server) = setup("cli-tools").await;
     let out = mulligan(&server, &["tools"]).await;

@@ -1,7 +1,7 @@
 //! CONTRACT promises that no other suite pinned: `Retry-After` as an HTTP date, every
 //! retried status and transport failure over real HTTP, an advised wait on the last attempt,
-//! `regenerate.stale` for a run that did not fail, the content limit at its edge, and the
-//! agent token shown once only.
+//! `regenerate.stale` for a run that did not fail and for a superseded prompt, the content
+//! limit at its edge, and the agent token shown once only.
 use testkit as common;
 
 use app::wire::{ErrorCode, Receipt, RetryClass, RunStatus};
@@ -142,6 +142,55 @@ async fn regenerate_with_a_run_that_did_not_fail_is_stale() {
     assert_eq!(
         server.wait_run_end(&receipt.run_id).await.status,
         RunStatus::Completed
+    );
+}
+
+#[tokio::test]
+async fn regenerating_a_superseded_prompt_is_stale_and_changes_nothing() {
+    let (fake, server) = setup("stale-superseded").await;
+    let sid = server.create_session().await;
+    let first = server.send(&sid, "one").await;
+    server.wait_run_end(&first.run_id).await;
+    let second = server.send(&sid, "two").await;
+    server.wait_run_end(&second.run_id).await;
+    // Regenerating the first prompt supersedes the second and its reply.
+    let (status, body) = server
+        .post(
+            &format!("/sessions/{sid}/messages/{}/regenerate", first.message_id),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let again: Receipt = serde_json::from_value(body).unwrap();
+    assert!(again.superseded.contains(&second.message_id), "{again:?}");
+    server.wait_run_end(&again.run_id).await;
+    let before = server
+        .get(&format!("/sessions/{sid}?include_superseded=true"))
+        .await;
+    let requests = fake.seen().len();
+
+    let path = format!("/sessions/{sid}/messages/{}/regenerate", second.message_id);
+    for body in [
+        json!({}),
+        json!({"manual": true}),
+        json!({"if_last_run": second.run_id, "manual": true}),
+    ] {
+        let answer = server.post(&path, body.clone()).await;
+        assert_error(&answer, 409, ErrorCode::RegenerateStale);
+    }
+    assert_eq!(
+        server
+            .get(&format!("/sessions/{sid}?include_superseded=true"))
+            .await,
+        before,
+        "the refused regenerates changed nothing"
+    );
+    assert_eq!(fake.seen().len(), requests, "nothing reached the provider");
+    let detail = server.detail(&sid).await;
+    assert_eq!(
+        detail.messages.last().map(|m| m.run_id.clone()),
+        Some(Some(again.run_id.clone())),
+        "the current reply is still the regenerated one"
     );
 }
 

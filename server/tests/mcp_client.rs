@@ -50,7 +50,7 @@ impl Drop for Started {
 fn start(specs: Vec<ServerSpec>) -> Started {
     let stop = CancellationToken::new();
     Started {
-        servers: McpServers::start(specs, stop.clone()),
+        servers: McpServers::start(specs, server::redact::Redactor::default(), stop.clone()),
         stop,
     }
 }
@@ -241,7 +241,7 @@ async fn secrets_in_env_stay_out_of_errors() {
     let error = server.error.as_deref().unwrap();
     assert!(!error.contains("sk-very-secret"), "{error}");
     assert!(
-        error.contains("<redacted>") && error.contains("exited"),
+        error.contains("[redacted]") && error.contains("exited"),
         "{error}"
     );
 }

@@ -81,9 +81,9 @@ impl Engine {
     }
 
     /// Supersedes everything after operator message `mid` (queued and held prompts excepted)
-    /// and runs again from it. With `if_last_run`, only while that run is still the anchor's
-    /// latest and `failed` (else `regenerate.stale`), checked under the same lock as the
-    /// queueing. `manual` (an operator's click on the reply they saw): the latest run may also
+    /// and runs again from it; a superseded `mid` is `regenerate.stale`. With `if_last_run`,
+    /// only while that run is still the anchor's latest and `failed` (else
+    /// `regenerate.stale`), checked under the same lock as the queueing. `manual` (an operator's click on the reply they saw): the latest run may also
     /// be `completed` or `cancelled`, so two tabs regenerating one reply start one run.
     /// Counted where it happens: a regenerate with `if_last_run` and not `manual` is a Tier 2
     /// retry, and the ended runs whose replies it superseded are counted `superseded`.
@@ -158,6 +158,14 @@ impl Engine {
             ));
         }
         let _guard = self.lock(session_id).await?;
+        // Read again under the lock: a regenerate of an earlier prompt may just have
+        // superseded this one, and a model answering it would not see its own prompt.
+        if self.store().message(mid).await?.superseded {
+            return Err(Error::refused(
+                ErrorCode::RegenerateStale,
+                format!("message {mid} is superseded: regenerate from a prompt still in the conversation"),
+            ));
+        }
         let latest = self.store().latest_run_for(mid).await?;
         if let Some(expected) = if_last_run {
             let fresh = latest.as_ref().is_some_and(|r| {

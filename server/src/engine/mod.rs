@@ -19,6 +19,7 @@ mod reconcile;
 mod recover;
 mod runner;
 mod saver;
+mod settings;
 mod step;
 mod stream;
 

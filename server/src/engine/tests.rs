@@ -1,7 +1,8 @@
 //! The engine with a provider that panics: the run still ends (`failed`/`internal`,
 //! retryable, partial text kept) and the session's next prompt runs; a command whose caller
 //! stops waiting right after its commit still starts what it committed; a background retry
-//! the database cannot queue stays waiting, and one that outlived its turn never fires.
+//! the database cannot queue stays waiting, and one that outlived its turn never fires; a
+//! settings change waits for the session's lock.
 use super::{Engine, EngineConfig};
 use crate::events::EventHub;
 use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
@@ -345,5 +346,51 @@ async fn a_waiting_retry_whose_run_is_no_longer_the_last_turn_ends_without_firin
         engine.store().runs(&sid).await.unwrap().len(),
         2,
         "nothing fired on the newer turn"
+    );
+}
+
+/// A session leaving `background` while a failure is being recorded under its lock: the
+/// change waits for the lock, so the retry that failure left waiting is ended, not left to
+/// fire in a session that no longer retries in the background.
+#[tokio::test]
+async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it() {
+    let engine = engine().await;
+    let session = engine
+        .store()
+        .create_session("t", "m", None, "hash", AutoRetry::Background, &[])
+        .await
+        .unwrap();
+    let sid = session.id.clone();
+    let held = engine.lock(&sid).await.unwrap();
+    let change = tokio::spawn({
+        let engine = engine.clone();
+        let sid = sid.clone();
+        async move {
+            engine
+                .update_settings(&sid, None, Some(AutoRetry::Off), None)
+                .await
+        }
+    });
+    // Time for a change that does not wait for the lock to be done before the retry is left.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!change.is_finished(), "the change waits for the lock");
+    let waiting = app::wire::WaitingRetry {
+        attempt: 1,
+        fires_at: crate::clock::now_ms() + 60_000,
+        reason: RetryClass::Overloaded,
+    };
+    engine
+        .store()
+        .set_waiting_retry(&sid, "r_failed_under_the_lock", &waiting)
+        .await
+        .unwrap();
+    drop(held);
+    let changed = change.await.unwrap().unwrap();
+    assert_eq!(changed.auto_retry, AutoRetry::Off);
+    let now = engine.store().session(&sid).await.unwrap().session;
+    assert_eq!(
+        (now.auto_retry, now.waiting_retry),
+        (AutoRetry::Off, None),
+        "no retry waits in a session that left background"
     );
 }

@@ -1,9 +1,10 @@
-//! The contract's error shape on the wire, and a JSON body extractor whose every rejection
-//! answers in that shape (400 malformed, 413 too large, 422 wrong types).
+//! The contract's error shape on the wire, and body, path and query extractors whose every
+//! rejection answers in that shape (400 malformed, 413 too large, 422 wrong types).
 use crate::error::{Error, Kind};
 use app::wire::{ApiError, ErrorBody, ErrorCode};
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
@@ -117,4 +118,75 @@ where
             Err(rejection) => Err(json_rejection(rejection)),
         }
     }
+}
+
+/// `axum::extract::Path`, with rejections in the contract's shape (400 with the reason, e.g. a
+/// segment that is not UTF-8).
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(ApiPath(v)),
+            Err(r) => Err(parts_rejection(r.status(), r.body_text())),
+        }
+    }
+}
+
+/// `axum::extract::Query`, with rejections in the contract's shape (400 with the reason, e.g.
+/// a parameter given twice).
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(r) => Err(parts_rejection(r.status(), r.body_text())),
+        }
+    }
+}
+
+/// A path or query the client got wrong is 400; a route whose handler does not fit its path
+/// (a bug of ours) stays a 500.
+fn parts_rejection(status: StatusCode, reason: String) -> Response {
+    if status.is_server_error() {
+        tracing::error!(%reason, "a route's parameters do not fit its handler");
+        respond(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            "the server failed to read this route; see the server log",
+        )
+    } else {
+        respond(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, reason)
+    }
+}
+
+/// Any `/api/v1` route asked with a method it does not answer: 405 (axum adds `Allow`).
+pub async fn method_not_allowed(method: axum::http::Method) -> Response {
+    respond(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorCode::InvalidRequest,
+        format!("this route does not answer {method}; the Allow header lists the methods it does"),
+    )
+}
+
+/// Any path under `/api/v1` that is no route: 404.
+pub async fn no_such_route() -> Response {
+    respond(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "no such API route",
+    )
 }

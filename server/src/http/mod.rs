@@ -15,11 +15,10 @@ pub use sessions::hex_sha256;
 use crate::config::Config;
 use crate::engine::Engine;
 use app::api::{self, Method, Route};
-use app::wire::{ClientConfig, ErrorCode, MAX_BODY_BYTES};
+use app::wire::{ClientConfig, MAX_BODY_BYTES};
 use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::handler::Handler;
-use axum::http::StatusCode;
-use axum::routing::{get, on, MethodFilter, MethodRouter};
+use axum::routing::{any, get, on, MethodFilter, MethodRouter};
 use axum::{middleware, Json, Router};
 use leptos::prelude::LeptosOptions;
 use leptos_axum::{generate_route_list, LeptosRoutes};
@@ -79,13 +78,9 @@ pub fn router(state: AppState) -> Router {
         .fold(Router::new(), |api, (route, handler)| {
             api.route(route.path, handler)
         })
-        .fallback(|| async {
-            error::respond(
-                StatusCode::NOT_FOUND,
-                ErrorCode::NotFound,
-                "no such API route",
-            )
-        })
+        // After the routes: it applies to the routes already added.
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .fallback(error::no_such_route)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_operator,
@@ -101,7 +96,15 @@ pub fn router(state: AppState) -> Router {
 
     let routes = generate_route_list(app::App);
     let leptos = state.leptos.clone();
-    let mut router = Router::new().nest(app::api::PREFIX, api).merge(mcp);
+    // `nest` leaves the prefix with a trailing slash to the page fallback: it is the API's.
+    let api_root = any(error::no_such_route).layer(middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_operator,
+    ));
+    let mut router = Router::new()
+        .nest(app::api::PREFIX, api)
+        .route(&format!("{}/", app::api::PREFIX), api_root)
+        .merge(mcp);
     // The built-in demo endpoint exists only while the demo provider is in use.
     if state.config.provider == crate::config::ProviderKind::Demo {
         router = router.nest(

@@ -1,13 +1,14 @@
 //! `/runs/:rid`, `/sessions/:sid/runs/:rid/cancel` and `…/dismiss-retry`.
+use super::error::ApiPath;
 use super::AppState;
 use crate::error::Result;
 use app::wire::{Run, RunDetail};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 
 pub async fn detail(
     State(state): State<AppState>,
-    Path(rid): Path<String>,
+    ApiPath(rid): ApiPath<String>,
 ) -> Result<Json<RunDetail>> {
     let store = state.engine.store();
     let run = store.run(&rid).await?;
@@ -17,7 +18,7 @@ pub async fn detail(
 
 pub async fn cancel(
     State(state): State<AppState>,
-    Path((sid, rid)): Path<(String, String)>,
+    ApiPath((sid, rid)): ApiPath<(String, String)>,
 ) -> Result<Json<Run>> {
     Ok(Json(state.engine.cancel(&sid, &rid).await?))
 }
@@ -25,7 +26,7 @@ pub async fn cancel(
 /// `POST /sessions/:sid/runs/:rid/dismiss-retry`: the operator cancelled Tier 2 for this run.
 pub async fn dismiss_retry(
     State(state): State<AppState>,
-    Path((sid, rid)): Path<(String, String)>,
+    ApiPath((sid, rid)): ApiPath<(String, String)>,
 ) -> Result<Json<Run>> {
     Ok(Json(state.engine.dismiss_retry(&sid, &rid).await?))
 }

@@ -1,5 +1,5 @@
 //! `/sessions…`: create, list, read, rename, post a message, release held prompts.
-use super::error::ApiJson;
+use super::error::{ApiJson, ApiPath, ApiQuery};
 use super::AppState;
 use crate::engine::overlay_live;
 use crate::error::{Error, Result};
@@ -7,12 +7,14 @@ use app::wire::{
     CreateSession, CreatedSession, PatchSession, PostMessage, Receipt, Session, SessionDetail,
     SessionList,
 };
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use sha2::Digest;
 
+/// A session's title and model are at most this many characters (after trim).
 const MAX_TITLE_CHARS: usize = 200;
+const MAX_MODEL_CHARS: usize = 200;
 
 pub async fn create(
     State(state): State<AppState>,
@@ -33,6 +35,11 @@ pub async fn create(
             return Err(Error::invalid(
                 "model is empty: leave it out for the default",
             ))
+        }
+        Some(m) if m.chars().count() > MAX_MODEL_CHARS => {
+            return Err(Error::invalid(format!(
+                "model is longer than {MAX_MODEL_CHARS} characters"
+            )))
         }
         Some(m) => m.to_string(),
         None => state.config.default_model(),
@@ -92,7 +99,7 @@ pub struct ListQuery {
 /// `GET /sessions[?limit=&before=]`: newest first; the next page is `before=<the last id>`.
 pub async fn list(
     State(state): State<AppState>,
-    Query(q): Query<ListQuery>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<SessionList>> {
     let limit = match q.limit.as_deref().map(str::trim) {
         None | Some("") => None,
@@ -117,8 +124,8 @@ pub struct DetailQuery {
 
 pub async fn detail(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
-    Query(q): Query<DetailQuery>,
+    ApiPath(sid): ApiPath<String>,
+    ApiQuery(q): ApiQuery<DetailQuery>,
 ) -> Result<Json<SessionDetail>> {
     let include_superseded = match q.include_superseded.as_deref() {
         None | Some("false") | Some("0") => false,
@@ -151,7 +158,7 @@ pub async fn detail(
 
 pub async fn patch(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
+    ApiPath(sid): ApiPath<String>,
     ApiJson(body): ApiJson<PatchSession>,
 ) -> Result<Json<Session>> {
     let store = state.engine.store();
@@ -174,29 +181,16 @@ pub async fn patch(
         ),
         None => None,
     };
-    let mut session = store
-        .update_session(&sid, title, body.auto_retry, tools.as_deref())
-        .await?;
-    // Leaving `background` ends the retry waiting there (the browser takes over, or nothing).
-    if session.auto_retry != app::wire::AutoRetry::Background && session.waiting_retry.is_some() {
-        match state.engine.cancel_waiting_retry(&sid).await {
-            Ok(s) => return Ok(Json(s)),
-            Err(e) if matches!(e.kind, crate::error::Kind::Conflict) => {
-                session = store.session(&sid).await?.session
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    state
+    let session = state
         .engine
-        .hub()
-        .publish(&sid, &app::wire::Event::Session(session.clone()));
+        .update_settings(&sid, title, body.auto_retry, tools.as_deref())
+        .await?;
     Ok(Json(session))
 }
 
 pub async fn post_message(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
+    ApiPath(sid): ApiPath<String>,
     ApiJson(body): ApiJson<PostMessage>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
     let receipt = state.engine.post_message(&sid, &body.content).await?;
@@ -205,7 +199,7 @@ pub async fn post_message(
 
 pub async fn release(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
+    ApiPath(sid): ApiPath<String>,
 ) -> Result<Json<app::wire::Released>> {
     let released = state.engine.release(&sid).await?;
     Ok(Json(app::wire::Released { released }))
@@ -213,7 +207,7 @@ pub async fn release(
 
 pub async fn regenerate(
     State(state): State<AppState>,
-    Path((sid, mid)): Path<(String, String)>,
+    ApiPath((sid, mid)): ApiPath<(String, String)>,
     body: Option<ApiJson<app::wire::Regenerate>>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
     let body = body.map(|ApiJson(b)| b).unwrap_or_default();
@@ -226,7 +220,7 @@ pub async fn regenerate(
 
 pub async fn retry(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
+    ApiPath(sid): ApiPath<String>,
 ) -> Result<Json<app::wire::RetryReceipt>> {
     Ok(Json(state.engine.retry(&sid, None).await?))
 }
@@ -234,7 +228,7 @@ pub async fn retry(
 /// `DELETE /sessions/:sid/waiting-retry`: ends the waiting background retry.
 pub async fn cancel_waiting_retry(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
+    ApiPath(sid): ApiPath<String>,
 ) -> Result<Json<app::wire::Session>> {
     Ok(Json(state.engine.cancel_waiting_retry(&sid).await?))
 }

@@ -1,12 +1,13 @@
 //! `GET /sessions/:sid/events`: Server-Sent Events, resumable with `Last-Event-ID` (or
 //! `?last_event_id=`). Each frame is rendered once by the hub and shared by every subscriber.
+use super::error::{ApiPath, ApiQuery};
 use super::AppState;
 use crate::error::{Error, Result};
 use crate::events::bytes_frame::{render, Frame};
 use crate::events::{EventHub, Published, Subscription};
 use crate::wake::WhenWoken;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -26,8 +27,8 @@ pub struct ResumeQuery {
 
 pub async fn events(
     State(state): State<AppState>,
-    Path(sid): Path<String>,
-    Query(q): Query<ResumeQuery>,
+    ApiPath(sid): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ResumeQuery>,
     headers: HeaderMap,
 ) -> Result<Response> {
     let raw = headers

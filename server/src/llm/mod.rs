@@ -3,6 +3,7 @@ pub mod anthropic;
 pub mod demo;
 pub mod limits;
 pub mod openai;
+pub mod redacted;
 mod sse;
 pub mod tool_calls;
 
@@ -146,6 +147,45 @@ impl RetryAfter {
                 RetryAfter::Pinned { wait, until }
             }
             RetryAfter::At(_) => RetryAfter::At(until),
+        }
+    }
+}
+
+impl ProviderError {
+    /// This error with the secrets in its text replaced (a proxy may quote the API key).
+    pub fn redacted(self, r: &crate::redact::Redactor) -> ProviderError {
+        let clean = |s: String| r.redact_owned(s);
+        match self {
+            ProviderError::Status {
+                status,
+                error_type,
+                error_code,
+                message,
+                retry_after,
+                should_retry,
+            } => ProviderError::Status {
+                status,
+                error_type: error_type.map(clean),
+                error_code: error_code.map(clean),
+                message: clean(message),
+                retry_after,
+                should_retry,
+            },
+            ProviderError::Transport { message } => ProviderError::Transport {
+                message: clean(message),
+            },
+            ProviderError::StreamCut { message } => ProviderError::StreamCut {
+                message: clean(message),
+            },
+            ProviderError::Timeout { message } => ProviderError::Timeout {
+                message: clean(message),
+            },
+            ProviderError::Protocol { message } => ProviderError::Protocol {
+                message: clean(message),
+            },
+            e @ (ProviderError::Stalled { .. }
+            | ProviderError::NoCredentials
+            | ProviderError::CoolingDown { .. }) => e,
         }
     }
 }

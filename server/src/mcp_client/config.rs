@@ -45,6 +45,21 @@ impl TransportSpec {
             TransportSpec::Http { .. } => app::wire::ToolTransport::Http,
         }
     }
+
+    /// The secret values: every `env` or `headers` value, and a URL's password and query.
+    pub fn secrets(&self) -> Vec<String> {
+        match self {
+            TransportSpec::Stdio { env, .. } => env.iter().map(|(_, v)| v.clone()).collect(),
+            TransportSpec::Http { url, headers } => {
+                let mut v: Vec<String> = headers.iter().map(|(_, v)| v.clone()).collect();
+                if let Ok(u) = reqwest::Url::parse(url) {
+                    v.extend(u.password().map(str::to_string));
+                    v.extend(u.query().map(str::to_string));
+                }
+                v
+            }
+        }
+    }
 }
 
 /// Names of secret-bearing entries are shown, their values never.

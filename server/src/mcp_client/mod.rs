@@ -8,6 +8,7 @@ mod supervise;
 pub use config::{load, parse, ConfigError, ServerSpec, TransportSpec};
 pub use render::MAX_RESULT_BYTES;
 
+use crate::redact::Redactor;
 use app::wire::{ToolInfo, ToolServer, ToolServerStatus, ToolTransport};
 use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
 use rmcp::service::{PeerRequestOptions, ServiceError};
@@ -35,6 +36,25 @@ pub enum CallEnd {
     Cancelled,
 }
 
+impl CallEnd {
+    /// This end with the secrets in its text replaced.
+    fn redacted(self, r: &Redactor) -> CallEnd {
+        match self {
+            CallEnd::Done { text, is_error } => CallEnd::Done {
+                text: r.redact_owned(text),
+                is_error,
+            },
+            CallEnd::NotSent { text } => CallEnd::NotSent {
+                text: r.redact_owned(text),
+            },
+            CallEnd::Lost { text } => CallEnd::Lost {
+                text: r.redact_owned(text),
+            },
+            CallEnd::Cancelled => CallEnd::Cancelled,
+        }
+    }
+}
+
 /// The configured MCP servers. Cheap to clone.
 #[derive(Clone)]
 pub struct McpServers {
@@ -44,6 +64,8 @@ pub struct McpServers {
 struct Inner {
     slots: Vec<Arc<Slot>>,
     changed: Arc<watch::Sender<u64>>,
+    /// Applied to every call's answer: a tool server may echo a secret.
+    redactor: Redactor,
 }
 
 /// One server's live state.
@@ -105,8 +127,13 @@ impl McpServers {
     /// Starts every server in the background (returns at once); each is restarted with backoff
     /// (1 s doubling to 60 s) when it dies or fails to start; tools are listed on connect and
     /// re-listed on `notifications/tools/list_changed`. Ends all children when `shutdown`
-    /// fires. Needs a Tokio runtime.
-    pub fn start(specs: Vec<ServerSpec>, shutdown: CancellationToken) -> McpServers {
+    /// fires. Every text a server sends passes `redactor` (and its own secrets) before it is
+    /// shown, logged or answered. Needs a Tokio runtime.
+    pub fn start(
+        specs: Vec<ServerSpec>,
+        redactor: Redactor,
+        shutdown: CancellationToken,
+    ) -> McpServers {
         let changed = Arc::new(watch::Sender::new(0u64));
         let mut slots = Vec::with_capacity(specs.len());
         for spec in specs {
@@ -119,12 +146,17 @@ impl McpServers {
             tokio::spawn(supervise::run(
                 slot.clone(),
                 spec.transport,
+                redactor.clone(),
                 shutdown.clone(),
             ));
             slots.push(slot);
         }
         McpServers {
-            inner: Arc::new(Inner { slots, changed }),
+            inner: Arc::new(Inner {
+                slots,
+                changed,
+                redactor,
+            }),
         }
     }
 
@@ -134,6 +166,7 @@ impl McpServers {
             inner: Arc::new(Inner {
                 slots: Vec::new(),
                 changed: Arc::new(watch::Sender::new(0)),
+                redactor: Redactor::default(),
             }),
         }
     }
@@ -244,8 +277,23 @@ impl McpServers {
         self.inner.slots.iter().find(|s| s.name == name)
     }
 
-    /// Calls one tool. Never panics, never returns Err: every failure is a [`CallEnd`].
+    /// Calls one tool. Never panics, never returns Err: every failure is a [`CallEnd`]. Its
+    /// text holds no configured secret.
     pub async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> CallEnd {
+        let end = self
+            .call_as_sent(server, tool, arguments, timeout, cancel)
+            .await;
+        end.redacted(&self.inner.redactor)
+    }
+
+    async fn call_as_sent(
         &self,
         server: &str,
         tool: &str,

@@ -3,6 +3,7 @@
 use super::config::{redact_url, TransportSpec};
 use super::http::Http;
 use super::{render, Slot};
+use crate::redact::Redactor;
 use app::wire::ToolInfo;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, PaginatedRequestParams,
@@ -53,8 +54,13 @@ impl ClientHandler for Handler {
 }
 
 /// Runs until `shutdown` fires.
-pub(super) async fn run(slot: Arc<Slot>, spec: TransportSpec, shutdown: CancellationToken) {
-    let secrets = Secrets::of(&spec);
+pub(super) async fn run(
+    slot: Arc<Slot>,
+    spec: TransportSpec,
+    redactor: Redactor,
+    shutdown: CancellationToken,
+) {
+    let secrets = Secrets::of(&spec, &redactor);
     let mut backoff = BACKOFF_START;
     loop {
         let began = Instant::now();
@@ -139,7 +145,7 @@ async fn connect_and_serve(
                 _ = shutdown.cancelled() => return "stopped".into(),
             };
             let ended = match connected {
-                Ok(Ok(running)) => serve(slot, running, relist, pid, shutdown).await,
+                Ok(Ok(running)) => serve(slot, running, relist, pid, secrets, shutdown).await,
                 Ok(Err(e)) => format!("MCP initialization failed: {e}"),
                 Err(_) => format!(
                     "no MCP initialization within {} s; is it an MCP stdio server?",
@@ -203,7 +209,7 @@ async fn connect_and_serve(
                     )
                 }
             };
-            serve(slot, running, relist, None, shutdown).await
+            serve(slot, running, relist, None, secrets, shutdown).await
         }
     }
 }
@@ -214,6 +220,7 @@ async fn serve(
     running: RunningService<RoleClient, Handler>,
     relist: Arc<Notify>,
     pid: Option<u32>,
+    secrets: &Secrets,
     shutdown: &CancellationToken,
 ) -> String {
     let peer = running.peer().clone();
@@ -258,7 +265,7 @@ async fn serve(
                         tracing::debug!(server = %slot.name, tools = tools.len(), "MCP tools re-listed");
                         slot.set_tools(tools);
                     }
-                    Err(e) => tracing::warn!(server = %slot.name, error = %e, "cannot re-list MCP tools"),
+                    Err(e) => tracing::warn!(server = %slot.name, error = %secrets.scrub(&e), "cannot re-list MCP tools"),
                 }
             }
             _ = shutdown.cancelled() => {
@@ -388,37 +395,21 @@ async fn drain_stderr(
     emit(&mut line);
 }
 
-/// The secret values of one server, to scrub from any text shown or logged.
+/// What to scrub from a server's failure and error output: its own secrets (also short
+/// ones: it is its own text) and every configured secret.
 #[derive(Clone)]
-struct Secrets(Arc<Vec<String>>);
+struct Secrets(Redactor);
+
+/// A server's own secret values this short or shorter are no real secret.
+const MIN_OWN_SECRET_CHARS: usize = 4;
 
 impl Secrets {
-    fn of(spec: &TransportSpec) -> Secrets {
-        let values: Vec<String> = match spec {
-            TransportSpec::Stdio { env, .. } => env.iter().map(|(_, v)| v.clone()).collect(),
-            TransportSpec::Http { url, headers } => {
-                let mut v: Vec<String> = headers.iter().map(|(_, v)| v.clone()).collect();
-                if let Ok(u) = reqwest::Url::parse(url) {
-                    v.extend(u.password().map(str::to_string));
-                    v.extend(u.query().map(str::to_string));
-                }
-                v
-            }
-        };
-        // Very short values would scrub ordinary words; they are no real secret anyway.
-        Secrets(Arc::new(
-            values.into_iter().filter(|v| v.len() >= 4).collect(),
-        ))
+    fn of(spec: &TransportSpec, all: &Redactor) -> Secrets {
+        Secrets(Redactor::with_min_chars(spec.secrets(), MIN_OWN_SECRET_CHARS).and(all))
     }
 
     fn scrub(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        for secret in self.0.iter() {
-            if out.contains(secret.as_str()) {
-                out = out.replace(secret.as_str(), "<redacted>");
-            }
-        }
-        out.chars().take(MAX_ERROR_CHARS).collect()
+        self.0.redact(text).chars().take(MAX_ERROR_CHARS).collect()
     }
 }
 
@@ -432,8 +423,11 @@ mod tests {
             url: "https://h/mcp?key=abcdef".into(),
             headers: vec![("Authorization".into(), "Bearer tok-123".into())],
         };
-        let s = Secrets::of(&spec);
-        let out = s.scrub("sent Bearer tok-123 to https://h/mcp?key=abcdef");
-        assert!(!out.contains("tok-123") && !out.contains("abcdef"), "{out}");
+        let s = Secrets::of(&spec, &Redactor::new(["the-api-key-1"]));
+        let out = s.scrub("sent Bearer tok-123 to https://h/mcp?key=abcdef with the-api-key-1");
+        assert!(
+            !out.contains("tok-123") && !out.contains("abcdef") && !out.contains("the-api-key-1"),
+            "{out}"
+        );
     }
 }

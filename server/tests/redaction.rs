@@ -1,0 +1,175 @@
+//! Secrets a provider or tool server echoes back (the API key, an MCP server's `env` value,
+//! a bearer token) are `[redacted]` in what Mulligan stores, serves and sends to a model.
+use testkit as common;
+
+use app::wire::{Part, RetryClass, RunStatus, ToolCallStatus};
+use common::fake::{FakeProvider, Script};
+use common::{config, setup, temp_dir, TestServer, API_KEY};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Every answer about the run and its session, as one text.
+async fn served(server: &TestServer, sid: &str, run_id: &str) -> String {
+    let mut all = String::new();
+    for path in [
+        format!("/sessions/{sid}?include_superseded=true"),
+        format!("/runs/{run_id}"),
+        "/sessions".into(),
+    ] {
+        let (status, body) = server.get(&path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        all.push_str(&body.to_string());
+    }
+    all
+}
+
+#[tokio::test]
+async fn a_provider_quoting_the_api_key_is_stored_and_served_redacted() {
+    let (fake, server) = setup("redact-provider").await;
+    let sid = server.create_session().await;
+
+    // 401 whose body quotes the key, as some proxies do.
+    fake.push(Script::Status {
+        code: 401,
+        headers: vec![],
+        body: json!({"error": {
+            "type": "invalid_request_error",
+            "message": format!("Incorrect API key provided: {API_KEY}. Check your key."),
+        }}),
+    });
+    let sent = server.send(&sid, "hi").await;
+    let run = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.retry.unwrap().retry_class, RetryClass::AuthFailed);
+    let message = run.error_message.unwrap();
+    assert!(
+        message.contains("Incorrect API key provided: [redacted]. Check your key."),
+        "{message}"
+    );
+    let all = served(&server, &sid, &sent.run_id).await;
+    assert!(!all.contains(API_KEY), "the key is served: {all}");
+
+    // 500s quoting the key and another bearer credential, on every Tier 1 attempt.
+    fake.set_default(Script::Status {
+        code: 500,
+        headers: vec![],
+        body: json!({"error": {"message": format!(
+            "upstream refused Authorization: Bearer {API_KEY} (also tried Bearer Zm9vYmFyYmF6cXV4MTIz)"
+        )}}),
+    });
+    let sent = server.send(&sid, "again").await;
+    let run = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.retry.unwrap().retry_class, RetryClass::ServerError);
+    let message = run.error_message.unwrap();
+    assert!(
+        message.contains("Bearer [redacted] (also tried Bearer [redacted])"),
+        "{message}"
+    );
+    let (_, detail) = server.get(&format!("/runs/{}", sent.run_id)).await;
+    let attempts = detail["attempts"].as_array().unwrap();
+    assert!(attempts.len() > 1, "{detail}");
+    assert!(
+        attempts.iter().all(|a| a["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("[redacted]"))),
+        "{detail}"
+    );
+    let all = served(&server, &sid, &sent.run_id).await;
+    assert!(!all.contains(API_KEY), "the key is served: {all}");
+    assert!(
+        !all.contains("Zm9vYmFyYmF6cXV4MTIz"),
+        "a token is served: {all}"
+    );
+}
+
+/// The reference `server-everything`, installed from end2end's lockfile.
+fn everything() -> std::path::PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../end2end/node_modules/.bin/mcp-server-everything");
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/toolchain.sh --browser (it installs end2end's npm packages)",
+        path.display()
+    );
+    path
+}
+
+/// Sorted first in the child's environment, so `get-env`'s answer shows it within the
+/// result's bound.
+const ENV_NAME: &str = "AAAA_MULLIGAN_TEST_TOKEN";
+const ENV_SECRET: &str = "mcp-env-secret-value-0042";
+
+#[tokio::test]
+async fn a_tool_result_echoing_an_mcp_env_value_is_stored_and_sent_redacted() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("redact-tool");
+    let mcp = dir.join("mcp.json");
+    let servers = json!({"mcpServers": {
+        "every": {"command": everything(), "env": {ENV_NAME: ENV_SECRET}},
+    }});
+    std::fs::write(&mcp, servers.to_string()).unwrap();
+    let mut c = config(&dir, &fake.url);
+    c.mcp_config = Some(mcp);
+    let server = TestServer::start(c).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, tools) = server.get("/tools").await;
+        let ready = tools["servers"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["name"] == "every" && s["status"] == "ready")
+        });
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "every never became ready: {tools}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let sid = server.create_session().await;
+    fake.push(Script::call("", "env1", "every__get-env", json!({})));
+    fake.push(Script::reply(&["Seen."]));
+    let sent = server.send(&sid, "show me the environment").await;
+    let run = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
+
+    let detail = server.detail(&sid).await;
+    let call = detail
+        .messages
+        .iter()
+        .flat_map(|m| m.parts.iter().flatten())
+        .find_map(|p| match p {
+            Part::ToolCall { call } => Some(call.clone()),
+            Part::Text { .. } => None,
+        })
+        .expect("the tool call is recorded");
+    assert_eq!(call.status, ToolCallStatus::Ok, "{call:#?}");
+    let result = call.result.unwrap_or_default();
+    // Only the line of interest is shown: the rest is this process's environment.
+    let line = result.lines().find(|l| l.contains(ENV_NAME));
+    assert_eq!(
+        line.map(str::trim),
+        Some(format!("\"{ENV_NAME}\": \"[redacted]\",").as_str()),
+        "the stored result"
+    );
+    let all = served(&server, &sid, &sent.run_id).await;
+    assert!(!all.contains(ENV_SECRET), "the env value is served");
+
+    let sent_to_model: Value = fake.seen().pop().unwrap().body;
+    let tool_message = sent_to_model["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["tool_call_id"] == "env1")
+        .cloned()
+        .expect("the result is sent to the model");
+    assert!(tool_message.to_string().contains("[redacted]"));
+    assert!(
+        !sent_to_model.to_string().contains(ENV_SECRET),
+        "the env value reached the model"
+    );
+}
