@@ -68,6 +68,8 @@ impl FakeProvider {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            // Anthropic's Messages API: answered the same way (scripts in its wire shape).
+            .route("/v1/messages", post(chat))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/v1", listener.local_addr()?);

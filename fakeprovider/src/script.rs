@@ -45,6 +45,12 @@ pub enum Script {
         text: String,
         calls: Vec<(String, String, String)>,
     },
+    /// Sends each raw SSE frame (its `event:`/`data:` lines or a comment, without the blank
+    /// line that ends it) after `every`, then ends the body: any provider's wire shape.
+    Frames {
+        frames: Vec<String>,
+        every: Duration,
+    },
 }
 
 impl Script {
@@ -200,6 +206,13 @@ pub(crate) async fn play(script: Script) -> Response {
             frame(serde_json::json!({"choices": [], "usage": {"total_tokens": 11}}));
             body.push_str("data: [DONE]\n\n");
             event_stream(Body::from(body))
+        }
+        Script::Frames { frames, every } => {
+            let body = futures::stream::iter(frames).then(move |f| async move {
+                tokio::time::sleep(every).await;
+                Ok::<_, std::io::Error>(Bytes::from(format!("{f}\n\n")))
+            });
+            event_stream(Body::from_stream(body))
         }
         Script::Status {
             code,

@@ -111,3 +111,116 @@ async fn a_stalled_stream_fails_as_stream_interrupted() {
     );
     assert_eq!(fake.seen().len(), 1);
 }
+
+/// `data:` frames of a Chat Completions stream asking for `mulligan__list_sessions`, its
+/// arguments (`{}` padded with spaces) in `fragments` pieces, then done.
+fn argument_fragments(fragments: usize) -> Vec<String> {
+    let chunk = |delta: serde_json::Value| {
+        format!(
+            "data: {}",
+            json!({"choices": [{"index": 0, "delta": delta}]})
+        )
+    };
+    let call = |f: serde_json::Value| chunk(json!({"tool_calls": [f]}));
+    let mut frames = vec![call(json!({
+        "index": 0, "id": "call_slow", "type": "function",
+        "function": {"name": "mulligan__list_sessions", "arguments": "{"}
+    }))];
+    for _ in 0..fragments {
+        frames.push(call(json!({"index": 0, "function": {"arguments": " "}})));
+    }
+    frames.push(call(json!({"index": 0, "function": {"arguments": "}"}})));
+    frames.push(format!(
+        "data: {}",
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    ));
+    frames.push("data: [DONE]".into());
+    frames
+}
+
+/// A step that streams only tool-call argument fragments, each well within the idle limit
+/// but together far past it, is alive: its call runs once, and no attempt is retried.
+#[tokio::test]
+async fn tool_call_fragments_keep_a_step_alive_past_the_idle_limit() {
+    let fake = FakeProvider::start().await;
+    let mut cfg = config(&temp_dir("idle-fragments"), &fake.url);
+    cfg.stream_idle_ms = 400;
+    let server = TestServer::start(cfg).await;
+    fake.push(Script::Frames {
+        frames: argument_fragments(10),
+        every: Duration::from_millis(150),
+    });
+    fake.push(Script::reply(&["listed"]));
+    let sid = server.create_session().await;
+    let r = server.send(&sid, "list them").await;
+    let run = server.wait_run_end(&r.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error_message);
+    let seen = fake.seen();
+    assert_eq!(seen.len(), 2, "one request per step");
+    assert_eq!(run.tier1_attempts, 2, "one attempt per step");
+    let answered = seen[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["role"] == "tool" && m["tool_call_id"] == "call_slow");
+    assert!(
+        answered,
+        "Tier 1 sent the first step again instead of running its call"
+    );
+}
+
+/// Anthropic `ping` events and thinking deltas, one well within the idle limit after
+/// another, keep a step alive until its text comes.
+#[tokio::test]
+async fn anthropic_pings_and_thinking_keep_a_step_alive_past_the_idle_limit() {
+    let fake = FakeProvider::start().await;
+    let mut cfg = config(&temp_dir("idle-pings"), &fake.url);
+    cfg.stream_idle_ms = 400;
+    cfg.provider = server::config::ProviderKind::Anthropic;
+    let server = TestServer::start(cfg).await;
+    let event = |name: &str, data: serde_json::Value| format!("event: {name}\ndata: {data}");
+    let mut frames = vec![event(
+        "message_start",
+        json!({"type": "message_start", "message": {"usage": {"input_tokens": 3}}}),
+    )];
+    for _ in 0..5 {
+        frames.push(event("ping", json!({"type": "ping"})));
+    }
+    frames.push(event(
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+    ));
+    for _ in 0..5 {
+        frames.push(event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hmm "}}),
+        ));
+    }
+    frames.push(event(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
+    frames.push(event(
+        "content_block_delta",
+        json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "pong"}}),
+    ));
+    frames.push(event(
+        "message_delta",
+        json!({"type": "message_delta", "usage": {"output_tokens": 4}}),
+    ));
+    frames.push(event("message_stop", json!({"type": "message_stop"})));
+    fake.push(Script::Frames {
+        frames,
+        every: Duration::from_millis(150),
+    });
+    let sid = server.create_session().await;
+    let r = server.send(&sid, "ping?").await;
+    let run = server.wait_run_end(&r.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.error_message);
+    assert_eq!(run.tier1_attempts, 1, "Tier 1 sent the step again");
+    assert_eq!(fake.seen().len(), 1);
+    assert_eq!(
+        server.detail(&sid).await.messages.pop().unwrap().content,
+        "pong"
+    );
+}

@@ -190,6 +190,7 @@ async fn relay_step(
                 *tally.tokens = tally.tokens.saturating_add(limits::tokens(total_tokens));
             }
             Some(Ok(StreamItem::ToolCalls(calls))) => asked = calls,
+            Some(Ok(StreamItem::Heard)) => {}
             Some(Ok(StreamItem::Done)) | None => {
                 if unsaved && !asked.is_empty() {
                     save(engine, reply, active); // the text before the calls, before they run

@@ -93,6 +93,9 @@ pub enum StreamItem {
     ToolCalls(Vec<tool_calls::AssembledCall>),
     /// The provider said the reply is complete.
     Done,
+    /// Bytes arrived that complete no other item (a keep-alive ping or comment, a thinking
+    /// delta, a tool call's argument fragment): the stream is alive (CONTRACT §6).
+    Heard,
 }
 
 /// Why opening or reading a provider stream failed, with what the classifier needs.

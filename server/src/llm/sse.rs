@@ -153,7 +153,9 @@ impl From<reqwest::Error> for ProviderError {
 /// Turns a 2xx SSE body into stream items with a provider's per-event parser
 /// (`parse(event_name, data)`). The stream ends after the parser yields `Done`; a body that
 /// ends or breaks before that is a `StreamCut` ("ended before `what_ends`"). Each chunk is
-/// read as it comes ([`SseLines`]: no copy per event); the items of one chunk go out in order.
+/// read as it comes ([`SseLines`]: no copy per event); the items of one chunk go out in order,
+/// and a chunk that completes none yields [`StreamItem::Heard`], so that the idle limit counts
+/// bytes, not parsed items.
 pub fn item_stream<F>(
     resp: reqwest::Response,
     what_ends: &'static str,
@@ -239,6 +241,10 @@ where
                 self.pending.push_back(Err(ProviderError::Protocol {
                     message: malformed.to_string(),
                 }));
+            }
+            // Any bytes keep the stream alive, whether or not they completed an item.
+            if self.pending.is_empty() && !chunk.is_empty() {
+                return Some(Ok(StreamItem::Heard));
             }
         }
     }

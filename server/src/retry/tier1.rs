@@ -81,6 +81,7 @@ fn count_attempt(attempt: &Result<Opened, ProviderError>) {
 }
 
 /// Reads items until the first delta or the end; an error before then fails the attempt.
+/// `idle` bounds the wait for any bytes, not for an item.
 async fn read_head(mut stream: DeltaStream, idle: Duration) -> Result<Opened, ProviderError> {
     let mut head = Vec::new();
     loop {
@@ -91,6 +92,8 @@ async fn read_head(mut stream: DeltaStream, idle: Duration) -> Result<Opened, Pr
                     message: "ended before any reply".into(),
                 })
             }
+            // Bytes that complete no item: alive, nothing to keep.
+            Ok(Some(Ok(StreamItem::Heard))) => continue,
             Ok(Some(item)) => item?,
         };
         let last = matches!(item, StreamItem::Delta(_) | StreamItem::Done);
