@@ -57,6 +57,21 @@ impl Db {
         self.store.message(message_id).await.unwrap().content
     }
 
+    /// Records `run_id`'s end as `by` would: the ended run, or `None` when refused.
+    async fn end(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        text: &str,
+        by: EndBy,
+    ) -> Option<app::wire::Run> {
+        self.store
+            .finish_run(run_id, &outcome(status, text), by)
+            .await
+            .unwrap()
+            .map(|(run, _)| run)
+    }
+
     async fn status(&self, run_id: &str) -> RunStatus {
         self.store.run(run_id).await.unwrap().status
     }
@@ -134,12 +149,9 @@ async fn a_taken_over_instance_writes_nothing_for_its_old_runs() {
         orphans.contains(&first.run.id) && orphans.contains(&second.run.id),
         "{orphans:?}"
     );
-    let interrupted = outcome(RunStatus::Failed, "");
     let taken = db
-        .store
-        .finish_run(&first.run.id, &interrupted, EndBy::Takeover)
-        .await
-        .unwrap();
+        .end(&first.run.id, RunStatus::Failed, "", EndBy::Takeover)
+        .await;
     assert!(taken.is_some(), "the takeover of a lapsed lease is refused");
 
     // A wakes and beats again: its lease is live, but its epoch moved on.
@@ -166,14 +178,8 @@ async fn a_taken_over_instance_writes_nothing_for_its_old_runs() {
         .await
         .is_err());
     let owner_end = db
-        .store
-        .finish_run(
-            &second.run.id,
-            &outcome(RunStatus::Completed, "whole"),
-            EndBy::Owner,
-        )
-        .await
-        .unwrap();
+        .end(&second.run.id, RunStatus::Completed, "whole", EndBy::Owner)
+        .await;
     assert!(
         owner_end.is_none(),
         "the end of a run started under a lost lease was written"
@@ -208,14 +214,8 @@ async fn a_taken_over_instance_writes_nothing_for_its_old_runs() {
         .await
         .unwrap();
     let end = db
-        .store
-        .finish_run(
-            &third.run.id,
-            &outcome(RunStatus::Completed, "fresh"),
-            EndBy::Owner,
-        )
-        .await
-        .unwrap();
+        .end(&third.run.id, RunStatus::Completed, "fresh", EndBy::Owner)
+        .await;
     assert!(end.is_some());
     assert_eq!(db.status(&third.run.id).await, RunStatus::Completed);
 }
@@ -236,14 +236,8 @@ async fn a_takeover_leaves_a_run_whose_owner_came_back() {
     // The owner beats before the takeover's end is written.
     db.store.heartbeat("i-a").await.unwrap();
     let taken = db
-        .store
-        .finish_run(
-            &run.run.id,
-            &outcome(RunStatus::Failed, ""),
-            EndBy::Takeover,
-        )
-        .await
-        .unwrap();
+        .end(&run.run.id, RunStatus::Failed, "", EndBy::Takeover)
+        .await;
     assert!(taken.is_none(), "a run whose owner is alive was taken over");
     assert_eq!(db.status(&run.run.id).await, RunStatus::Running);
 
@@ -252,15 +246,14 @@ async fn a_takeover_leaves_a_run_whose_owner_came_back() {
         .await
         .unwrap();
     let end = db
-        .store
-        .finish_run(
+        .end(
             &run.run.id,
-            &outcome(RunStatus::Completed, "still mine, whole"),
+            RunStatus::Completed,
+            "still mine, whole",
             EndBy::Owner,
         )
         .await
-        .unwrap()
         .expect("the owner's end is written");
-    assert_eq!(end.0.status, RunStatus::Completed);
+    assert_eq!(end.status, RunStatus::Completed);
     assert_eq!(db.stored_text(&run.reply.id).await, "still mine, whole");
 }
