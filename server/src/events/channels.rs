@@ -3,6 +3,7 @@
 use super::bytes_frame;
 use super::published::Published;
 use super::recent::{Recent, RunOf};
+use super::reserve::Held;
 use super::writer::Write;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -37,9 +38,33 @@ pub(super) struct Channel {
 pub(super) struct Inner {
     /// Local: the next id to give. Shared: one past the last id the follower applied.
     pub(super) next_id: i64,
+    /// Local: ids below this are reserved in the log and may go out (Shared: `i64::MAX`).
+    pub(super) reserved: i64,
+    /// Local: a reservation was asked for and is not in yet.
+    pub(super) reserving: bool,
+    /// Local: events numbered past `reserved`, waiting for it in order.
+    pub(super) held: VecDeque<Held>,
     pub(super) channels: HashMap<String, Channel>,
     /// Shared: the text streamed so far of each streaming reply seen in the log, by run id.
     pub(super) mirror: HashMap<String, (String, u64)>,
+}
+
+impl Inner {
+    pub(super) fn new(next_id: i64, reserved: i64) -> Inner {
+        Inner {
+            next_id,
+            reserved,
+            reserving: false,
+            held: VecDeque::new(),
+            channels: HashMap::new(),
+            mirror: HashMap::new(),
+        }
+    }
+
+    /// The first id not yet delivered here: the floor of a channel made now.
+    pub(super) fn undelivered(&self) -> i64 {
+        self.held.front().map_or(self.next_id, |h| h.id)
+    }
 }
 
 /// Puts an event in its session's recent ring and sends it to the live subscribers. With
@@ -149,11 +174,7 @@ mod tests {
     #[test]
     fn a_delta_leaving_the_window_goes_to_the_log_unless_its_run_ended() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut inner = Inner {
-            next_id: 1,
-            channels: HashMap::new(),
-            mirror: HashMap::new(),
-        };
+        let mut inner = Inner::new(1, i64::MAX);
         for id in 1..=RECENT as i64 {
             put(&mut inner, id, "s", false, Some(&tx));
         }
@@ -175,11 +196,7 @@ mod tests {
 
     #[test]
     fn idle_channels_without_subscribers_leave_memory_and_resume_reads_the_store() {
-        let mut inner = Inner {
-            next_id: 1,
-            channels: HashMap::new(),
-            mirror: HashMap::new(),
-        };
+        let mut inner = Inner::new(1, i64::MAX);
         put(&mut inner, 1, "quiet", false, None);
         put(&mut inner, 2, "watched", false, None);
         let _subscriber = channel(&mut inner, "watched", 3).tx.subscribe();
