@@ -79,6 +79,14 @@ impl EventHub {
     pub async fn start(
         store: Store,
     ) -> crate::error::Result<(EventHub, tokio::task::JoinHandle<()>)> {
+        EventHub::start_with(store, channels::IDLE).await
+    }
+
+    /// [`EventHub::start`] with channels dropped from memory after `idle` (tests shorten it).
+    async fn start_with(
+        store: Store,
+        idle: std::time::Duration,
+    ) -> crate::error::Result<(EventHub, tokio::task::JoinHandle<()>)> {
         let next_id = store.max_event_id().await? + 1;
         let mode = if store.is_shared() {
             Mode::Shared
@@ -105,7 +113,7 @@ impl EventHub {
             closing: Default::default(),
             reservations: (mode == Mode::Local).then_some((ask, marked)),
         };
-        tokio::spawn(sweep(Arc::downgrade(&hub.inner)));
+        tokio::spawn(sweep(Arc::downgrade(&hub.inner), idle));
         let task = match mode {
             Mode::Local => {
                 tokio::spawn(reserve::keep_reserving(
@@ -259,12 +267,18 @@ impl EventHub {
 /// A hub on a new SQLite store of its own, for the crate's unit tests.
 #[cfg(test)]
 pub(crate) async fn test_hub() -> EventHub {
+    test_hub_idle(channels::IDLE).await
+}
+
+/// [`test_hub`] whose channels leave memory after `idle`.
+#[cfg(test)]
+pub(crate) async fn test_hub_idle(idle: std::time::Duration) -> EventHub {
     let dir = std::env::temp_dir().join(format!("mulligan-hub-{}", crate::clock::new_id("t")));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let store = Store::open(&format!("sqlite://{}", dir.join("m.db").display()))
         .await
         .expect("a store");
-    EventHub::start(store).await.expect("a hub").0
+    EventHub::start_with(store, idle).await.expect("a hub").0
 }
 
 #[cfg(test)]
@@ -301,7 +315,7 @@ mod tests {
         hub.flush().await;
         let logged = hub
             .store()
-            .events_between("s", after, i64::MAX)
+            .events_between("s", after, i64::MAX, 1000)
             .await
             .unwrap();
         logged.iter().map(|e| e.name).collect()
@@ -314,10 +328,18 @@ mod tests {
         let hub = test_hub().await;
         hub.publish("s", &run("r_a", RunStatus::Running, true));
         hub.flush().await;
-        let logged = hub.store().events_between("s", 0, i64::MAX).await.unwrap();
+        let logged = hub
+            .store()
+            .events_between("s", 0, i64::MAX, 1000)
+            .await
+            .unwrap();
         let rows: Vec<_> = logged.iter().collect();
         hub.store().append_events(&rows).await.unwrap();
-        let again = hub.store().events_between("s", 0, i64::MAX).await.unwrap();
+        let again = hub
+            .store()
+            .events_between("s", 0, i64::MAX, 1000)
+            .await
+            .unwrap();
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].data, logged[0].data);
     }
@@ -383,6 +405,42 @@ mod tests {
         assert_eq!(newest, last);
     }
 
+    /// A run quiet for longer than the idle limit (a long tool call) with nobody listening
+    /// keeps its deltas in memory: a later resume gets every one of them.
+    #[tokio::test]
+    async fn a_quiet_running_runs_deltas_stay_for_a_later_resume() {
+        let hub = test_hub_idle(std::time::Duration::from_millis(20)).await;
+        let before = hub.last_id();
+        hub.publish("s", &run("r_a", RunStatus::Running, true));
+        for seq in 1..=3 {
+            hub.publish("s", &delta(seq));
+        }
+        // A session whose run ended: its channel goes, which says the sweep ran.
+        hub.publish("ended", &run("r_b", RunStatus::Completed, true));
+        hub.flush().await;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while hub.inner.lock().unwrap().channels.contains_key("ended") {
+            assert!(tokio::time::Instant::now() < deadline, "no sweep ran");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let sub = hub.subscribe("s", Some(before));
+        let mut names: Vec<&str> = Vec::new();
+        if let Some((after, below)) = sub.from_store {
+            let logged = hub
+                .store()
+                .events_between("s", after, below, 100)
+                .await
+                .unwrap();
+            names.extend(logged.iter().map(|e| e.name));
+        }
+        names.extend(
+            sub.backlog
+                .iter()
+                .map(|e| if e.is_delta() { "delta" } else { "run" }),
+        );
+        assert_eq!(names, ["run", "delta", "delta", "delta"], "deltas lost");
+    }
+
     /// A batch too big for one statement goes in as one transaction of several, and a
     /// repeat of it (a retry) changes nothing.
     #[tokio::test]
@@ -400,7 +458,11 @@ mod tests {
         let batch: Vec<_> = rows.iter().collect();
         for _ in 0..2 {
             hub.store().append_events(&batch).await.unwrap();
-            let logged = hub.store().events_between("s", 0, i64::MAX).await.unwrap();
+            let logged = hub
+                .store()
+                .events_between("s", 0, i64::MAX, 1000)
+                .await
+                .unwrap();
             let ids: Vec<i64> = logged.iter().map(|e| e.id).collect();
             assert_eq!(ids, (first..first + 450).collect::<Vec<_>>());
         }
@@ -418,7 +480,7 @@ mod tests {
         hub.flush().await;
         let rows = hub
             .store()
-            .events_between("s", before, i64::MAX)
+            .events_between("s", before, i64::MAX, 1000)
             .await
             .unwrap();
         let spilled = crate::store::LoggedEvent {

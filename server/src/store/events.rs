@@ -131,22 +131,26 @@ impl Store {
         })
     }
 
-    /// The session's logged events with `after < id < before`, in order.
+    /// The session's logged events with `after < id < before`, in order: the first `limit`
+    /// of them (a caller reads a long range page by page, from the last id it got).
     pub async fn events_between(
         &self,
         session_id: &str,
         after: i64,
         before: i64,
+        limit: i64,
     ) -> Result<Vec<LoggedEvent>> {
         with_pool!(self, |pool| {
             let rows = sqlx::query(
-            "SELECT id, name, data FROM events WHERE session_id = $1 AND id > $2 AND id < $3 ORDER BY id",
-        )
-        .bind(session_id)
-        .bind(after)
-        .bind(before)
-        .fetch_all(pool)
-        .await?;
+                "SELECT id, name, data FROM events
+                 WHERE session_id = $1 AND id > $2 AND id < $3 ORDER BY id LIMIT $4",
+            )
+            .bind(session_id)
+            .bind(after)
+            .bind(before)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
             Ok(rows
                 .iter()
                 .filter_map(|r| logged_event(r, session_id.to_string()))
