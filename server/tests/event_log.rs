@@ -152,3 +152,46 @@ async fn the_largest_last_event_id_resumes_after_everything() {
         .unwrap();
     assert_eq!(health.status(), 200, "the server is still up");
 }
+
+/// A crash while a reply streams (one delta every 4 ms), a restart, and a resume with the
+/// last id the page saw: the recovered run's end reaches the page. Ids the page saw before
+/// the crash are never given again, so nothing new hides below its `Last-Event-ID`.
+#[tokio::test]
+async fn after_a_crash_a_resumed_stream_learns_the_run_ended() {
+    let fake = FakeProvider::start().await;
+    fake.push(Script::slow(3000, Duration::from_millis(4)));
+    let dir = temp_dir("crash-resume");
+    let (server, crashable) = TestServer::start_crashable(config(&dir, &fake.url)).await;
+    let sid = server.create_session().await;
+    let mut sse = server.events(&sid, None).await;
+    let receipt = server.send(&sid, "stream for a while").await;
+    let mut deltas = 0;
+    let seen = sse
+        .until(WAIT, |e| {
+            deltas += usize::from(matches!(e, Event::Delta(_)));
+            deltas == 150
+        })
+        .await;
+    let last_seen = seen.last().unwrap().0;
+    crashable.crash();
+    drop(sse);
+
+    let server = TestServer::start(config(&dir, &fake.url)).await;
+    let mut resumed = server.events(&sid, Some(last_seen)).await;
+    let after = resumed.until(WAIT, run_ended(&receipt.run_id)).await;
+    assert!(
+        after.iter().all(|(id, _)| *id > last_seen),
+        "an event at or below Last-Event-ID {last_seen}: {:?}",
+        after.iter().map(|(id, _)| *id).collect::<Vec<_>>()
+    );
+    let Some((_, Event::Run(run))) = after.last() else {
+        unreachable!("until ends on the run's end")
+    };
+    assert_eq!(run.status, app::wire::RunStatus::Failed);
+    assert!(
+        after
+            .iter()
+            .any(|(_, e)| matches!(e, Event::Message(m) if m.run_id.as_deref() == Some(receipt.run_id.as_str()))),
+        "the reply's final snapshot came too"
+    );
+}

@@ -6,10 +6,12 @@ pub mod fake {
     pub use fake_provider::{FakeProvider, Script};
 }
 
+mod crash;
 mod db;
 mod process;
 mod sse;
 
+pub use crash::Crashable;
 pub use db::{database_url, fresh_postgres_database, on_postgres, postgres_url};
 pub use process::{mulligan_bin, serve};
 pub use sse::{run_ended, Sse};

@@ -3,6 +3,7 @@
 use super::bytes_frame;
 use super::published::Published;
 use super::recent::{Recent, RunOf};
+use super::reserve::Held;
 use super::writer::Write;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -16,8 +17,8 @@ pub(super) const RECENT: usize = 4096;
 /// channel lives, and the ring keeps its last `RING` frames alive; older deltas in `recent`
 /// are kept by their fields alone.
 pub const RING: usize = 32;
-/// A session's channel with no subscriber and no event for this long is dropped from memory
-/// (a later resume reads the store instead).
+/// A session's channel with no subscriber, no event for this long and no run streaming is
+/// dropped from memory (a later resume reads the store instead).
 pub(super) const IDLE: Duration = Duration::from_secs(60);
 
 pub(super) struct Channel {
@@ -32,14 +33,41 @@ pub(super) struct Channel {
     pub(super) active_at: std::time::Instant,
     /// The id of this session's latest run end: deltas before it are never written.
     pub(super) ended_at: i64,
+    /// A run's deltas came and its end has not: the window holds deltas no log may have
+    /// (one instance logs a delta only as it leaves the window), so the channel stays.
+    pub(super) streaming: bool,
 }
 
 pub(super) struct Inner {
     /// Local: the next id to give. Shared: one past the last id the follower applied.
     pub(super) next_id: i64,
+    /// Local: ids below this are reserved in the log and may go out (Shared: `i64::MAX`).
+    pub(super) reserved: i64,
+    /// Local: a reservation was asked for and is not in yet.
+    pub(super) reserving: bool,
+    /// Local: events numbered past `reserved`, waiting for it in order.
+    pub(super) held: VecDeque<Held>,
     pub(super) channels: HashMap<String, Channel>,
     /// Shared: the text streamed so far of each streaming reply seen in the log, by run id.
     pub(super) mirror: HashMap<String, (String, u64)>,
+}
+
+impl Inner {
+    pub(super) fn new(next_id: i64, reserved: i64) -> Inner {
+        Inner {
+            next_id,
+            reserved,
+            reserving: false,
+            held: VecDeque::new(),
+            channels: HashMap::new(),
+            mirror: HashMap::new(),
+        }
+    }
+
+    /// The first id not yet delivered here: the floor of a channel made now.
+    pub(super) fn undelivered(&self) -> i64 {
+        self.held.front().map_or(self.next_id, |h| h.id)
+    }
 }
 
 /// Puts an event in its session's recent ring and sends it to the live subscribers. With
@@ -72,6 +100,9 @@ pub(super) fn deliver(
     }
     if ends_run {
         chan.ended_at = id;
+        chan.streaming = false;
+    } else if name == "delta" {
+        chan.streaming = true;
     }
     chan.recent.push_back(Recent::Shared(published.clone()));
     // The event that just left the ring's reach: a delta is kept by its fields from now on.
@@ -85,12 +116,14 @@ pub(super) fn deliver(
     published
 }
 
-/// Drops the channels nobody listens to that have been idle for `idle`; answers how many.
+/// Drops the channels nobody listens to that have been idle for `idle` and whose run is not
+/// streaming (a long tool call is quiet, and its run's deltas must stay for a later resume);
+/// answers how many.
 pub(super) fn evict_idle(inner: &mut Inner, idle: Duration) -> usize {
     let before = inner.channels.len();
     inner
         .channels
-        .retain(|_, c| c.tx.receiver_count() > 0 || c.active_at.elapsed() < idle);
+        .retain(|_, c| c.tx.receiver_count() > 0 || c.streaming || c.active_at.elapsed() < idle);
     before - inner.channels.len()
 }
 
@@ -107,6 +140,7 @@ pub(super) fn channel<'a>(inner: &'a mut Inner, session_id: &str, floor: i64) ->
                 floor,
                 active_at: std::time::Instant::now(),
                 ended_at: 0,
+                streaming: false,
             },
         );
     }
@@ -116,14 +150,15 @@ pub(super) fn channel<'a>(inner: &'a mut Inner, session_id: &str, floor: i64) ->
         .expect("the channel was just made")
 }
 
-/// Every `IDLE`, drops idle channels nobody subscribes to, until the hub is gone.
-pub(super) async fn sweep(inner: std::sync::Weak<Mutex<Inner>>) {
-    let mut timer = tokio::time::interval(IDLE);
+/// Every `idle` ([`IDLE`] but in tests), drops idle channels nobody subscribes to, until the
+/// hub is gone.
+pub(super) async fn sweep(inner: std::sync::Weak<Mutex<Inner>>, idle: Duration) {
+    let mut timer = tokio::time::interval(idle);
     timer.tick().await;
     loop {
         timer.tick().await;
         let Some(inner) = inner.upgrade() else { return };
-        let dropped = evict_idle(&mut inner.lock().expect("event hub lock"), IDLE);
+        let dropped = evict_idle(&mut inner.lock().expect("event hub lock"), idle);
         if dropped > 0 {
             tracing::debug!(dropped, "idle session channels dropped from memory");
         }
@@ -149,11 +184,7 @@ mod tests {
     #[test]
     fn a_delta_leaving_the_window_goes_to_the_log_unless_its_run_ended() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut inner = Inner {
-            next_id: 1,
-            channels: HashMap::new(),
-            mirror: HashMap::new(),
-        };
+        let mut inner = Inner::new(1, i64::MAX);
         for id in 1..=RECENT as i64 {
             put(&mut inner, id, "s", false, Some(&tx));
         }
@@ -174,13 +205,19 @@ mod tests {
     }
 
     #[test]
+    fn a_channel_whose_run_streams_stays_however_long_it_is_quiet() {
+        let mut inner = Inner::new(1, i64::MAX);
+        put(&mut inner, 1, "tool call", false, None);
+        assert_eq!(evict_idle(&mut inner, Duration::ZERO), 0, "its run streams");
+        // The run's end: nothing in the window is needed any more.
+        put(&mut inner, 2, "tool call", true, None);
+        assert_eq!(evict_idle(&mut inner, Duration::ZERO), 1);
+    }
+
+    #[test]
     fn idle_channels_without_subscribers_leave_memory_and_resume_reads_the_store() {
-        let mut inner = Inner {
-            next_id: 1,
-            channels: HashMap::new(),
-            mirror: HashMap::new(),
-        };
-        put(&mut inner, 1, "quiet", false, None);
+        let mut inner = Inner::new(1, i64::MAX);
+        put(&mut inner, 1, "quiet", true, None); // (its run ended)
         put(&mut inner, 2, "watched", false, None);
         let _subscriber = channel(&mut inner, "watched", 3).tx.subscribe();
         inner.next_id = 3;

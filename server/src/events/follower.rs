@@ -16,6 +16,7 @@ impl EventHub {
         let mut inner = self.inner.lock().expect("event hub lock");
         for (e, m) in events.into_iter().zip(parsed) {
             inner.next_id = e.id + 1;
+            let ends_run = matches!(m, Mirror::Ended { started: true, .. });
             match m {
                 Mirror::Delta(d) => {
                     let entry = inner.mirror.entry(d.run_id).or_default();
@@ -25,7 +26,7 @@ impl EventHub {
                         entry.1 = d.seq;
                     }
                 }
-                Mirror::Ended(run_id) => {
+                Mirror::Ended { run_id, .. } => {
                     inner.mirror.remove(&run_id);
                 }
                 Mirror::None => {}
@@ -37,7 +38,7 @@ impl EventHub {
                 &mut inner,
                 (e.id, e.session_id.as_str(), e.name),
                 frame,
-                false,
+                ends_run,
                 None,
             );
         }
@@ -47,7 +48,11 @@ impl EventHub {
 /// What the follower's mirror of streaming replies takes from an event.
 enum Mirror {
     Delta(Delta),
-    Ended(String),
+    /// A run ended (`started`: after it started, so it is the end of a streaming run).
+    Ended {
+        run_id: String,
+        started: bool,
+    },
     None,
 }
 
@@ -57,7 +62,10 @@ impl Mirror {
             "delta" => serde_json::from_str(&e.data).map_or(Mirror::None, Mirror::Delta),
             "run" => match serde_json::from_str::<Run>(&e.data) {
                 Ok(r) if !matches!(r.status, RunStatus::Queued | RunStatus::Running) => {
-                    Mirror::Ended(r.id)
+                    Mirror::Ended {
+                        started: r.started_at.is_some(),
+                        run_id: r.id,
+                    }
                 }
                 _ => Mirror::None,
             },

@@ -12,17 +12,21 @@
 //! the session's delta rows before it are pruned (at once on one instance; after
 //! [`SHARED_PRUNE_GRACE`] on a shared log, so every follower has read them). One instance
 //! writes a delta row only when the delta leaves the session's in-memory window
-//! ([`RECENT`](channels::RECENT) events) while its run is still going, or when it is the
-//! newest event of a batch (so the log's highest id stays the highest id ever sent, and a
-//! restart never gives an id twice): a resume within the window is served from memory, and
-//! a resume below it finds every delta of a running run in the log. The stored reply and
-//! the `message` event published with the run's end carry the whole text, so a resume from
-//! the log over a pruned range gets that snapshot instead of the deltas.
+//! ([`RECENT`](channels::RECENT) events) while its run is still going: a resume within the
+//! window is served from memory, and a resume below it finds every delta of a running run in
+//! the log. The stored reply and the `message` event published with the run's end carry the
+//! whole text, so a resume from the log over a pruned range gets that snapshot instead of the
+//! deltas.
+//!
+//! Ids are never given twice, crash or not. One instance reserves them in the log a block
+//! ahead of handing them out ([`reserve`]); a restart numbers on after the reservation. On a
+//! shared log the database's sequence gives them, and only committed ones go out.
 pub mod bytes_frame;
 mod channels;
 mod follower;
 mod published;
 mod recent;
+mod reserve;
 mod retention;
 mod writer;
 
@@ -36,9 +40,8 @@ use app::wire::Event;
 use channels::{channel, deliver, sweep, Inner};
 use follower::follow;
 use published::write_data;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 use writer::{write_batches, write_shared, Write};
 
 /// Where ids and order come from.
@@ -57,6 +60,8 @@ pub struct EventHub {
     store: Store,
     mode: Mode,
     closing: tokio_util::sync::CancellationToken,
+    /// Local: asks for the next block of ids, and the reservation's mark as it moves.
+    reservations: Option<(mpsc::Sender<()>, watch::Receiver<i64>)>,
 }
 
 /// What a subscriber gets: the store range to read first, the events in memory, then the live feed.
@@ -69,9 +74,18 @@ pub struct Subscription {
 
 impl EventHub {
     /// Starts the hub and its batch writer (and, on a shared database, its follower); ids
-    /// continue after the store's last event.
+    /// continue after the store's last event (one instance: after the ids it reserved, of
+    /// which it reserves a first block before it answers).
     pub async fn start(
         store: Store,
+    ) -> crate::error::Result<(EventHub, tokio::task::JoinHandle<()>)> {
+        EventHub::start_with(store, channels::IDLE).await
+    }
+
+    /// [`EventHub::start`] with channels dropped from memory after `idle` (tests shorten it).
+    async fn start_with(
+        store: Store,
+        idle: std::time::Duration,
     ) -> crate::error::Result<(EventHub, tokio::task::JoinHandle<()>)> {
         let next_id = store.max_event_id().await? + 1;
         let mode = if store.is_shared() {
@@ -79,21 +93,38 @@ impl EventHub {
         } else {
             Mode::Local
         };
+        let reserved = match mode {
+            Mode::Local => {
+                let mark = reserve::mark_from(next_id);
+                store.reserve_event_ids(mark).await?;
+                mark
+            }
+            // The database's sequence numbers events, only as they go in.
+            Mode::Shared => i64::MAX,
+        };
         let (writer, rx) = mpsc::unbounded_channel();
+        let (ask, asked) = mpsc::channel(1);
+        let (marks, marked) = watch::channel(reserved);
         let hub = EventHub {
-            inner: Arc::new(Mutex::new(Inner {
-                next_id,
-                channels: HashMap::new(),
-                mirror: HashMap::new(),
-            })),
+            inner: Arc::new(Mutex::new(Inner::new(next_id, reserved))),
             writer,
             store: store.clone(),
             mode,
             closing: Default::default(),
+            reservations: (mode == Mode::Local).then_some((ask, marked)),
         };
-        tokio::spawn(sweep(Arc::downgrade(&hub.inner)));
+        tokio::spawn(sweep(Arc::downgrade(&hub.inner), idle));
         let task = match mode {
-            Mode::Local => tokio::spawn(write_batches(store, rx)),
+            Mode::Local => {
+                tokio::spawn(reserve::keep_reserving(
+                    Arc::downgrade(&hub.inner),
+                    hub.writer.downgrade(),
+                    store.clone(),
+                    asked,
+                    marks,
+                ));
+                tokio::spawn(write_batches(store, rx))
+            }
             Mode::Shared => {
                 let follower = tokio::spawn(follow(hub.clone(), next_id - 1));
                 let writer = tokio::spawn(write_shared(store, rx));
@@ -126,6 +157,11 @@ impl EventHub {
 
     /// Waits until every event published so far is in the store.
     pub async fn flush(&self) {
+        // Events numbered past the reservation go to the writer once it is in.
+        if let Some((_, marks)) = &self.reservations {
+            let last = self.last_id();
+            let _ = marks.clone().wait_for(|mark| *mark > last).await;
+        }
         let (done, wait) = tokio::sync::oneshot::channel();
         if self.writer.send(Write::Flush(done)).is_ok() {
             let _ = wait.await;
@@ -171,6 +207,22 @@ impl EventHub {
         let id = inner.next_id;
         inner.next_id += 1;
         let frame = bytes_frame::render_with(id, name, hint, |buf| write_data(buf, event));
+        if !inner.reserving && reserve::due(inner.next_id, inner.reserved) {
+            if let Some((ask, _)) = &self.reservations {
+                inner.reserving = ask.try_send(()).is_ok();
+            }
+        }
+        if id >= inner.reserved {
+            // Not reserved yet: it goes out, in order, once it is (`reserve::release`).
+            inner.held.push_back(reserve::Held {
+                id,
+                session_id: session_id.to_string(),
+                name,
+                frame,
+                ends_run,
+            });
+            return;
+        }
         let published = deliver(
             &mut inner,
             (id, session_id, name),
@@ -186,7 +238,7 @@ impl EventHub {
     /// Subscribes to a session's events after `after` (`None`: only new ones).
     pub fn subscribe(&self, session_id: &str, after: Option<i64>) -> Subscription {
         let mut inner = self.inner.lock().expect("event hub lock");
-        let next = inner.next_id;
+        let next = inner.undelivered();
         let chan = channel(&mut inner, session_id, next);
         let live = chan.tx.subscribe();
         let Some(after) = after else {
@@ -215,12 +267,18 @@ impl EventHub {
 /// A hub on a new SQLite store of its own, for the crate's unit tests.
 #[cfg(test)]
 pub(crate) async fn test_hub() -> EventHub {
+    test_hub_idle(channels::IDLE).await
+}
+
+/// [`test_hub`] whose channels leave memory after `idle`.
+#[cfg(test)]
+pub(crate) async fn test_hub_idle(idle: std::time::Duration) -> EventHub {
     let dir = std::env::temp_dir().join(format!("mulligan-hub-{}", crate::clock::new_id("t")));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let store = Store::open(&format!("sqlite://{}", dir.join("m.db").display()))
         .await
         .expect("a store");
-    EventHub::start(store).await.expect("a hub").0
+    EventHub::start_with(store, idle).await.expect("a hub").0
 }
 
 #[cfg(test)]
@@ -257,7 +315,7 @@ mod tests {
         hub.flush().await;
         let logged = hub
             .store()
-            .events_between("s", after, i64::MAX)
+            .events_between("s", after, i64::MAX, 1000)
             .await
             .unwrap();
         logged.iter().map(|e| e.name).collect()
@@ -268,14 +326,119 @@ mod tests {
     #[tokio::test]
     async fn an_event_written_twice_is_logged_once() {
         let hub = test_hub().await;
-        hub.publish("s", &delta(1));
+        hub.publish("s", &run("r_a", RunStatus::Running, true));
         hub.flush().await;
-        let logged = hub.store().events_between("s", 0, i64::MAX).await.unwrap();
+        let logged = hub
+            .store()
+            .events_between("s", 0, i64::MAX, 1000)
+            .await
+            .unwrap();
         let rows: Vec<_> = logged.iter().collect();
         hub.store().append_events(&rows).await.unwrap();
-        let again = hub.store().events_between("s", 0, i64::MAX).await.unwrap();
+        let again = hub
+            .store()
+            .events_between("s", 0, i64::MAX, 1000)
+            .await
+            .unwrap();
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].data, logged[0].data);
+    }
+
+    /// A hub that stops without a word (a crash: nothing flushed) and one started again on
+    /// its store: the new one numbers on after every id the first gave, written or not.
+    #[tokio::test]
+    async fn ids_given_before_a_crash_are_never_given_again() {
+        let hub = test_hub().await;
+        hub.publish("s", &run("r_a", RunStatus::Running, true));
+        hub.flush().await;
+        for seq in 1..=5 {
+            hub.publish("s", &delta(seq));
+        }
+        let given = hub.last_id();
+        let (again, _writer) = EventHub::start(hub.store().clone()).await.unwrap();
+        again.publish("s", &run("r_a", RunStatus::Failed, true));
+        assert!(
+            again.last_id() > given,
+            "{} was given again",
+            again.last_id()
+        );
+    }
+
+    /// Ids handed out faster than they are reserved wait for the reservation, then go out in
+    /// order; none goes out past the log's mark.
+    #[tokio::test]
+    async fn events_past_the_reservation_wait_for_it() {
+        let hub = test_hub().await;
+        let before = hub.last_id();
+        let mark = hub.inner.lock().unwrap().reserved;
+        let mut sub = hub.subscribe("s", None);
+        // The reserver cannot run meanwhile (this test's one thread never yields).
+        let n = (mark - 1 - before) as u64 + 10;
+        for seq in 1..=n {
+            hub.publish("s", &delta(seq));
+        }
+        {
+            let inner = hub.inner.lock().unwrap();
+            assert_eq!(inner.held.len(), 10, "ids past the mark went out");
+            let recent = &inner.channels["s"].recent;
+            assert_eq!(recent.back().unwrap().id(), mark - 1);
+        }
+        hub.flush().await;
+        let last = hub.last_id();
+        assert!(hub.store().max_event_id().await.unwrap() > last);
+        let inner = hub.inner.lock().unwrap();
+        assert!(inner.held.is_empty());
+        let recent = &inner.channels["s"].recent;
+        assert_eq!(recent.back().unwrap().id(), last);
+        let ids: Vec<i64> = recent.iter().map(|e| e.id()).collect();
+        assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "in order, once");
+        drop(inner);
+        // The live feed saw them too, the newest last.
+        let mut newest = 0;
+        loop {
+            match sub.live.try_recv() {
+                Ok(p) => newest = p.id,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
+                Err(_) => break,
+            }
+        }
+        assert_eq!(newest, last);
+    }
+
+    /// A run quiet for longer than the idle limit (a long tool call) with nobody listening
+    /// keeps its deltas in memory: a later resume gets every one of them.
+    #[tokio::test]
+    async fn a_quiet_running_runs_deltas_stay_for_a_later_resume() {
+        let hub = test_hub_idle(std::time::Duration::from_millis(20)).await;
+        let before = hub.last_id();
+        hub.publish("s", &run("r_a", RunStatus::Running, true));
+        for seq in 1..=3 {
+            hub.publish("s", &delta(seq));
+        }
+        // A session whose run ended: its channel goes, which says the sweep ran.
+        hub.publish("ended", &run("r_b", RunStatus::Completed, true));
+        hub.flush().await;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while hub.inner.lock().unwrap().channels.contains_key("ended") {
+            assert!(tokio::time::Instant::now() < deadline, "no sweep ran");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let sub = hub.subscribe("s", Some(before));
+        let mut names: Vec<&str> = Vec::new();
+        if let Some((after, below)) = sub.from_store {
+            let logged = hub
+                .store()
+                .events_between("s", after, below, 100)
+                .await
+                .unwrap();
+            names.extend(logged.iter().map(|e| e.name));
+        }
+        names.extend(
+            sub.backlog
+                .iter()
+                .map(|e| if e.is_delta() { "delta" } else { "run" }),
+        );
+        assert_eq!(names, ["run", "delta", "delta", "delta"], "deltas lost");
     }
 
     /// A batch too big for one statement goes in as one transaction of several, and a
@@ -295,7 +458,11 @@ mod tests {
         let batch: Vec<_> = rows.iter().collect();
         for _ in 0..2 {
             hub.store().append_events(&batch).await.unwrap();
-            let logged = hub.store().events_between("s", 0, i64::MAX).await.unwrap();
+            let logged = hub
+                .store()
+                .events_between("s", 0, i64::MAX, 1000)
+                .await
+                .unwrap();
             let ids: Vec<i64> = logged.iter().map(|e| e.id).collect();
             assert_eq!(ids, (first..first + 450).collect::<Vec<_>>());
         }
@@ -309,7 +476,21 @@ mod tests {
         let before = hub.last_id();
         hub.publish("s", &run("r_a", RunStatus::Running, true));
         hub.publish("s", &delta(1));
-        // One instance writes a batch's newest delta: this one.
+        // A delta's row is written when it leaves the window (here, by hand).
+        hub.flush().await;
+        let rows = hub
+            .store()
+            .events_between("s", before, i64::MAX, 1000)
+            .await
+            .unwrap();
+        let spilled = crate::store::LoggedEvent {
+            id: before + 2,
+            session_id: "s".into(),
+            name: "delta",
+            data: "{}".into(),
+        };
+        assert_eq!(rows.len(), 1, "only the run's row");
+        hub.store().append_events(&[&spilled]).await.unwrap();
         assert_eq!(logged(&hub, before).await, ["run", "delta"]);
         hub.publish("s", &run("r_b", RunStatus::Cancelled, false));
         assert_eq!(

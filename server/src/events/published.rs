@@ -50,15 +50,10 @@ mod tests {
     use super::*;
     use crate::events::channels::{deliver, Inner};
     use app::wire::Delta;
-    use std::collections::HashMap;
 
     #[test]
     fn a_frame_carries_the_data_once_and_the_log_reads_it_back() {
-        let mut inner = Inner {
-            next_id: 1,
-            channels: HashMap::new(),
-            mirror: HashMap::new(),
-        };
+        let mut inner = Inner::new(1, i64::MAX);
         let delta = Event::Delta(Delta {
             run_id: "r".into(),
             message_id: "m".into(),

@@ -63,15 +63,12 @@ impl Prunes {
     }
 }
 
-/// Of a batch `(id, is delta)`, the indices to write: every event but a delta, and the event
-/// with the highest id even if it is a delta (the log's highest id must stay the highest id
-/// ever sent: a restart numbers on from it). Deltas stay in memory; those that leave the
-/// window while their run goes on are written apart ([`Write::Spill`]).
+/// Of a batch `(id, is delta)`, the indices to write: every event but a delta. Deltas stay
+/// in memory; those that leave the window while their run goes on are written apart
+/// ([`Write::Spill`]). (No row is needed to keep the log's highest id above the ids sent: the
+/// ids are reserved in the log before they go out, see `reserve`.)
 pub(super) fn worth_writing(batch: &[(i64, bool)]) -> Vec<usize> {
-    let newest = (0..batch.len()).max_by_key(|&i| batch[i].0);
-    (0..batch.len())
-        .filter(|&i| !batch[i].1 || Some(i) == newest)
-        .collect()
+    (0..batch.len()).filter(|&i| !batch[i].1).collect()
 }
 
 #[cfg(test)]
@@ -79,13 +76,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_batch_writes_its_other_events_and_only_its_newest_delta() {
+    fn a_batch_writes_its_other_events_and_no_delta() {
         // (id, is delta)
         let batch = [(1, true), (2, true), (3, false), (4, true), (5, false)];
-        assert_eq!(worth_writing(&batch), vec![2, 4], "no delta row");
-        // The newest event is a delta: written, so a restart numbers on after it.
-        let batch = [(7, false), (9, true), (8, true)];
-        assert_eq!(worth_writing(&batch), vec![0, 1]);
+        assert_eq!(worth_writing(&batch), vec![2, 4]);
+        assert!(worth_writing(&[(7, false), (9, true)]) == vec![0]);
         assert!(worth_writing(&[]).is_empty());
     }
 }

@@ -4,7 +4,7 @@ use super::error::{ApiPath, ApiQuery};
 use super::AppState;
 use crate::error::{Error, Result};
 use crate::events::bytes_frame::{render, Frame};
-use crate::events::{EventHub, Published, Subscription};
+use crate::events::{EventHub, Published, Recent, Subscription};
 use crate::wake::WhenWoken;
 use axum::body::Body;
 use axum::extract::State;
@@ -45,19 +45,21 @@ pub async fn events(
     };
     state.engine.store().session_exists(&sid).await?;
     let hub = state.engine.hub().clone();
-    let sub = hub.subscribe(&sid, after);
-    // `retry:` tells EventSource to reconnect quickly after a drop.
-    let mut first = vec![Frame::from_static(b"retry: 1000\n\n")];
-    let mut last = after.unwrap_or(i64::MIN);
-    let rx = backlog(&hub, &sid, sub, &mut last, &mut first).await?;
-    let live = Live {
+    let (rx, owed) = owed_by(&hub, hub.subscribe(&sid, after)).await;
+    let mut live = Live {
         rx,
-        last,
+        last: after.unwrap_or(i64::MIN),
+        owed,
         keep_alive: WhenWoken::new(tokio::time::sleep(KEEP_ALIVE)),
         lagged: false,
         hub: hub.clone(),
         sid,
     };
+    // `retry:` tells EventSource to reconnect quickly after a drop. The first page of what
+    // is owed is read here, so a store that cannot be read answers an error, not a stream
+    // that ends at once.
+    let mut first = vec![Frame::from_static(b"retry: 1000\n\n")];
+    first.extend(live.owed_page().await?);
     let live = futures::stream::unfold(live, Live::next);
     // Ends when the server stops. One wait per stream, polled only when woken: every
     // stream shares the hub's token, and polling it takes its lock.
@@ -76,40 +78,29 @@ pub async fn events(
     Ok(resp)
 }
 
-/// Puts a subscription's past events after `last` in `frames` (the store's range first, then
-/// the hub's window) and answers its live feed; `last` becomes the last id put.
-async fn backlog(
-    hub: &EventHub,
-    sid: &str,
-    sub: Subscription,
-    last: &mut i64,
-    frames: &mut Vec<Frame>,
-) -> Result<broadcast::Receiver<Arc<Published>>> {
-    if let Some((from, below)) = sub.from_store {
+/// Events of the store's log read per page of a resume (a long session is never read, nor
+/// held, whole: the next page is read when the client took the last one).
+const STORE_PAGE: i64 = 256;
+
+/// What a subscriber is owed before its live feed: the store's range below `below`, page
+/// by page (after it, on a shared log, the streaming reply's snapshot), then the hub's window.
+#[derive(Default)]
+struct Owed {
+    below: Option<i64>,
+    backlog: Vec<Recent>,
+}
+
+/// A subscription's live feed, and its past events as owed.
+async fn owed_by(hub: &EventHub, sub: Subscription) -> (broadcast::Receiver<Arc<Published>>, Owed) {
+    if sub.from_store.is_some() {
+        // What this instance published before is in the log before it is read.
         hub.flush().await;
-        for e in hub.store().events_between(sid, from, below).await? {
-            *last = e.id;
-            frames.push(render(e.id, e.name, &e.data));
-        }
-        // Several instances log no deltas: a reply streaming across the range read from the
-        // log comes as a snapshot, its text so far with its `delta_seq`, and the deltas after
-        // it follow from memory (a client skips those the snapshot holds). Under the id of
-        // the last event before it, so a resume from there gets the snapshot again.
-        if hub.mode() == crate::events::Mode::Shared {
-            if let Some(m) = hub.store().streaming_reply(sid).await? {
-                let m = crate::engine::overlay_mirrored(hub, m);
-                let data = serde_json::to_string(&m).unwrap_or_default();
-                frames.push(render((*last).max(0), "message", &data));
-            }
-        }
     }
-    for e in &sub.backlog {
-        if e.id() > *last {
-            *last = e.id();
-            frames.push(e.frame());
-        }
-    }
-    Ok(sub.live)
+    let owed = Owed {
+        below: sub.from_store.map(|(_, below)| below),
+        backlog: sub.backlog,
+    };
+    (sub.live, owed)
 }
 
 /// A subscriber's live feed: frames after `last`, those already waiting joined into one write,
@@ -119,6 +110,8 @@ async fn backlog(
 struct Live {
     rx: broadcast::Receiver<Arc<Published>>,
     last: i64,
+    /// Past events still to send, before the live feed.
+    owed: Owed,
     /// Polled only when it fires, not on each frame's wake-up.
     keep_alive: WhenWoken<tokio::time::Sleep>,
     /// Fell behind the ring: catch up before the next frame.
@@ -128,84 +121,199 @@ struct Live {
 }
 
 impl Live {
-    /// The events missed while behind, as one frame, and a new place in the ring. `None`: the
-    /// store could not be read (the stream ends; EventSource resumes from its last id).
-    async fn catch_up(&mut self) -> Option<Frame> {
-        self.lagged = false;
-        let sub = self.hub.subscribe(&self.sid, Some(self.last));
+    /// The next owed frames after `last`, joined: a page of the store's range (with the
+    /// snapshot after its last page), else the hub's window; `None` when nothing is owed.
+    async fn owed_page(&mut self) -> Result<Option<Frame>> {
         let mut frames = Vec::new();
-        match backlog(&self.hub, &self.sid, sub, &mut self.last, &mut frames).await {
-            Ok(rx) => self.rx = rx,
-            Err(e) => {
-                tracing::warn!(session = %self.sid, error = %e, "a lagging subscriber could not catch up; its stream ends");
-                return None;
+        while frames.is_empty() {
+            if let Some(below) = self.owed.below {
+                let page = self
+                    .hub
+                    .store()
+                    .events_between(&self.sid, self.last, below, STORE_PAGE)
+                    .await?;
+                if page.len() < STORE_PAGE as usize {
+                    self.owed.below = None;
+                }
+                for e in page {
+                    self.last = e.id;
+                    frames.push(render(e.id, e.name, &e.data));
+                }
+                if self.owed.below.is_none() {
+                    self.snapshot(&mut frames).await?;
+                }
+            } else if !self.owed.backlog.is_empty() {
+                for e in std::mem::take(&mut self.owed.backlog) {
+                    if e.id() > self.last {
+                        self.last = e.id();
+                        frames.push(e.frame());
+                    }
+                }
+            } else {
+                return Ok(None);
             }
         }
-        let mut joined = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
-        for f in &frames {
-            joined.extend_from_slice(f);
+        Ok(Some(join(&frames)))
+    }
+
+    /// Several instances log no deltas: a reply streaming across the range read from the
+    /// log comes as a snapshot, its text so far with its `delta_seq`, and the deltas after
+    /// it follow from memory (a client skips those the snapshot holds). Under the id of the
+    /// last event before it, so a resume from there gets the snapshot again.
+    async fn snapshot(&self, frames: &mut Vec<Frame>) -> Result<()> {
+        if self.hub.mode() != crate::events::Mode::Shared {
+            return Ok(());
         }
-        Some(Frame::from(joined))
+        if let Some(m) = self.hub.store().streaming_reply(&self.sid).await? {
+            let m = crate::engine::overlay_mirrored(&self.hub, m);
+            let data = serde_json::to_string(&m).unwrap_or_default();
+            frames.push(render(self.last.max(0), "message", &data));
+        }
+        Ok(())
+    }
+
+    /// Starts over after the events missed while behind: they are owed from here (the
+    /// window, or the store below it), then a new place in the ring.
+    async fn catch_up(&mut self) {
+        self.lagged = false;
+        let sub = self.hub.subscribe(&self.sid, Some(self.last));
+        (self.rx, self.owed) = owed_by(&self.hub, sub).await;
     }
 
     async fn next(mut self) -> Option<(Frame, Live)> {
-        if self.lagged {
-            let frame = self.catch_up().await?;
-            return Some((frame, self));
-        }
-        let first = loop {
-            tokio::select! {
-                biased;
-                got = self.rx.recv() => match got {
+        loop {
+            if self.lagged {
+                self.catch_up().await;
+            }
+            match self.owed_page().await {
+                Ok(Some(frame)) => return Some((frame, self)),
+                Ok(None) => {}
+                Err(e) => {
+                    // The stream ends; EventSource resumes from its last id.
+                    tracing::warn!(session = %self.sid, error = %e, "a subscriber's past events could not be read; its stream ends");
+                    return None;
+                }
+            }
+            let first = loop {
+                tokio::select! {
+                    biased;
+                    got = self.rx.recv() => match got {
+                        Ok(e) if e.id > self.last => {
+                            self.last = e.id;
+                            break Some(e.frame.clone());
+                        }
+                        Ok(_) => continue,
+                        Err(RecvError::Lagged(_)) => {
+                            self.lagged = true;
+                            break None;
+                        }
+                        Err(RecvError::Closed) => return None,
+                    },
+                    () = &mut self.keep_alive => {
+                        let next = tokio::time::Instant::now() + KEEP_ALIVE;
+                        self.keep_alive.get_mut().reset(next);
+                        return Some((Frame::from_static(b": keep-alive\n\n"), self));
+                    }
+                }
+            };
+            let Some(first) = first else { continue };
+            let mut joined: Option<Vec<u8>> = None;
+            loop {
+                match self.rx.try_recv() {
                     Ok(e) if e.id > self.last => {
                         self.last = e.id;
-                        break e.frame.clone();
+                        let buf = joined.get_or_insert_with(|| {
+                            let mut v = Vec::with_capacity(first.len() * 8);
+                            v.extend_from_slice(&first);
+                            v
+                        });
+                        buf.extend_from_slice(&e.frame);
+                        if buf.len() >= BATCH_BYTES {
+                            break;
+                        }
                     }
                     Ok(_) => continue,
-                    Err(RecvError::Lagged(_)) => {
-                        let frame = self.catch_up().await?;
-                        return Some((frame, self));
-                    }
-                    Err(RecvError::Closed) => return None,
-                },
-                () = &mut self.keep_alive => {
-                    let next = tokio::time::Instant::now() + KEEP_ALIVE;
-                    self.keep_alive.get_mut().reset(next);
-                    return Some((Frame::from_static(b": keep-alive\n\n"), self));
-                }
-            }
-        };
-        let mut joined: Option<Vec<u8>> = None;
-        loop {
-            match self.rx.try_recv() {
-                Ok(e) if e.id > self.last => {
-                    self.last = e.id;
-                    let buf = joined.get_or_insert_with(|| {
-                        let mut v = Vec::with_capacity(first.len() * 8);
-                        v.extend_from_slice(&first);
-                        v
-                    });
-                    buf.extend_from_slice(&e.frame);
-                    if buf.len() >= BATCH_BYTES {
+                    Err(TryRecvError::Lagged(_)) => {
+                        self.lagged = true;
                         break;
                     }
+                    Err(TryRecvError::Empty) | Err(TryRecvError::Closed) => break,
                 }
-                Ok(_) => continue,
-                Err(TryRecvError::Lagged(_)) => {
-                    self.lagged = true;
-                    break;
-                }
-                Err(TryRecvError::Empty) | Err(TryRecvError::Closed) => break,
             }
+            return Some((joined.map_or(first, Frame::from), self));
         }
-        Some((joined.map_or(first, Frame::from), self))
     }
+}
+
+/// Frames joined into one write.
+fn join(frames: &[Frame]) -> Frame {
+    if let [one] = frames {
+        return one.clone();
+    }
+    let mut joined = Vec::with_capacity(frames.iter().map(|f| f.len()).sum());
+    for f in frames {
+        joined.extend_from_slice(f);
+    }
+    Frame::from(joined)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use app::wire::{Delta, Event};
+
+    /// A resume over a long stretch of the log reads it a page at a time, each page one
+    /// write: every event once, in order.
+    #[tokio::test]
+    async fn a_long_resume_from_the_log_comes_page_by_page() {
+        let first = crate::events::test_hub().await;
+        let store = first.store().clone();
+        let n = 3 * STORE_PAGE + 7;
+        let from = first.last_id();
+        let rows: Vec<crate::store::LoggedEvent> = (1..=n)
+            .map(|i| crate::store::LoggedEvent {
+                id: from + i,
+                session_id: "s_long".into(),
+                name: "session",
+                data: format!("{{\"n\":{i}}}"),
+            })
+            .collect();
+        store
+            .append_events(&rows.iter().collect::<Vec<_>>())
+            .await
+            .unwrap();
+        // A restart: nothing of the session in memory.
+        let (hub, _writer) = EventHub::start(store).await.unwrap();
+        let sid = "s_long".to_string();
+        let (rx, owed) = owed_by(&hub, hub.subscribe(&sid, Some(from))).await;
+        let live = Live {
+            rx,
+            last: from,
+            owed,
+            keep_alive: WhenWoken::new(tokio::time::sleep(KEEP_ALIVE)),
+            lagged: false,
+            hub: hub.clone(),
+            sid,
+        };
+        let mut live = Box::pin(futures::stream::unfold(live, Live::next));
+        let (mut ids, mut writes) = (Vec::new(), 0);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while (ids.len() as i64) < n {
+            let frame = tokio::time::timeout_at(deadline, live.next())
+                .await
+                .expect("the resume went quiet")
+                .expect("the resume ended");
+            writes += 1;
+            let text = String::from_utf8(frame.to_vec()).unwrap();
+            ids.extend(
+                text.lines()
+                    .filter_map(|l| l.strip_prefix("id: "))
+                    .map(|id| id.parse::<i64>().unwrap()),
+            );
+        }
+        assert_eq!(ids, (from + 1..=from + n).collect::<Vec<_>>());
+        assert_eq!(writes, 4, "one write per page");
+    }
 
     /// A subscriber that falls several rings behind (a slow client, a busy machine) gets every
     /// event it missed, in order and once, and its stream goes on: no reconnect.
@@ -231,6 +339,7 @@ mod tests {
         let live = Live {
             rx: sub.live,
             last: before,
+            owed: Owed::default(),
             keep_alive: WhenWoken::new(tokio::time::sleep(KEEP_ALIVE)),
             lagged: false,
             hub: hub.clone(),

@@ -20,6 +20,10 @@ pub(super) fn logged_event(row: &impl Get, session_id: String) -> Option<LoggedE
     })
 }
 
+/// The name of the row that marks how far event ids are reserved ([`Store::reserve_event_ids`]):
+/// no event's name, so no read of a session's events ever sees it.
+const IDS_RESERVED: &str = "ids reserved";
+
 fn static_event_name(name: &str) -> Option<&'static str> {
     app::wire::EVENT_NAMES.iter().copied().find(|n| *n == name)
 }
@@ -32,6 +36,31 @@ impl Store {
                     .fetch_one(pool)
                     .await?,
             )
+        })
+    }
+
+    /// Reserves the event ids below `mark` (one instance): a row of the log at `mark`, of no
+    /// session and no event name, so the log's highest id is above every id handed out and a
+    /// restart, crash or not, numbers on after it. The earlier mark goes in the same
+    /// transaction (its id may be handed out once this one is in).
+    pub async fn reserve_event_ids(&self, mark: i64) -> Result<()> {
+        with_writer!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            sqlx::query(
+                "INSERT INTO events (id, session_id, name, data) VALUES ($1, '', $2, '')
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(mark)
+            .bind(IDS_RESERVED)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM events WHERE session_id = '' AND name = $1 AND id < $2")
+                .bind(IDS_RESERVED)
+                .bind(mark)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
         })
     }
 
@@ -102,22 +131,26 @@ impl Store {
         })
     }
 
-    /// The session's logged events with `after < id < before`, in order.
+    /// The session's logged events with `after < id < before`, in order: the first `limit`
+    /// of them (a caller reads a long range page by page, from the last id it got).
     pub async fn events_between(
         &self,
         session_id: &str,
         after: i64,
         before: i64,
+        limit: i64,
     ) -> Result<Vec<LoggedEvent>> {
         with_pool!(self, |pool| {
             let rows = sqlx::query(
-            "SELECT id, name, data FROM events WHERE session_id = $1 AND id > $2 AND id < $3 ORDER BY id",
-        )
-        .bind(session_id)
-        .bind(after)
-        .bind(before)
-        .fetch_all(pool)
-        .await?;
+                "SELECT id, name, data FROM events
+                 WHERE session_id = $1 AND id > $2 AND id < $3 ORDER BY id LIMIT $4",
+            )
+            .bind(session_id)
+            .bind(after)
+            .bind(before)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
             Ok(rows
                 .iter()
                 .filter_map(|r| logged_event(r, session_id.to_string()))
