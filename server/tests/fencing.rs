@@ -72,6 +72,12 @@ impl Db {
             .map(|(run, _)| run)
     }
 
+    /// The ids of the runs any instance may take over now.
+    async fn orphan_ids(&self) -> Vec<String> {
+        let orphans = self.store.orphaned_runs().await.unwrap();
+        orphans.into_iter().map(|r| r.id).collect()
+    }
+
     async fn status(&self, run_id: &str) -> RunStatus {
         self.store.run(run_id).await.unwrap().status
     }
@@ -137,14 +143,7 @@ async fn a_taken_over_instance_writes_nothing_for_its_old_runs() {
 
     // A pauses past its lease; B takes over its first run (only that one, so far).
     db.lapse(a).await;
-    let orphans: Vec<String> = db
-        .store
-        .orphaned_runs()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.id)
-        .collect();
+    let orphans = db.orphan_ids().await;
     assert!(
         orphans.contains(&first.run.id) && orphans.contains(&second.run.id),
         "{orphans:?}"
@@ -189,14 +188,7 @@ async fn a_taken_over_instance_writes_nothing_for_its_old_runs() {
         db.store.leased_runs_of(a).await.unwrap().is_empty(),
         "A still counts the old run as its own"
     );
-    let orphans: Vec<String> = db
-        .store
-        .orphaned_runs()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.id)
-        .collect();
+    let orphans = db.orphan_ids().await;
     assert_eq!(orphans, vec![second.run.id.clone()]);
 
     // What A starts now is under its new epoch: its writes land.
