@@ -131,22 +131,37 @@ async fn a_resume_over_pruned_deltas_gets_the_whole_reply_and_every_other_event(
     );
 }
 
+/// `Last-Event-ID: i64::MAX` resumes after everything: nothing of the history comes back,
+/// and a later turn's events still do. `i64::MIN` resumes from the start: the whole history.
 #[tokio::test]
 async fn the_largest_last_event_id_resumes_after_everything() {
     let fake = FakeProvider::start().await;
     let server = TestServer::start(config(&temp_dir("max-id"), &fake.url)).await;
     let sid = server.create_session().await;
-    for id in [i64::MAX.to_string(), i64::MIN.to_string()] {
-        let resp = server
-            .http
-            .get(server.url(&format!("/sessions/{sid}/events")))
-            .bearer_auth(&server.token)
-            .header("Last-Event-ID", &id)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200, "Last-Event-ID {id}");
-    }
+    let first = server.send(&sid, "before").await;
+    server.wait_run_end(&first.run_id).await;
+
+    let mut sse = server.events(&sid, Some(i64::MAX)).await;
+    let second = server.send(&sid, "after").await;
+    let (_, event) = sse.next(WAIT).await;
+    let ids_of_first = |e: &Event| match e {
+        Event::Run(r) => r.id == first.run_id,
+        Event::Message(m) => m.run_id.as_deref() == Some(first.run_id.as_str()),
+        _ => false,
+    };
+    assert!(!ids_of_first(&event), "history came back: {event:?}");
+    let seen = sse.until(WAIT, run_ended(&second.run_id)).await;
+    assert!(
+        !seen.iter().any(|(_, e)| ids_of_first(e)),
+        "nothing of the first turn: {seen:?}"
+    );
+
+    let mut sse = server.events(&sid, Some(i64::MIN)).await;
+    let replayed = sse.until(WAIT, run_ended(&first.run_id)).await;
+    assert!(
+        replayed.iter().any(|(_, e)| ids_of_first(e)),
+        "the first turn replayed: {replayed:?}"
+    );
     let health = reqwest::get(format!("{}/healthz", server.base))
         .await
         .unwrap();

@@ -173,6 +173,17 @@ impl EventHub {
         self.inner.lock().expect("event hub lock").next_id - 1
     }
 
+    /// The highest event id a client may hold: this instance's last delivered one, or on a
+    /// shared log the log's last (another instance's stream may be ahead of this one's).
+    /// A `Last-Event-ID` past it was never given out (another database's, or made up).
+    pub async fn head(&self) -> crate::error::Result<i64> {
+        let delivered = self.last_id();
+        Ok(match self.mode {
+            Mode::Local => delivered,
+            Mode::Shared => delivered.max(self.store().max_event_id().await?),
+        })
+    }
+
     /// A streaming reply's text and delta count as the shared log has delivered them here.
     pub fn mirrored_text(&self, run_id: &str) -> Option<(String, u64)> {
         self.inner

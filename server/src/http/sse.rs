@@ -45,6 +45,12 @@ pub async fn events(
     };
     state.engine.store().session_exists(&sid).await?;
     let hub = state.engine.hub().clone();
+    // An id past every id given out resumes after everything there is: taken as is, it
+    // would hide every event to come below it.
+    let after = match after {
+        Some(a) if a > hub.last_id() => Some(a.min(hub.head().await?)),
+        other => other,
+    };
     let (rx, owed) = owed_by(&hub, hub.subscribe(&sid, after)).await;
     let mut live = Live {
         rx,
