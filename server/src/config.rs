@@ -80,8 +80,8 @@ pub struct Config {
     /// Where the built browser bundle lives (cargo-leptos' site root).
     #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
     pub site_root: String,
-    /// PostgreSQL: every connection this instance opens, whatever its load (3 of them are
-    /// the heartbeat's and the listeners'; the rest are the main pool).
+    /// PostgreSQL: every connection this instance opens, whatever its load (4 of them are
+    /// the heartbeat's, the event writer's and the two listeners'; the rest are the main pool).
     #[arg(long, env = "MULLIGAN_DATABASE_MAX_CONNECTIONS", default_value_t = crate::store::DEFAULT_MAX_CONNECTIONS)]
     pub database_max_connections: u32,
     /// How often each instance ends runs it recorded `running` but no longer executes.
