@@ -108,7 +108,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
     let tools_stop = tokio_util::sync::CancellationToken::new();
     let toolbox = tools::Toolbox::new(
         mcp_client::McpServers::start(mcp_specs, redactor, tools_stop.clone()),
-        http::mcp::builtin_infos(),
+        tools::builtin::infos(),
     );
     let engine = Engine::new(
         store.clone(),

@@ -205,6 +205,22 @@ struct SessionGuard {
     shared: Option<(SessionLock, EventHub)>,
 }
 
+/// The session commands the built-in tools act through: the HTTP API's own code paths.
+impl crate::tools::builtin::Commands for Engine {
+    fn store(&self) -> &Store {
+        Engine::store(self)
+    }
+    async fn post_message(&self, session: &str, content: &str) -> Result<app::wire::Receipt> {
+        Engine::post_message(self, session, content).await
+    }
+    async fn retry(&self, session: &str, from: Option<&str>) -> Result<app::wire::RetryReceipt> {
+        Engine::retry(self, session, from).await
+    }
+    async fn stop(&self, session: &str) -> Result<app::wire::Run> {
+        Engine::stop(self, session).await
+    }
+}
+
 impl Drop for SessionGuard {
     fn drop(&mut self) {
         if let Some((lock, hub)) = self.shared.take() {

@@ -3,10 +3,10 @@
 //! recorded — its start before it is sent, its end before the next model step.
 use super::{Active, Engine};
 use crate::clock::{new_id, now_ms};
-use crate::http::mcp::{Caller, Mulligan};
 use crate::llm::tool_calls::AssembledCall;
 use crate::llm::{ChatMessage, ChatToolCall};
 use crate::store::{NewToolCall, RecordedCall};
+use crate::tools::builtin::{self, Caller};
 use crate::tools::{bounded_result, model_name, CallEnd, Offered, BUILTIN};
 use app::wire::{Event, Run, ToolCall, ToolCallEvent, ToolCallStatus};
 use serde_json::{Map, Value};
@@ -260,15 +260,14 @@ impl Engine {
         let timeout = self.inner.cfg.tool_timeout;
         if o.server == BUILTIN {
             // The session's own authority: it acts on its descendants only.
-            let tools = Mulligan::new(self.clone());
             let caller = Caller::Agent(run.session_id.clone());
-            let call = tools.run(&caller, o.tool(), Value::Object(arguments));
+            let call = builtin::run(self, &caller, o.tool(), Value::Object(arguments));
             return tokio::select! {
                 _ = active.cancel.cancelled() => (ToolCallStatus::Cancelled, None, false),
                 answer = tokio::time::timeout(timeout, call) => match answer {
                     Ok(Ok(value)) => (ToolCallStatus::Ok, Some(value.to_string()), false),
-                    Ok(Err(e)) => (ToolCallStatus::Error, Some(crate::http::mcp::refusal_json(&e).to_string()), false),
-                    Err(_) => (ToolCallStatus::Error, Some(format!("the tool took longer than its limit of {} s (MULLIGAN_TOOL_TIMEOUT_MS)", timeout.as_secs())), false),
+                    Ok(Err(e)) => (ToolCallStatus::Error, Some(builtin::refusal_json(&e).to_string()), false),
+                    Err(_) => (ToolCallStatus::Error, Some(format!("the tool took longer than its limit of {} s (MULLIGAN_TOOL_TIMEOUT_MS)", timeout.as_secs_f64())), false),
                 },
             };
         }

@@ -1,8 +1,10 @@
 //! Tool sources of agent turns (CONTRACT §6): the built-in `mulligan` source and the
 //! configured MCP servers, the tool names a model sees (`<server>__<tool>`), and the bounds
-//! every tool result is held to. Executing a built-in tool needs the engine, so it is done
-//! by the run engine (`engine::step`); the configured MCP servers are reached through
+//! every tool result is held to. The built-in tools are defined and run in [`builtin`],
+//! through the session commands the engine lends them; the configured MCP servers are reached through
 //! [`McpServers`] (`crate::mcp_client`).
+pub mod builtin;
+
 use crate::mcp_client::McpServers;
 use app::wire::{ToolInfo, ToolServer, ToolServerStatus, ToolTransport, MAX_TOOL_RESULT_BYTES};
 use serde_json::Value;
