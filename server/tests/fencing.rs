@@ -83,7 +83,7 @@ impl Db {
     }
 
     /// Records a call of `started`'s run as it starts.
-    async fn call_started(&self, started: &Started, id: &str) -> server::error::Result<ToolCall> {
+    async fn call_started(&self, started: &Started, id: &str) -> server::store::Result<ToolCall> {
         let call = ToolCall {
             id: id.into(),
             step: 1,

@@ -152,9 +152,8 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         .dispatch(NewRun::prompt("s_missing", "hello"), Some("i-a"))
         .await
         .unwrap_err();
-    assert_eq!(
-        missing.code(),
-        app::wire::ErrorCode::NotFound,
+    assert!(
+        matches!(&missing, server::store::StoreError::NotFound { what, .. } if what == "session"),
         "{missing:?}"
     );
 }

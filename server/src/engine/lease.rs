@@ -77,7 +77,7 @@ impl Engine {
             }
             Err(_) => *since = None,
         }
-        beat
+        Ok(beat?)
     }
 
     /// Whether this instance's own heartbeats have gone through for a whole lease: after an

@@ -55,7 +55,7 @@ impl Store {
             .bind(id)
             .fetch_optional(pool)
             .await?
-            .ok_or_else(|| Error::not_found("message", id))?;
+            .ok_or_else(|| StoreError::not_found("message", id))?;
             Ok(rows::message(&row))
         })
     }
@@ -86,7 +86,7 @@ impl Store {
             .await?;
             if rows.is_empty() {
                 // The anchor itself always belongs: nothing means there is no such message.
-                return Err(Error::not_found("message", anchor_message_id));
+                return Err(StoreError::not_found("message", anchor_message_id));
             }
             Ok(rows
                 .into_iter()

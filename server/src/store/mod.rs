@@ -7,6 +7,7 @@
 //! `script` sends a transaction's statements together (one trip on SQLite), `shared` holds what several PostgreSQL instances share (session locks, notifications).
 mod attempts;
 mod cooldowns;
+mod error;
 mod events;
 mod messages;
 mod notify;
@@ -20,11 +21,11 @@ mod starts;
 mod tool_calls;
 
 use crate::clock::{new_id, now_ms};
-use crate::error::{Error, Result};
 use app::wire::{
     Attempt, AutoRetry, Message, MessageStatus, Provenance, RetryClass, RetryClassification, Run,
     RunKind, RunStatus, Session, SessionStatus, WaitingRetry,
 };
+pub use error::{Constraint, Result, StoreError};
 use rows::Get;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
@@ -141,7 +142,7 @@ impl Store {
         let mut side = None;
         let pool = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let opts = sqlx::postgres::PgConnectOptions::from_str(url)
-                .map_err(|e| Error::invalid(format!("bad database URL: {e}")))?
+                .map_err(|e| StoreError::invalid(format!("bad database URL: {e}")))?
                 .application_name(name);
             let pool = PgPoolOptions::new()
                 .max_connections(budget - SIDE_CONNECTIONS)
@@ -155,7 +156,7 @@ impl Store {
             Pool::Postgres(pool)
         } else if url.starts_with("sqlite:") {
             let opts = SqliteConnectOptions::from_str(url)
-                .map_err(|e| Error::invalid(format!("bad database URL: {e}")))?
+                .map_err(|e| StoreError::invalid(format!("bad database URL: {e}")))?
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .foreign_keys(true)
@@ -183,7 +184,7 @@ impl Store {
                 cooldowns_end: std::sync::Arc::new(end.unwrap_or(0).into()),
             }
         } else {
-            return Err(Error::invalid(format!(
+            return Err(StoreError::invalid(format!(
                 "unsupported database URL {:?}: use sqlite://path or postgres://host/db",
                 url.split('@').next_back().unwrap_or("")
             )));

@@ -19,7 +19,7 @@ impl Store {
                 .bind(id)
                 .fetch_optional(pool)
                 .await?
-                .ok_or_else(|| Error::not_found("run", id))?;
+                .ok_or_else(|| StoreError::not_found("run", id))?;
             Ok(rows::run(&row))
         })
     }

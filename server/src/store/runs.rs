@@ -198,12 +198,12 @@ pub struct Outcome {
 
 /// A foreign-key violation on a row of `session_id` is its session missing (the one key such
 /// an insert refers to that no caller has checked); anything else is the database failing.
-fn missing_session(e: sqlx::Error, session_id: &str) -> Error {
-    match &e {
-        sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
-            Error::not_found("session", session_id)
+fn missing_session(e: sqlx::Error, session_id: &str) -> StoreError {
+    match StoreError::from(e) {
+        e if e.constraint() == Some(Constraint::ForeignKey) => {
+            StoreError::not_found("session", session_id)
         }
-        _ => e.into(),
+        e => e,
     }
 }
 
@@ -260,7 +260,7 @@ impl Store {
         let anchor_id = match (message, d.anchor_id) {
             (Some(_), _) => message_id.clone(),
             (None, Some(id)) => id.to_string(),
-            (None, None) => return Err(Error::internal("a dispatch needs an anchor")),
+            (None, None) => return Err(StoreError::internal("a dispatch needs an anchor")),
         };
         let run_id = new_id("r");
         let queued = script.push(
@@ -303,7 +303,7 @@ impl Store {
             let first = |i: usize| rows.get(i).and_then(|r| r.first());
             let run = first(queued)
                 .map(rows::run)
-                .ok_or_else(|| Error::internal("a queued run came back empty"))?;
+                .ok_or_else(|| StoreError::internal("a queued run came back empty"))?;
             let dispatched = Dispatched {
                 released: release
                     .and_then(|i| rows.get(i))

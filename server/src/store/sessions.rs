@@ -63,7 +63,7 @@ impl SessionPage {
             None => None,
             Some(n) if (1..=u64::from(MAX_SESSION_PAGE)).contains(&n) => u32::try_from(n).ok(),
             Some(n) => {
-                return Err(Error::invalid(format!(
+                return Err(StoreError::invalid(format!(
                     "`limit` is {n}; use 1 to {MAX_SESSION_PAGE}"
                 )))
             }
@@ -145,7 +145,7 @@ impl Store {
                 .bind(id)
                 .fetch_optional(pool)
                 .await?
-                .ok_or_else(|| Error::not_found("session", id))?;
+                .ok_or_else(|| StoreError::not_found("session", id))?;
             Ok(session_from_row(&row))
         })
     }
@@ -158,7 +158,7 @@ impl Store {
                 .fetch_optional(pool)
                 .await?
                 .map(|_| ())
-                .ok_or_else(|| Error::not_found("session", id))
+                .ok_or_else(|| StoreError::not_found("session", id))
         })
     }
 
@@ -201,7 +201,7 @@ impl Store {
                         .fetch_optional(pool)
                         .await?
                         .ok_or_else(|| {
-                            Error::invalid(format!("`before`: there is no session {id:?}"))
+                            StoreError::invalid(format!("`before`: there is no session {id:?}"))
                         })?,
                 ),
                 None => None,
@@ -302,7 +302,7 @@ impl Store {
             .execute(pool)
             .await?;
             if done.rows_affected() == 0 {
-                return Err(Error::not_found("session", session_id));
+                return Err(StoreError::not_found("session", session_id));
             }
             Ok(())
         })

@@ -2,7 +2,7 @@
 //! session lock (a row, so that no lock pins a connection), the ordered event log they all follow, heartbeats (the leases on the runs
 //! each executes) and cancel requests. On SQLite (one instance) these are no-ops or empty.
 use super::{rows, LoggedEvent, Pool, Store};
-use crate::error::Result;
+use super::{Result, StoreError};
 use app::wire::Run;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::Row;
@@ -161,9 +161,7 @@ async fn try_lock_detached(pool: &PgPool, session_id: &str, holder: &str) -> Res
     });
     match rx.await {
         Ok(got) => Ok(got?),
-        Err(_) => Err(crate::error::Error::internal(
-            "a session lock attempt was lost",
-        )),
+        Err(_) => Err(StoreError::internal("a session lock attempt was lost")),
     }
 }
 
@@ -217,10 +215,10 @@ impl Store {
                 Ok(Ok(true)) => break,
                 Ok(Ok(false)) => {}
                 Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(crate::error::Error::busy(session_id)),
+                Err(_) => return Err(StoreError::busy(session_id)),
             }
             if tokio::time::Instant::now() + pause >= deadline {
-                return Err(crate::error::Error::busy(session_id));
+                return Err(StoreError::busy(session_id));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(50));
@@ -324,7 +322,7 @@ impl Store {
         let Some(side) = &self.side else {
             return Ok(());
         };
-        let too_slow = || crate::error::Error::internal("a heartbeat got no answer within 2 s");
+        let too_slow = || StoreError::internal("a heartbeat got no answer within 2 s");
         let mut conn = tokio::time::timeout(BEAT_TIMEOUT, side.beat.acquire())
             .await
             .map_err(|_| too_slow())??;

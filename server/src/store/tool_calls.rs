@@ -3,8 +3,8 @@
 //! again and a call that started with no recorded end reads as `interrupted`.
 use super::rows::Get;
 use super::{with_pool, with_writer, Pool, Store};
+use super::{Result, StoreError};
 use crate::clock::now_ms;
-use crate::error::Result;
 use app::wire::{Message, Part, Role, ToolCall, ToolCallStatus};
 use std::collections::HashMap;
 
@@ -73,7 +73,7 @@ impl Store {
                     .await?;
                 if held.is_none() {
                     crate::metrics::metrics().fenced_write();
-                    return Err(crate::error::Error::conflict(
+                    return Err(StoreError::conflict(
                         "this instance no longer holds the lease on this run",
                     ));
                 }
@@ -143,7 +143,7 @@ impl Store {
                 if self.is_shared() {
                     crate::metrics::metrics().fenced_write();
                 }
-                return Err(crate::error::Error::conflict(
+                return Err(StoreError::conflict(
                     "this tool call is no longer this instance's to record: its run ended or its lease lapsed",
                 ));
             }

@@ -1,0 +1,147 @@
+//! The store's errors: what a caller can act on (not found, invalid, conflict, busy), a
+//! constraint the database enforced (by its kind and name), and a database failure with its
+//! cause kept. `crate::error::Error` takes them in, logging a failure's cause once.
+use crate::error::{Error, Kind};
+use sqlx::error::ErrorKind;
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Which kind of constraint refused a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Constraint {
+    Unique,
+    ForeignKey,
+    NotNull,
+    Check,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no {what} with id {id:?}")]
+    NotFound { what: String, id: String },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Conflict(String),
+    /// The session's lock stayed taken past the wait's bound.
+    #[error("session {0} is busy with another request; try again in a moment")]
+    Busy(String),
+    /// A constraint refused the write; `name` as the migrations (or the database) gave it.
+    #[error("the database refused the write ({kind:?} constraint {name})")]
+    Refused {
+        kind: Constraint,
+        name: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("the database failed: {0}")]
+    Database(#[source] sqlx::Error),
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A broken promise of the store's own (a row that must exist did not, a bound passed).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl StoreError {
+    pub fn not_found(what: &str, id: &str) -> Self {
+        StoreError::NotFound {
+            what: what.to_string(),
+            id: id.to_string(),
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        StoreError::Invalid(message.into())
+    }
+    pub fn conflict(message: impl Into<String>) -> Self {
+        StoreError::Conflict(message.into())
+    }
+    pub fn busy(session_id: &str) -> Self {
+        StoreError::Busy(session_id.to_string())
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        StoreError::Internal(message.into())
+    }
+
+    /// The constraint that refused the write, if one did.
+    pub fn constraint(&self) -> Option<Constraint> {
+        match self {
+            StoreError::Refused { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        let refused = match &e {
+            sqlx::Error::Database(db) => {
+                let kind = match db.kind() {
+                    ErrorKind::UniqueViolation => Some(Constraint::Unique),
+                    ErrorKind::ForeignKeyViolation => Some(Constraint::ForeignKey),
+                    ErrorKind::NotNullViolation => Some(Constraint::NotNull),
+                    ErrorKind::CheckViolation => Some(Constraint::Check),
+                    _ => None,
+                };
+                kind.map(|kind| (kind, db.constraint().unwrap_or("unnamed").to_string()))
+            }
+            _ => None,
+        };
+        match refused {
+            Some((kind, name)) => StoreError::Refused {
+                kind,
+                name,
+                source: e,
+            },
+            None => StoreError::Database(e),
+        }
+    }
+}
+
+/// What the engine and the API see: a caller's error as its kind; a failure of the
+/// database logged here, once, with its cause, and answered without it.
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound { what, id } => Error::not_found(&what, &id),
+            StoreError::Invalid(m) => Error::invalid(m),
+            StoreError::Conflict(m) => Error::conflict(m),
+            StoreError::Busy(session) => Error::busy(&session),
+            StoreError::Internal(m) => Error::new(Kind::Internal, m),
+            StoreError::Migrate(_) => Error::internal(e.to_string()),
+            StoreError::Refused { ref source, .. } => {
+                tracing::error!(error = %e, cause = %source, "database error");
+                Error::internal("the database failed; see the server log")
+            }
+            StoreError::Database(_) => {
+                tracing::error!(error = %e, "database error");
+                Error::internal("the database failed; see the server log")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_write_names_its_constraint_and_the_api_hides_it() {
+        let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+        sqlx::query("CREATE TABLE t (id TEXT CONSTRAINT t_id PRIMARY KEY)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let insert = || sqlx::query("INSERT INTO t (id) VALUES ('a')").execute(&pool);
+        insert().await.unwrap();
+        let e = StoreError::from(insert().await.unwrap_err());
+        assert_eq!(e.constraint(), Some(Constraint::Unique), "{e:?}");
+        let api = Error::from(e);
+        assert_eq!(api.kind, Kind::Internal);
+        assert!(!api.message.contains("t_id"), "{}", api.message);
+
+        let gone = StoreError::from(sqlx::Error::RowNotFound);
+        assert!(matches!(gone, StoreError::Database(_)));
+        assert_eq!(Error::from(StoreError::busy("s1")).kind, Kind::Busy);
+    }
+}
