@@ -85,6 +85,8 @@ def server():
         # Background retries wait ten minutes here: long enough to see and stop them.
         "MULLIGAN_TIER2_BASE_MS": "600000",
         "RUST_LOG": "warn",
+        # MCP needs no page: a debug binary without a built site serves these tests too.
+        "MULLIGAN_SITE_OPTIONAL": "true",
     }
     env.pop("MULLIGAN_TOKEN", None)
     env.pop("MULLIGAN_DATABASE_URL", None)

@@ -77,9 +77,14 @@ pub struct Config {
     /// The longest a run may take from its start; a longer one fails `timeout`.
     #[arg(long, env = "MULLIGAN_MAX_RUN_MS", default_value_t = 3_600_000)]
     pub max_run_ms: u64,
-    /// Where the built browser bundle lives (cargo-leptos' site root).
-    #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
-    pub site_root: String,
+    /// Where the page's built files are (cargo-leptos' site root). Default: `site` beside the
+    /// binary, else `../site` from it, else `./target/site`; `serve` refuses to start
+    /// without them.
+    #[arg(long, env = "LEPTOS_SITE_ROOT")]
+    pub site_root: Option<PathBuf>,
+    /// Start even when the page's files are nowhere (the API and MCP still work).
+    #[arg(long, env = "MULLIGAN_SITE_OPTIONAL")]
+    pub site_optional: bool,
     /// PostgreSQL: every connection this instance opens, whatever its load (4 of them are
     /// the heartbeat's, the event writer's and the two listeners'; the rest are the main pool).
     #[arg(long, env = "MULLIGAN_DATABASE_MAX_CONNECTIONS", default_value_t = crate::store::DEFAULT_MAX_CONNECTIONS)]

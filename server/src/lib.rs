@@ -10,6 +10,7 @@ pub mod mcp_client;
 pub mod metrics;
 pub mod redact;
 pub mod retry;
+pub mod site;
 pub mod sse_lines;
 pub mod store;
 pub mod tools;
@@ -145,10 +146,14 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
     engine.fire_background_retries();
     engine.pump_periodically();
 
+    let site_root = match &config.site_root {
+        Some(dir) => dir.to_string_lossy().into_owned(),
+        None => site::DEFAULT_ROOT.to_string(),
+    };
     let leptos = leptos::prelude::LeptosOptions::builder()
-        .output_name("mulligan")
-        .site_root(config.site_root.as_str())
-        .site_pkg_dir("pkg")
+        .output_name(site::OUTPUT_NAME)
+        .site_root(site_root)
+        .site_pkg_dir(site::PKG_DIR)
         .site_addr(addr)
         .build();
     let state = http::AppState {

@@ -24,7 +24,7 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let config = match Cli::parse().command {
+    let mut config = match Cli::parse().command {
         Command::Serve(config) => *config,
         Command::Client(cmd) => return cli::run(cmd),
     };
@@ -35,6 +35,17 @@ fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Only `serve` serves the page, so only it needs the page's files (`server::site`).
+    match server::site::locate(config.site_root.as_deref()) {
+        Ok(dir) => config.site_root = Some(dir),
+        Err(missing) if config.site_optional => {
+            tracing::warn!("serving without the page (MULLIGAN_SITE_OPTIONAL): {missing}")
+        }
+        Err(missing) => {
+            eprintln!("mulligan: {missing}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
     let rt = tokio::runtime::Runtime::new().expect("the tokio runtime starts");
     rt.block_on(async move {
         match server::start(config, true).await {

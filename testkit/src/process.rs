@@ -40,6 +40,8 @@ async fn serve_raw(
         .env("MULLIGAN_BASE_URL", provider)
         .env("MULLIGAN_API_KEY", API_KEY)
         .env("RUST_LOG", "trace")
+        // These tests use the API: the binary `cargo test` builds may have no page to serve.
+        .env("MULLIGAN_SITE_OPTIONAL", "true")
         .envs(extra_env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(

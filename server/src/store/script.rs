@@ -92,9 +92,14 @@ impl Run<sqlx::sqlite::SqliteRow> for &mut SqliteConnection {
         }
         let mut out: Vec<Vec<_>> = (0..statements).map(|_| Vec::new()).collect();
         let mut at = 0;
-        // Deprecated in sqlx 0.8 (other drivers cannot do it), and the whole point here: the
-        // script is one trip to the connection's thread. Should sqlx drop it, run the
-        // statements one by one as on PostgreSQL.
+        // The workspace's one use of a deprecated sqlx API, on purpose. sqlx 0.8 deprecates
+        // several statements in one query with bound arguments (only its SQLite driver can;
+        // `raw_sql`, the supported way to send several, binds nothing) and `fetch_many`,
+        // which tells where each statement's rows end. That is the whole point here: the
+        // script is one trip to the connection's thread, where one statement at a time
+        // would be one trip each. `one_query_answers_each_statements_rows` below pins what
+        // this relies on and fails when sqlx changes it; then run the statements one by one
+        // as on PostgreSQL.
         #[allow(deprecated)]
         let mut results = sqlx::query_with(&sql, args).fetch_many(self);
         while let Some(item) = results.try_next().await? {
@@ -160,6 +165,69 @@ fn renumber(statement: &str, base: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sqlx::{Connection, Row};
+
+    /// What the SQLite [`Run`] relies on sqlx for (see the `allow(deprecated)` there): one
+    /// query of several statements with bound arguments, `$n` counted across the whole query,
+    /// each statement's rows followed by its result (even when it has no rows), statements
+    /// run in order, and a failing statement's error answered.
+    #[tokio::test]
+    async fn one_query_answers_each_statements_rows() {
+        let mut conn = SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        sqlx::raw_sql("CREATE TABLE t (k TEXT PRIMARY KEY, n INTEGER, b BOOLEAN)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let mut script = Script::default();
+        let inserted = script.push(
+            "INSERT INTO t (k, n, b) VALUES ($1, $2, $3), ($4, $2, $5) RETURNING k",
+            vec![
+                "a".into(),
+                1i64.into(),
+                Some(true).into(),
+                "b".into(),
+                Arg::Bool(None),
+            ],
+        );
+        let untouched = script.push(
+            "UPDATE t SET n = n + $1 WHERE k = $2 RETURNING k",
+            vec![10i64.into(), "nobody".into()],
+        );
+        let plain = script.push("UPDATE t SET n = n + 1 WHERE k = 'b'", vec![]);
+        let read = script.push(
+            "SELECT k, n, b, $2 || $1 || $2 AS s FROM t WHERE n >= $3 ORDER BY k",
+            vec!["x".into(), "y".into(), 1i64.into()],
+        );
+        let rows = (&mut conn).run(script).await.unwrap();
+        assert_eq!(rows.len(), 4);
+        let keys = |i: usize| -> Vec<String> { rows[i].iter().map(|r| r.get("k")).collect() };
+        assert_eq!(keys(inserted), ["a", "b"]);
+        assert!(rows[untouched].is_empty() && rows[plain].is_empty());
+        assert_eq!(keys(read), ["a", "b"]);
+        let (a, b) = (&rows[read][0], &rows[read][1]);
+        assert_eq!((a.get::<i64, _>("n"), b.get::<i64, _>("n")), (1, 2));
+        assert_eq!(a.get::<Option<bool>, _>("b"), Some(true));
+        assert_eq!(b.get::<Option<bool>, _>("b"), None);
+        assert_eq!(a.get::<String, _>("s"), "yxy");
+
+        let mut script = Script::default();
+        script.push(
+            "UPDATE t SET n = $1 WHERE k = $2",
+            vec![7i64.into(), "a".into()],
+        );
+        script.push("INSERT INTO t (k) VALUES ($1)", vec!["b".into()]);
+        script.push("UPDATE t SET n = $1", vec![8i64.into()]);
+        let Err(err) = (&mut conn).run(script).await else {
+            panic!("a duplicate key passed");
+        };
+        let db = err.as_database_error().expect("the database's refusal");
+        assert!(db.is_unique_violation(), "{db}");
+        let n: Vec<i64> = sqlx::query_scalar("SELECT n FROM t ORDER BY k")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(n, [7, 2], "run in order, up to the one that failed");
+    }
 
     #[test]
     fn parameters_are_shifted_and_nothing_else_changes() {
