@@ -1,4 +1,5 @@
-//! The one error type of the engine and the store; `http::error` maps it to the contract's shape.
+//! The engine's error type (the store's converts into it), which `http::error` maps to the
+//! contract's shape, and the typed reason a start failed.
 use app::wire::ErrorCode;
 use std::fmt;
 
@@ -90,4 +91,37 @@ impl From<sqlx::migrate::MigrateError> for Error {
     fn from(e: sqlx::migrate::MigrateError) -> Self {
         Error::internal(format!("database migration failed: {e}"))
     }
+}
+
+/// Why [`crate::start`] did not start: each says which setting or place to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// `MULLIGAN_TOKEN` was refused (what a token must be).
+    #[error("{0}")]
+    Token(String),
+    #[error("cannot create the data dir {}: {source}", dir.display())]
+    DataDir {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot keep the token in {}: {source}", dir.display())]
+    TokenFile {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the database: {0}")]
+    Database(#[from] crate::store::StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("MULLIGAN_MCP_CONFIG {}: {source}", path.display())]
+    McpConfig {
+        path: std::path::PathBuf,
+        source: crate::mcp_client::ConfigError,
+    },
+    /// The event log, the first heartbeat or the recovery of interrupted runs failed.
+    #[error("{0}")]
+    Engine(#[from] Error),
 }

@@ -18,6 +18,7 @@ pub mod wake;
 
 use config::{Config, ProviderKind};
 use engine::{Engine, EngineConfig};
+pub use error::StartError;
 use events::EventHub;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,44 +53,37 @@ impl Running {
 
 /// Opens the store, recovers runs a stop interrupted, binds and serves until stopped
 /// (by [`Running::stop`] or Ctrl-C/SIGTERM when `signals`).
-pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
+pub async fn start(config: Config, signals: bool) -> Result<Running, StartError> {
     if let Some(t) = config.token.as_deref().filter(|t| !t.is_empty()) {
-        http::auth::check_chosen_token(t)?;
+        http::auth::check_chosen_token(t).map_err(StartError::Token)?;
     }
-    http::auth::create_data_dir(&config.data_dir).map_err(|e| {
-        format!(
-            "cannot create the data dir {}: {e}",
-            config.data_dir.display()
-        )
-    })?;
+    let dir = || config.data_dir.clone();
+    http::auth::create_data_dir(&config.data_dir)
+        .map_err(|source| StartError::DataDir { dir: dir(), source })?;
     let token = http::auth::load_or_create_token(config.token.as_deref(), &config.data_dir)
-        .map_err(|e| {
-            format!(
-                "cannot keep the token in {}: {e}",
-                config.data_dir.display()
-            )
-        })?;
+        .map_err(|source| StartError::TokenFile { dir: dir(), source })?;
     let instance = clock::new_id("i");
     let store = store::Store::open_with(
         &config.database_url(),
         config.database_max_connections,
         &format!("mulligan {instance}"),
     )
-    .await
-    .map_err(|e| e.to_string())?;
-    let (hub, writer) = EventHub::start(store.clone())
-        .await
-        .map_err(|e| e.to_string())?;
+    .await?;
+    let (hub, writer) = EventHub::start(store.clone()).await?;
 
-    let listener = TcpListener::bind(config.bind)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let listen = |source| StartError::Listen {
+        addr: config.bind,
+        source,
+    };
+    let listener = TcpListener::bind(config.bind).await.map_err(listen)?;
+    let addr = listener.local_addr().map_err(listen)?;
 
     // MCP servers start in the background; a bad config file stops the start with its error.
     let mcp_specs = match &config.mcp_config {
-        Some(path) => mcp_client::load(path)
-            .map_err(|e| format!("MULLIGAN_MCP_CONFIG {}: {e}", path.display()))?,
+        Some(path) => mcp_client::load(path).map_err(|source| StartError::McpConfig {
+            path: path.clone(),
+            source,
+        })?,
         None => Vec::new(),
     };
     // What providers and tool servers send passes this before it is stored, logged or sent
@@ -140,8 +134,8 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, String> {
     );
     // The first heartbeat goes out before any recovered run starts, so no other instance
     // takes those runs for orphans of a dead one.
-    engine.keep_leases().await.map_err(|e| e.to_string())?;
-    engine.recover().await.map_err(|e| e.to_string())?;
+    engine.keep_leases().await?;
+    engine.recover().await?;
     engine.reconcile_periodically();
     engine.fire_background_retries();
     engine.pump_periodically();

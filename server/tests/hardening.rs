@@ -28,6 +28,8 @@ async fn a_weak_or_unsafe_operator_token_is_refused_at_start() {
             Ok(_) => panic!("{token:?} was accepted"),
             Err(e) => e,
         };
+        assert!(matches!(err, server::StartError::Token(_)), "{err:?}");
+        let err = err.to_string();
         assert!(
             err.contains(says) && err.contains("MULLIGAN_TOKEN"),
             "{err}"
