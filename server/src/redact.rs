@@ -15,6 +15,12 @@ const MIN_BEARER_CHARS: usize = 8;
 const MIN_WORDLIKE_BEARER_CHARS: usize = 20;
 /// An `sk-`-style key is its prefix and at least this many more characters.
 const MIN_KEY_CHARS: usize = 16;
+/// What a cut text ends with (`llm::limits::truncate`, tool results).
+const CUT: char = '…';
+/// The fewest characters of a configured secret that a cut may not leave.
+const MIN_CUT_CHARS: usize = 4;
+/// How far before a cut a secret's start is looked for.
+const MAX_CUT_WORD_CHARS: usize = 256;
 /// Prefixes of API keys as providers issue them (`sk-…`, `sk_live_…`).
 const KEY_PREFIXES: [&str; 2] = ["sk-", "sk_"];
 
@@ -88,10 +94,70 @@ impl Redactor {
                 out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
             }
         }
-        match redact_tokens(&out) {
+        if let Some(clean) = redact_tokens(&out) {
+            out = Cow::Owned(clean);
+        }
+        match self.redact_cut_starts(&out) {
             Some(clean) => Cow::Owned(clean),
             None => out,
         }
+    }
+
+    /// `text` with the start of a secret that a cut left just before its ellipsis replaced
+    /// (text is cut before it reaches the redactor: a key at the cut must not leave its
+    /// first characters), or `None` when no cut ends on one.
+    fn redact_cut_starts(&self, text: &str) -> Option<String> {
+        let mut out = String::new();
+        let mut copied = 0;
+        for (at, _) in text.match_indices(CUT) {
+            let before = &text[copied..at];
+            let word_at = before
+                .char_indices()
+                .rev()
+                .take_while(|&(_, c)| token_char(c) || c.is_whitespace())
+                .take(MAX_CUT_WORD_CHARS)
+                .last()
+                .map_or(before.len(), |(i, _)| i);
+            // The longest tail of what precedes the ellipsis that starts a secret.
+            let secret_at = before[word_at..].char_indices().find_map(|(i, _)| {
+                self.secret_start(&before[word_at + i..])
+                    .map(|k| word_at + i + k)
+            });
+            if let Some(i) = secret_at {
+                out.push_str(&text[copied..copied + i]);
+                out.push_str(REDACTED);
+                copied = at;
+            }
+        }
+        if copied == 0 {
+            return None;
+        }
+        out.push_str(&text[copied..]);
+        Some(out)
+    }
+
+    /// Where in `tail` (a cut's last characters) a secret starts, if it is one's start: a
+    /// configured secret's (at least [`MIN_CUT_CHARS`] of it), an `sk-`-style key's, or a
+    /// `Bearer` credential's.
+    fn secret_start(&self, tail: &str) -> Option<usize> {
+        if tail.starts_with(char::is_whitespace) {
+            return None;
+        }
+        if let Some(rest) = tail
+            .get(..6)
+            .filter(|w| w.eq_ignore_ascii_case("bearer"))
+            .map(|_| &tail[6..])
+        {
+            let credential = rest.trim_start();
+            let spaced = credential.len() < rest.len();
+            if spaced && !credential.is_empty() && credential.chars().all(token_char) {
+                return Some(tail.len() - credential.len());
+            }
+        }
+        let n = tail.chars().count();
+        let configured = n >= MIN_CUT_CHARS && self.secrets.iter().any(|s| s.starts_with(tail));
+        let key = n > 3 && KEY_PREFIXES.iter().any(|p| tail.starts_with(p));
+        (configured || key).then_some(0)
     }
 
     /// [`Redactor::redact`], owned.
@@ -181,6 +247,28 @@ mod tests {
             "token [redacted] refused"
         );
         assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_secret_cut_short_leaves_none_of_its_characters() {
+        let key = "pk-live-0123456789abcdef";
+        let r = Redactor::new([key]);
+        for n in [4, 10, key.len() - 1] {
+            let text = format!("proxy said: key={}… (cut: 9000 bytes in all)", &key[..n]);
+            let clean = r.redact(&text);
+            assert_eq!(
+                clean, "proxy said: key=[redacted]… (cut: 9000 bytes in all)",
+                "cut after {n}"
+            );
+        }
+        // An unconfigured `sk-` key and a Bearer credential cut short go too.
+        let r = Redactor::default();
+        assert_eq!(r.redact("sk-ab12… (cut)"), "[redacted]… (cut)");
+        assert_eq!(r.redact("Bearer x… (cut)"), "Bearer [redacted]… (cut)");
+        // Ordinary text before a cut stays.
+        let r = Redactor::new([key]);
+        assert_eq!(r.redact("a plain sentence…"), "a plain sentence…");
+        assert_eq!(r.redact("word pk… and"), "word pk… and");
     }
 
     #[test]

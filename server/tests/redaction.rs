@@ -84,6 +84,33 @@ async fn a_provider_quoting_the_api_key_is_stored_and_served_redacted() {
     );
 }
 
+/// A key quoted again and again past the 1,024-character cut: the cut lands inside one
+/// quote (at one of the two offsets at least), and none of that quote's characters is kept.
+#[tokio::test]
+async fn a_key_cut_short_by_the_error_bound_leaves_none_of_its_characters() {
+    const KEY: &str = "pk-live-0123456789abcdef-XYZ";
+    let fake = FakeProvider::start().await;
+    let mut c = config(&temp_dir("redact-cut"), &fake.url);
+    c.api_key = Some(KEY.into());
+    let server = TestServer::start(c).await;
+    let sid = server.create_session().await;
+    for pad in ["", "z"] {
+        fake.push(Script::Status {
+            code: 401,
+            headers: vec![],
+            body: json!({"error": {
+                "type": "invalid_request_error",
+                "message": format!("{pad}{}", KEY.repeat(100)),
+            }}),
+        });
+        let sent = server.send(&sid, "hi").await;
+        let run = server.wait_run_end(&sent.run_id).await;
+        let message = run.error_message.unwrap();
+        assert!(message.contains("[redacted]…"), "{message}");
+        assert!(!message.contains(&KEY[..4]), "a cut key shows: {message}");
+    }
+}
+
 /// The reference `server-everything`, installed from end2end's lockfile.
 fn everything() -> std::path::PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
