@@ -423,3 +423,53 @@ async fn send_follow_streams_the_turn_and_exits_by_how_it_ended() {
     );
     assert!(out.stderr.contains("Tier 1 tries again"), "{}", out.stderr);
 }
+
+#[tokio::test]
+async fn new_creates_a_session_and_prints_its_id() {
+    let (_fake, server) = setup("cli-new").await;
+    let out = mulligan(
+        &server,
+        &[
+            "new",
+            "--title",
+            "From the terminal",
+            "--auto-retry",
+            "background",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let sid = out.stdout.trim().to_string();
+    let detail = server.detail(&sid).await;
+    assert_eq!(detail.session.title, "From the terminal");
+    assert_eq!(detail.session.auto_retry, app::wire::AutoRetry::Background);
+
+    let out = mulligan(&server, &["new", "--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let created: app::wire::CreatedSession = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert!(
+        !created.agent_token.is_empty(),
+        "--json is the API's answer"
+    );
+    assert_eq!(
+        server.detail(&created.session.id).await.session.id,
+        created.session.id
+    );
+
+    // A bad value is refused before anything is created.
+    let before = server.get("/sessions").await.1["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    let out = mulligan(&server, &["new", "--auto-retry", "sometimes"]).await;
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("sometimes"), "{}", out.stderr);
+    let over = "m".repeat(201);
+    let out = mulligan(&server, &["new", "--model", &over]).await;
+    assert_eq!(out.code, 2, "a refusal: {}", out.stderr);
+    let after = server.get("/sessions").await.1["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(after, before, "nothing created");
+}

@@ -19,6 +19,20 @@ pub struct Conn {
 /// The client commands, flattened beside `serve` in `mulligan`'s subcommands.
 #[derive(Subcommand, Clone, Debug)]
 pub enum Command {
+    /// Create a session; prints its id (`--json`: the API's answer, with its agent token).
+    New {
+        /// The session's title (default: from its first message).
+        #[arg(long)]
+        title: Option<String>,
+        /// The model its turns use (default: the server's).
+        #[arg(long)]
+        model: Option<String>,
+        /// Who retries a failed turn: browser (default), background or off.
+        #[arg(long, value_parser = ["browser", "background", "off"])]
+        auto_retry: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// List sessions, newest first.
     Sessions {
         #[command(flatten)]
@@ -87,6 +101,7 @@ impl Command {
     pub fn conn(&self) -> &Conn {
         match self {
             Command::Sessions { conn }
+            | Command::New { conn, .. }
             | Command::Send { conn, .. }
             | Command::Regenerate { conn, .. }
             | Command::Cancel { conn, .. }

@@ -3,7 +3,7 @@ use super::render::{one_line, sessions_table, snippet, started, to_wire};
 use super::{Command, Failure, Outcome};
 use app::api::native::{Answer, CallError, Client};
 use app::api::{self, Endpoint};
-use app::wire::{PostMessage, Regenerate};
+use app::wire::{CreateSession, PostMessage, Regenerate};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -26,6 +26,29 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
         Command::Sessions { .. } => {
             let a = call(&client, &api::LIST_SESSIONS, &[], None).await?;
             (a.raw, sessions_table(&a.value.sessions))
+        }
+        Command::New {
+            title,
+            model,
+            auto_retry,
+            ..
+        } => {
+            let auto_retry = match auto_retry {
+                Some(mode) => Some(
+                    serde_json::from_value(serde_json::Value::String(mode.clone()))
+                        .map_err(|e| Failure::Other(format!("--auto-retry {mode}: {e}")))?,
+                ),
+                None => None,
+            };
+            let body = CreateSession {
+                title: title.clone(),
+                model: model.clone(),
+                auto_retry,
+                ..CreateSession::default()
+            };
+            let a = call(&client, &api::CREATE_SESSION, &[], Some(&body)).await?;
+            let id = a.value.session.id.clone();
+            (a.raw, id)
         }
         Command::Send { session, text, .. } => {
             let body = PostMessage {
