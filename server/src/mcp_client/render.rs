@@ -1,4 +1,5 @@
 //! What a server sends, bounded: its tool list as wire `ToolInfo`s and a tool result as text.
+use crate::redact::Redactor;
 use app::wire::ToolInfo;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, Tool};
 
@@ -36,8 +37,8 @@ pub fn cap(mut s: String, max: usize) -> String {
 }
 
 /// A server's tools as the wire shows them; over-long names and schemas are left out, with a
-/// note of how many were.
-pub fn tools(list: Vec<Tool>) -> (Vec<ToolInfo>, usize) {
+/// note of how many were. Descriptions go to every model: secrets in them are redacted.
+pub fn tools(list: Vec<Tool>, redactor: &Redactor) -> (Vec<ToolInfo>, usize) {
     let mut out = Vec::with_capacity(list.len().min(MAX_TOOLS));
     let mut skipped = 0usize;
     for tool in list {
@@ -58,7 +59,11 @@ pub fn tools(list: Vec<Tool>) -> (Vec<ToolInfo>, usize) {
             .description
             .as_deref()
             .or(tool.title.as_deref())
-            .map(|d| prefix(d, MAX_DESCRIPTION_BYTES).to_string());
+            // Redacted before the final cut, so no secret is cut short and kept in part.
+            .map(|d| {
+                let clean = redactor.redact(prefix(d, MAX_DESCRIPTION_BYTES.saturating_mul(2)));
+                prefix(&clean, MAX_DESCRIPTION_BYTES).to_string()
+            });
         let annotations = tool.annotations.as_ref();
         out.push(ToolInfo {
             name: tool.name.into_owned(),
@@ -203,12 +208,35 @@ mod tests {
             {"name": "plain", "inputSchema": {"type": "object"}}
         ]))
         .unwrap();
-        let (tools, skipped) = tools(list);
+        let (tools, skipped) = tools(list, &Redactor::default());
         assert_eq!(skipped, 2);
         assert_eq!(tools[0].read_only, Some(true));
         assert_eq!(tools[0].destructive, Some(false));
         assert_eq!(tools[0].description.as_deref(), Some("Reads"));
         assert_eq!(tools[1].name, "plain");
         assert_eq!(tools[1].read_only, None);
+    }
+
+    #[test]
+    fn a_secret_in_a_description_never_reaches_a_model() {
+        let key = "tool-server-secret-0042";
+        let long = format!("{}{key}", "d".repeat(MAX_DESCRIPTION_BYTES - 5));
+        let list: Vec<Tool> = serde_json::from_value(json!([
+            {"name": "a", "description": format!("uses {key} to log in"),
+             "inputSchema": {"type": "object"}},
+            {"name": "b", "description": long, "inputSchema": {"type": "object"}}
+        ]))
+        .unwrap();
+        let (tools, _) = tools(list, &Redactor::new([key]));
+        assert_eq!(
+            tools[0].description.as_deref(),
+            Some("uses [redacted] to log in")
+        );
+        let cut = tools[1].description.as_deref().unwrap();
+        assert!(
+            !cut.contains("tool"),
+            "no part of the key: {}",
+            &cut[cut.len() - 20..]
+        );
     }
 }

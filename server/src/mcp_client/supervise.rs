@@ -228,7 +228,7 @@ async fn serve(
     let waiting = running.waiting();
     tokio::pin!(waiting);
     let listed = tokio::select! {
-        r = list_tools(&peer) => r,
+        r = list_tools(&peer, secrets) => r,
         _ = &mut waiting => return "the server closed the connection".into(),
         _ = shutdown.cancelled() => { stop.cancel(); return "stopped".into() }
     };
@@ -260,7 +260,7 @@ async fn serve(
                 };
             }
             _ = relist.notified() => {
-                match list_tools(&peer).await {
+                match list_tools(&peer, secrets).await {
                     Ok(tools) => {
                         tracing::debug!(server = %slot.name, tools = tools.len(), "MCP tools re-listed");
                         slot.set_tools(tools);
@@ -292,7 +292,7 @@ async fn alive(peer: &Peer<RoleClient>) -> Result<(), String> {
 }
 
 /// Every page of the tool list, bounded in pages, tools and sizes.
-async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<ToolInfo>, String> {
+async fn list_tools(peer: &Peer<RoleClient>, secrets: &Secrets) -> Result<Vec<ToolInfo>, String> {
     let no_tools = peer
         .peer_info()
         .is_some_and(|info| info.capabilities.tools.is_none());
@@ -318,7 +318,7 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<ToolInfo>, String> {
             break;
         }
     }
-    let (tools, skipped) = render::tools(all);
+    let (tools, skipped) = render::tools(all, &secrets.0);
     if skipped > 0 {
         tracing::warn!(
             skipped,
