@@ -56,6 +56,12 @@ impl Engine {
     /// Ends the session's waiting background retry (HTTP, CLI, MCP's stop); `conflict` when
     /// none is waiting. The failed turn stays, and an explicit retry of it still works.
     pub async fn cancel_waiting_retry(&self, session_id: &str) -> Result<Session> {
+        let (engine, session_id) = (self.clone(), session_id.to_string());
+        self.carried(async move { engine.end_waiting_retry(&session_id).await })
+            .await
+    }
+
+    async fn end_waiting_retry(&self, session_id: &str) -> Result<Session> {
         self.store().session(session_id).await?;
         let _guard = self.lock(session_id).await?;
         if !self.store().clear_waiting_retry(session_id).await? {

@@ -9,6 +9,13 @@ impl Engine {
     /// event. `conflict` when the run is not `failed`; `not_found` when it is not this
     /// session's. Retry now and Regenerate still work on a dismissed run.
     pub async fn dismiss_retry(&self, session_id: &str, run_id: &str) -> Result<Run> {
+        let engine = self.clone();
+        let (session_id, run_id) = (session_id.to_string(), run_id.to_string());
+        self.carried(async move { engine.dismiss(&session_id, &run_id).await })
+            .await
+    }
+
+    async fn dismiss(&self, session_id: &str, run_id: &str) -> Result<Run> {
         self.store().session_exists(session_id).await?;
         let run = self.store().run(run_id).await?;
         if run.session_id != session_id {

@@ -8,8 +8,27 @@ use app::wire::{AutoRetry, Session};
 
 impl Engine {
     /// Changes what is given and answers the session. Leaving `background` ends the retry
-    /// waiting there (the browser takes over, or nothing does).
+    /// waiting there (the browser takes over, or nothing does). Carried to its end when the
+    /// client hangs up, like every command: the change and its announcement go together.
     pub async fn update_settings(
+        &self,
+        session_id: &str,
+        title: Option<&str>,
+        auto_retry: Option<AutoRetry>,
+        tools: Option<&[String]>,
+    ) -> Result<Session> {
+        let engine = self.clone();
+        let session_id = session_id.to_string();
+        let (title, tools) = (title.map(str::to_string), tools.map(<[String]>::to_vec));
+        self.carried(async move {
+            engine
+                .settings_changed(&session_id, title.as_deref(), auto_retry, tools.as_deref())
+                .await
+        })
+        .await
+    }
+
+    async fn settings_changed(
         &self,
         session_id: &str,
         title: Option<&str>,

@@ -394,3 +394,49 @@ async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it(
         "no retry waits in a session that left background"
     );
 }
+
+/// A settings change whose caller hangs up while it waits for the session's lock: it is
+/// carried to its end once the lock is free, both writes and the announcement, never cut
+/// between leaving `background` and ending the retry waiting there.
+#[tokio::test]
+async fn a_settings_change_whose_caller_hangs_up_is_carried_to_its_end() {
+    let engine = engine().await;
+    let session = engine
+        .store()
+        .create_session("t", "m", None, "hash", AutoRetry::Background, &[])
+        .await
+        .unwrap();
+    let sid = session.id.clone();
+    let waiting = app::wire::WaitingRetry {
+        attempt: 1,
+        fires_at: crate::clock::now_ms() + 60_000,
+        reason: RetryClass::Overloaded,
+    };
+    engine
+        .store()
+        .set_waiting_retry(&sid, "r_failed", &waiting)
+        .await
+        .unwrap();
+    let mut events = engine.hub().subscribe(&sid, None).live;
+    let held = engine.lock(&sid).await.unwrap();
+    let change = engine.update_settings(&sid, None, Some(AutoRetry::Off), None);
+    // The caller gives up while the change waits for the lock: its future is dropped.
+    assert!(tokio::time::timeout(Duration::from_millis(100), change)
+        .await
+        .is_err());
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = engine.store().session(&sid).await.unwrap().session;
+        if (now.auto_retry, now.waiting_retry.is_none()) == (AutoRetry::Off, true) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the change was cut: {now:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let announced = tokio::time::timeout(Duration::from_secs(5), events.recv())
+        .await
+        .expect("the change is announced")
+        .unwrap();
+    assert_eq!(announced.name, "session");
+}
