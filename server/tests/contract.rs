@@ -6,7 +6,7 @@ use testkit as common;
 
 use app::wire::{ErrorCode, Receipt, RetryClass, RunStatus};
 use common::fake::Script;
-use common::{config, held_behind_a_failure, now_ms, setup, temp_dir, TestServer};
+use common::{config, held_behind_a_failure, now_ms, run_ended, setup, temp_dir, TestServer};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -153,6 +153,7 @@ async fn regenerating_a_superseded_prompt_is_stale_and_changes_nothing() {
     server.wait_run_end(&first.run_id).await;
     let second = server.send(&sid, "two").await;
     server.wait_run_end(&second.run_id).await;
+    let mut sse = server.events(&sid, None).await;
     // Regenerating the first prompt supersedes the second and its reply.
     let (status, body) = server
         .post(
@@ -163,7 +164,10 @@ async fn regenerating_a_superseded_prompt_is_stale_and_changes_nothing() {
     assert_eq!(status, 202, "{body}");
     let again: Receipt = serde_json::from_value(body).unwrap();
     assert!(again.superseded.contains(&second.message_id), "{again:?}");
-    server.wait_run_end(&again.run_id).await;
+    // Its end delivered here too (on a shared log the events follow the run's row), so
+    // the snapshot's `last_event_id` stays unless a refusal publishes something.
+    sse.until(Duration::from_secs(30), run_ended(&again.run_id))
+        .await;
     let before = server
         .get(&format!("/sessions/{sid}?include_superseded=true"))
         .await;
