@@ -158,6 +158,20 @@ async fn session(engine: &Engine, auto_retry: AutoRetry) -> String {
         .id
 }
 
+/// Records a background retry of `run_id` waiting in the session, due in a minute.
+async fn leave_retry_waiting(engine: &Engine, sid: &str, run_id: &str) {
+    let waiting = app::wire::WaitingRetry {
+        attempt: 1,
+        fires_at: crate::clock::now_ms() + 60_000,
+        reason: RetryClass::Overloaded,
+    };
+    engine
+        .store()
+        .set_waiting_retry(sid, run_id, &waiting)
+        .await
+        .unwrap();
+}
+
 /// Polls `command` (and nothing else does) until `committed` sees its write in the store,
 /// then drops it unfinished, as a client hanging up drops its request. Answers whether it
 /// was dropped so (`false`: it finished first).
@@ -355,12 +369,7 @@ async fn a_waiting_retry_whose_run_is_no_longer_the_last_turn_ends_without_firin
 #[tokio::test]
 async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it() {
     let engine = engine().await;
-    let session = engine
-        .store()
-        .create_session("t", "m", None, "hash", AutoRetry::Background, &[])
-        .await
-        .unwrap();
-    let sid = session.id.clone();
+    let sid = session(&engine, AutoRetry::Background).await;
     let held = engine.lock(&sid).await.unwrap();
     let change = tokio::spawn({
         let engine = engine.clone();
@@ -374,16 +383,7 @@ async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it(
     // Time for a change that does not wait for the lock to be done before the retry is left.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!change.is_finished(), "the change waits for the lock");
-    let waiting = app::wire::WaitingRetry {
-        attempt: 1,
-        fires_at: crate::clock::now_ms() + 60_000,
-        reason: RetryClass::Overloaded,
-    };
-    engine
-        .store()
-        .set_waiting_retry(&sid, "r_failed_under_the_lock", &waiting)
-        .await
-        .unwrap();
+    leave_retry_waiting(&engine, &sid, "r_failed_under_the_lock").await;
     drop(held);
     let changed = change.await.unwrap().unwrap();
     assert_eq!(changed.auto_retry, AutoRetry::Off);
@@ -401,22 +401,8 @@ async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it(
 #[tokio::test]
 async fn a_settings_change_whose_caller_hangs_up_is_carried_to_its_end() {
     let engine = engine().await;
-    let session = engine
-        .store()
-        .create_session("t", "m", None, "hash", AutoRetry::Background, &[])
-        .await
-        .unwrap();
-    let sid = session.id.clone();
-    let waiting = app::wire::WaitingRetry {
-        attempt: 1,
-        fires_at: crate::clock::now_ms() + 60_000,
-        reason: RetryClass::Overloaded,
-    };
-    engine
-        .store()
-        .set_waiting_retry(&sid, "r_failed", &waiting)
-        .await
-        .unwrap();
+    let sid = session(&engine, AutoRetry::Background).await;
+    leave_retry_waiting(&engine, &sid, "r_failed").await;
     let mut events = engine.hub().subscribe(&sid, None).live;
     let held = engine.lock(&sid).await.unwrap();
     let change = engine.update_settings(&sid, None, Some(AutoRetry::Off), None);
