@@ -1,7 +1,7 @@
 //! The store's errors: what a caller can act on (not found, invalid, conflict, busy), a
 //! constraint the database enforced (by its kind and name), and a database failure with its
 //! cause kept. `crate::error::Error` takes them in, logging a failure's cause once.
-use crate::error::{Error, Kind};
+use crate::error::Error;
 use sqlx::error::ErrorKind;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -107,7 +107,7 @@ impl From<StoreError> for Error {
             StoreError::Invalid(m) => Error::invalid(m),
             StoreError::Conflict(m) => Error::conflict(m),
             StoreError::Busy(session) => Error::busy(&session),
-            StoreError::Internal(m) => Error::new(Kind::Internal, m),
+            StoreError::Internal(m) => Error::internal(m),
             StoreError::Migrate(_) => Error::internal(e.to_string()),
             StoreError::Refused { ref source, .. } => {
                 tracing::error!(error = %e, cause = %source, "database error");
@@ -124,6 +124,7 @@ impl From<StoreError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Kind;
 
     #[tokio::test]
     async fn a_refused_write_names_its_constraint_and_the_api_hides_it() {
