@@ -20,6 +20,7 @@ mod recover;
 mod runner;
 mod saver;
 mod settings;
+mod snapshot;
 mod step;
 mod stream;
 

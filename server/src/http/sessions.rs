@@ -1,7 +1,6 @@
 //! `/sessions…`: create, list, read, rename, post a message, release held prompts.
 use super::error::{ApiJson, ApiPath, ApiQuery};
 use super::AppState;
-use crate::engine::overlay_live;
 use crate::error::{Error, Result};
 use app::wire::{
     CreateSession, CreatedSession, PatchSession, PostMessage, Receipt, Session, SessionDetail,
@@ -112,7 +111,7 @@ pub async fn list(
     };
     let page = crate::store::SessionPage::new(limit, q.before)?;
     Ok(Json(SessionList {
-        sessions: state.engine.store().sessions(&page).await?,
+        sessions: state.engine.sessions(&page).await?,
     }))
 }
 
@@ -136,24 +135,7 @@ pub async fn detail(
             )))
         }
     };
-    // Take the event id first: any event after it is replayed to a client resuming from it.
-    let last_event_id = state.engine.hub().last_id();
-    let store = state.engine.store();
-    let session = store.session(&sid).await?.session;
-    let mut messages: Vec<_> = store
-        .messages(&sid, include_superseded)
-        .await?
-        .into_iter()
-        .map(|m| overlay_live(&state.engine, m))
-        .collect();
-    store.with_parts(&sid, &mut messages).await?;
-    let runs = store.runs(&sid).await?;
-    Ok(Json(SessionDetail {
-        session,
-        messages,
-        runs,
-        last_event_id,
-    }))
+    Ok(Json(state.engine.snapshot(&sid, include_superseded).await?))
 }
 
 pub async fn patch(
