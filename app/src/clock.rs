@@ -21,12 +21,16 @@ const MONTHS: [&str; 12] = [
     "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
 ];
 
-/// The browser's clock (0 on the server, which renders no times).
+/// The browser's clock (the server's while it renders a page).
 pub fn now_ms() -> Millis {
     #[cfg(feature = "hydrate")]
     return js_sys::Date::now() as Millis;
     #[cfg(not(feature = "hydrate"))]
-    return 0;
+    return std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| {
+            Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+        });
 }
 
 /// `ms` in the browser's time zone (UTC on the server).

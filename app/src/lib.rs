@@ -5,6 +5,7 @@ pub mod api;
 pub mod client;
 pub mod clock;
 pub mod components;
+pub mod page_data;
 pub mod tier2;
 pub mod wire;
 
@@ -12,7 +13,7 @@ use components::{chat::SessionView, session_list::SessionList};
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes};
-use leptos_router::path;
+use leptos_router::{path, SsrMode};
 
 /// The HTML document the server renders around [`App`].
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -37,12 +38,15 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 pub fn App() -> impl IntoView {
     provide_meta_context();
     components::provide_sessions();
-    // Effects run only in the browser: this marks the page as hydrated (tests wait for it).
+    let hydrated = components::provide_hydrated();
+    // Effects run only in the browser: this marks the page as hydrated (tests wait for it),
+    // and the times the server wrote in UTC are redrawn in the browser's time zone.
     Effect::new(move |_| {
         #[cfg(feature = "hydrate")]
         if let Some(el) = document().document_element() {
             let _ = el.set_attribute("data-hydrated", "true");
         }
+        hydrated.set(true);
     });
     view! {
         <Stylesheet id="leptos" href="/pkg/mulligan.css"/>
@@ -52,8 +56,10 @@ pub fn App() -> impl IntoView {
                 <SessionList/>
                 <main class="main">
                     <Routes fallback=|| view! { <p class="empty">"Nothing here."</p> }>
-                        <Route path=path!("/") view=Welcome/>
-                        <Route path=path!("/s/:id") view=SessionView/>
+                        // Rendered whole before the first byte: the list and the session are
+                        // in the HTML as they are, and no script is needed to show them.
+                        <Route path=path!("/") view=Welcome ssr=SsrMode::Async/>
+                        <Route path=path!("/s/:id") view=SessionView ssr=SsrMode::Async/>
                     </Routes>
                 </main>
             </div>

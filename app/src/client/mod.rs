@@ -12,6 +12,14 @@ mod browser;
 #[cfg(feature = "hydrate")]
 pub use browser::{fetch_json_with, parse_json, Abort, EventStream};
 
+/// Where a component keeps a browser object (a timer, a request's abort, an event stream): on
+/// the page's one thread in the browser; on the server, where these are inert and an async
+/// render may move between threads, in shared storage.
+#[cfg(feature = "hydrate")]
+pub type PageLocal = leptos::prelude::LocalStorage;
+#[cfg(not(feature = "hydrate"))]
+pub type PageLocal = leptos::prelude::SyncStorage;
+
 /// Calls the API with an optional JSON body; parses a 2xx answer as `T`, else the error.
 /// (`fetch_json_with`'s future itself, not one wrapped around it: the browser bundle holds a
 /// copy of these futures for every answer type.)

@@ -12,8 +12,7 @@ pub fn Composer(session_id: Memo<String>) -> impl IntoView {
     let text = RwSignal::new(String::new());
     let sending = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
-    let hydrated = RwSignal::new(false);
-    Effect::new(move |_| hydrated.set(true));
+    let hydrated = super::use_hydrated();
     let reason = move || {
         if !hydrated.get() {
             Some("Loading…")

@@ -24,6 +24,23 @@ pub fn use_sessions() -> Sessions {
     expect_context::<Sessions>()
 }
 
+/// Whether the page has hydrated: what the server rendered (times in UTC, its clock) is
+/// redrawn by the browser once this turns true.
+#[derive(Clone, Copy)]
+pub struct Hydrated(pub RwSignal<bool>);
+
+pub fn provide_hydrated() -> RwSignal<bool> {
+    let flag = RwSignal::new(false);
+    provide_context(Hydrated(flag));
+    flag
+}
+
+/// The [`Hydrated`] flag: a view that reads the browser's clock or time zone tracks it, so it
+/// is redrawn after hydration.
+pub fn use_hydrated() -> RwSignal<bool> {
+    use_context::<Hydrated>().map_or_else(|| RwSignal::new(true), |h| h.0)
+}
+
 impl Sessions {
     /// Puts a session's new state in the list (adding it first when new).
     pub fn upsert(&self, s: Session) {

@@ -1,7 +1,7 @@
 //! The page's Tier 2 driver: feeds the pure [`Tier2`] machine and carries out its effects
 //! with a browser timer and abortable regenerate, cancel and dismiss calls.
 use crate::api;
-use crate::client::{fetch_json, fetch_json_with, Abort};
+use crate::client::{fetch_json, fetch_json_with, Abort, PageLocal};
 use crate::clock::now_ms;
 use crate::tier2::{self, Answer, Failure, Input, State, Tier2};
 use crate::wire::Backoff;
@@ -15,8 +15,8 @@ pub struct Retrier {
     machine: StoredValue<Tier2>,
     pub state: RwSignal<State>,
     pub failure: RwSignal<Option<Failure>>,
-    timer: StoredValue<Option<TimeoutHandle>, LocalStorage>,
-    abort: StoredValue<Option<Abort>, LocalStorage>,
+    timer: StoredValue<Option<TimeoutHandle>, PageLocal>,
+    abort: StoredValue<Option<Abort>, PageLocal>,
     /// The regenerate in flight: its anchor and the failed run it retries.
     pending: StoredValue<Option<(String, String)>>,
     session_id: StoredValue<String>,
@@ -39,8 +39,8 @@ impl Retrier {
             machine: StoredValue::new(Tier2::new(policy)),
             state: RwSignal::new(State::Idle),
             failure: RwSignal::new(None),
-            timer: StoredValue::new_local(None),
-            abort: StoredValue::new_local(None),
+            timer: StoredValue::new_with_storage(None),
+            abort: StoredValue::new_with_storage(None),
             pending: StoredValue::new(None),
             session_id: StoredValue::new(String::new()),
             error: RwSignal::new(None),

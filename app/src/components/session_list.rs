@@ -1,8 +1,9 @@
 //! The session list: every session with its state, and the form that creates one.
-use super::use_sessions;
+use super::{use_hydrated, use_sessions};
 use crate::api;
 use crate::client::{fetch_json, ClientError};
 use crate::clock::{at, at_with_hint, now_ms};
+use crate::page_data::{Loader, PageResource};
 use crate::wire::{CreateSession, RunStatus, Session, SessionList as List, SessionStatus};
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_navigate};
@@ -14,6 +15,10 @@ const REFRESH_MS: u64 = 3000;
 pub fn SessionList() -> impl IntoView {
     let sessions = use_sessions();
     let error = RwSignal::new(None::<String>);
+    // The first list is in the page the server rendered; the browser refreshes it from there.
+    let loader = Loader::here();
+    let first: PageResource<List> =
+        Resource::new_with_options(|| (), move |_| loader.sessions(), false);
     let load = move || {
         leptos::task::spawn_local(async move {
             match fetch_json::<List>(
@@ -32,50 +37,82 @@ pub fn SessionList() -> impl IntoView {
         })
     };
     Effect::new(move |_| {
-        load();
         if let Ok(handle) =
             set_interval_with_handle(load, std::time::Duration::from_millis(REFRESH_MS))
         {
             on_cleanup(move || handle.clear());
         }
     });
-    let location = use_location();
+    let seeded = StoredValue::new(false);
+    let list = move || {
+        Suspend::new(async move {
+            let loaded = first.await;
+            // Once: later lists come from the refresh and from the open session's events.
+            if !seeded.get_value() {
+                seeded.set_value(true);
+                match loaded {
+                    Ok(list) => sessions.0.set(list.sessions),
+                    Err(e) => error.set(Some(e)),
+                }
+            }
+            view! { <Entries error/> }
+        })
+    };
     view! {
         <nav class="sidebar" aria-label="Sessions">
             <div class="brand"><a href="/">"Mulligan"</a></div>
             <NewSession/>
-            <Show when=move || error.get().is_some()>
-                <p class="error" role="alert">{move || error.get()}</p>
-            </Show>
-            <ul class="sessions">
-                <For each=move || sessions.0.get() key=|s| (s.id.clone(), s.title.clone(), state_label(s), last_activity(s)) let:s>
-                    {
-                        let href = format!("/s/{}", s.id);
-                        let current = {
-                            let href = href.clone();
-                            Signal::derive(move || location.pathname.get() == href)
-                        };
-                        let label = state_label(&s);
-                        let active = last_activity(&s);
-                        view! {
-                            <li class=format!("session {}", label.0)>
-                                <a href=href class:current=current aria-current=move || current.get().then_some("page")>
-                                    <span class="title" title=s.title.clone()>{s.title.clone()}</span>
-                                    <span class="meta">
-                                        <span class="model" title=s.model.clone()>{s.model.clone()}</span>
-                                        <time class="activity" title="Last activity">{at(active)}</time>
-                                    </span>
-                                    <span class=format!("state {}", label.0)>{label.1}</span>
-                                </a>
-                            </li>
-                        }
-                    }
-                </For>
-            </ul>
-            <Show when=move || sessions.0.with(|s| s.is_empty()) && error.get().is_none()>
-                <p class="empty">"No sessions yet."</p>
-            </Show>
+            <Suspense fallback=|| view! { <p class="empty">"Loading sessions…"</p> }>{list}</Suspense>
         </nav>
+    }
+}
+
+/// The list's entries, or why there are none.
+#[component]
+fn Entries(error: RwSignal<Option<String>>) -> impl IntoView {
+    let sessions = use_sessions();
+    let location = use_location();
+    let hydrated = use_hydrated();
+    view! {
+        <Show when=move || error.get().is_some()>
+            <p class="error" role="alert">{move || error.get()}</p>
+        </Show>
+        <ul class="sessions">
+            <For each=move || sessions.0.get() key=|s| (s.id.clone(), s.title.clone(), state_label(s), last_activity(s)) let:s>
+                {
+                    let href = format!("/s/{}", s.id);
+                    let current = {
+                        let href = href.clone();
+                        Signal::derive(move || location.pathname.get() == href)
+                    };
+                    let label = state_label(&s);
+                    let active = last_activity(&s);
+                    // The server wrote these in UTC by its clock: redrawn by the browser's.
+                    let shown = {
+                        let s = s.clone();
+                        move || {
+                            hydrated.track();
+                            state_label(&s).1
+                        }
+                    };
+                    view! {
+                        <li class=format!("session {}", label.0)>
+                            <a href=href class:current=current aria-current=move || current.get().then_some("page")>
+                                <span class="title" title=s.title.clone()>{s.title.clone()}</span>
+                                <span class="meta">
+                                    <span class="model" title=s.model.clone()>{s.model.clone()}</span>
+                                    <time class="activity" title="Last activity">{move || { hydrated.track(); at(active) }}</time>
+                                </span>
+                                <span class=format!("state {}", label.0)>{shown}</span>
+                            </a>
+                        </li>
+                    }
+                }
+            </For>
+        </ul>
+        <Show when=move || sessions.0.with(|s| s.is_empty()) && error.get().is_none()>
+            <p class="empty">"No sessions yet."</p>
+        </Show>
     }
 }
 

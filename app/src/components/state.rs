@@ -53,25 +53,38 @@ impl Chat {
         })
     }
 
-    pub(super) fn load(&self, d: SessionDetail) {
+    /// Shows a snapshot: its session, messages and runs, as the server renders them too.
+    /// (Tier 2 hears of its last turn from [`Chat::restore_tier2`], in the browser alone.)
+    pub(super) fn show(&self, d: SessionDetail) {
         self.session.set(Some(d.session));
+        // Emptied first: the list rebuilds every row on its new signals, even one whose id
+        // it showed already.
+        self.messages.set(Vec::new());
         self.messages.set(
             d.messages
                 .into_iter()
                 .map(|m| (m.id.clone(), RwSignal::new(m)))
                 .collect(),
         );
-        self.load_runs(d.runs);
+        self.runs.set(d.runs);
         self.error.set(None);
     }
 
     /// Takes a snapshot's runs and tells Tier 2 about the last turn (restored, not live).
     pub(super) fn load_runs(&self, runs: Vec<Run>) {
-        let last_turn = runs.iter().rev().find(|r| r.held_by.is_none()).cloned();
-        let streak = crate::tier2::failed_streak(&runs);
         self.runs.set(runs);
-        if let Some(run) = last_turn.filter(|_| self.browser_retries()) {
-            self.retrier.observe(&run, false, streak);
+        let browser = self.browser_retries();
+        self.runs
+            .with_untracked(|rs| self.restore_tier2(rs, browser));
+    }
+
+    /// Tells Tier 2 about the last turn of `runs` (restored from a snapshot, not live) when
+    /// this page retries the session's failures.
+    pub(super) fn restore_tier2(&self, runs: &[Run], browser_retries: bool) {
+        let last_turn = runs.iter().rev().find(|r| r.held_by.is_none());
+        if let Some(run) = last_turn.filter(|_| browser_retries) {
+            self.retrier
+                .observe(run, false, crate::tier2::failed_streak(runs));
         }
     }
 

@@ -8,7 +8,7 @@ use super::cooldown_note;
 use super::retrier::Retrier;
 use super::state::Chat;
 use crate::api;
-use crate::client::fetch_json;
+use crate::client::{fetch_json, PageLocal};
 use crate::clock::{at_with_hint, now_ms};
 use crate::tier2::{ArmKind, Input, State};
 use crate::wire::{AutoRetry, RetryClass, RetryReceipt, Run, RunStatus, Session};
@@ -41,7 +41,7 @@ pub fn RetryBanner() -> impl IntoView {
     let cooldown_error = RwSignal::new(None::<String>);
     // A clock that ticks only while a countdown shows: no work while idle.
     let now = RwSignal::new(now_ms());
-    let ticker = StoredValue::new_local(None::<IntervalHandle>);
+    let ticker = StoredValue::<_, PageLocal>::new_with_storage(None::<IntervalHandle>);
     let waiting = move || {
         chat.session
             .with(|s| s.as_ref().and_then(|s| s.waiting_retry.clone()))

@@ -1,0 +1,118 @@
+import { test, expect, Page } from '@playwright/test';
+import { hydrated, newSession, origin, printedUrl, send, shot } from './helpers';
+
+/** Creates `n` sessions over the API (the page's cookie signs them); answers their titles. */
+async function createSessions(page: Page, n: number, tag: string): Promise<string[]> {
+  const titles: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const title = `${tag} ${String(i).padStart(2, '0')}`;
+    const r = await page.request.post(`${origin()}/api/v1/sessions`, {
+      headers: { Origin: origin() },
+      data: { title, model: 'demo' },
+    });
+    expect(r.status()).toBe(201);
+    titles.push(title);
+  }
+  return titles;
+}
+
+/** Waits, with a deadline, until the session's last run has completed. */
+async function settled(page: Page, sid: string) {
+  await expect
+    .poll(async () => {
+      const r = await page.request.get(`${origin()}/api/v1/sessions/${sid}`);
+      return (await r.json()).runs.map((x: any) => x.status);
+    }, { timeout: 30_000 })
+    .toEqual(['completed']);
+}
+
+test('with JavaScript off, the first HTML holds 50 sessions and the open session', async ({ page, browser }) => {
+  await page.goto(printedUrl());
+  const titles = await createSessions(page, 49, 'no-js list');
+  const sid = await newSession(page, 'demo', 'no-js chat');
+  await send(page, 'tell me something the server renders');
+  await settled(page, sid);
+  const reply = (await (await page.request.get(`${origin()}/api/v1/sessions/${sid}`)).json())
+    .messages.find((m: any) => m.role === 'agent').content as string;
+  expect(reply.length).toBeGreaterThan(0);
+
+  const plain = await browser.newContext({ javaScriptEnabled: false });
+  const noJs = await plain.newPage();
+  await noJs.goto(printedUrl()); // sets the cookie and redirects: no script needed
+  // Every one of the 50 is in the list the server wrote, and nothing ran in the page.
+  for (const title of [...titles, 'no-js chat']) {
+    await expect(noJs.locator('.sessions li', { hasText: title })).toHaveCount(1);
+  }
+  await expect(noJs.locator('.sidebar')).not.toContainText('No sessions yet.');
+  await expect(noJs.locator('html[data-hydrated]')).toHaveCount(0);
+
+  await noJs.goto(`${origin()}/s/${sid}`);
+  await expect(noJs.getByRole('heading', { name: 'no-js chat' })).toBeVisible();
+  await expect(noJs.locator('.messages')).toContainText('tell me something the server renders');
+  await expect(noJs.locator('.messages')).toContainText(reply.slice(0, 40));
+  await expect(noJs.locator('.sessions li.session a[aria-current="page"]')).toContainText('no-js chat');
+  await shot(noJs, 'page-no-js-session');
+  await plain.close();
+});
+
+test('signed out, the page says how to sign in and shows no session', async ({ browser }) => {
+  const plain = await browser.newContext({ javaScriptEnabled: false });
+  const page = await plain.newPage();
+  await page.goto(origin());
+  await expect(page.locator('.sidebar [role="alert"]')).toContainText('Not signed in');
+  await expect(page.locator('.sessions li')).toHaveCount(0);
+  await plain.close();
+});
+
+test('the page hydrates from the HTML: no second read, live from the snapshot on', async ({ page }) => {
+  // Markup in a title is text, in the page and in the data the page carries for hydration.
+  const title = 'hydrates </script><b>bold</b>';
+  const sid = await newSession(page, 'demo', title);
+  await send(page, 'first turn');
+  await settled(page, sid);
+  const requests: string[] = [];
+  const problems: string[] = [];
+  page.on('request', (r) => requests.push(new URL(r.url()).pathname + new URL(r.url()).search));
+  page.on('pageerror', (e) => problems.push(e.message));
+  page.on('console', (m) => { if (m.type() === 'error') problems.push(m.text()); });
+  await page.goto(`${origin()}/s/${sid}`);
+  await hydrated(page);
+  await expect(page.locator('.messages')).toContainText('first turn');
+  await expect(page.locator('.chat-head h1')).toHaveText(title);
+  await expect(page.locator('.chat b')).toHaveCount(0);
+  // The stream resumes from the snapshot in the HTML; the list and the session are not read again.
+  await expect.poll(() => requests.filter((u) => u.startsWith(`/api/v1/sessions/${sid}/events?last_event_id=`)).length).toBe(1);
+  expect(requests.filter((u) => u === `/api/v1/sessions/${sid}?include_superseded=true`)).toEqual([]);
+  expect(requests.filter((u) => u === '/api/v1/sessions')).toEqual([]);
+  // Hydrated, it is live: a new turn streams in without a reload.
+  await send(page, 'second turn');
+  await expect(page.locator('.messages li')).toHaveCount(4, { timeout: 20_000 });
+  await expect.poll(async () => (await (await page.request.get(`${origin()}/api/v1/sessions/${sid}`)).json()).runs.map((x: any) => x.status)).toEqual(['completed', 'completed']);
+  expect(problems).toEqual([]);
+});
+
+test('moving between sessions in the list shows each one, live, with no page error', async ({ page }) => {
+  const problems: string[] = [];
+  page.on('pageerror', (e) => problems.push(e.message));
+  page.on('console', (m) => { if (m.type() === 'error') problems.push(m.text()); });
+  const a = await newSession(page, 'demo', 'nav first');
+  await send(page, 'first of nav');
+  await settled(page, a);
+  const b = await newSession(page, 'demo', 'nav second');
+  await send(page, 'second of nav');
+  await settled(page, b);
+  for (const [title, text, other] of [
+    ['nav first', 'first of nav', 'second of nav'],
+    ['nav second', 'second of nav', 'first of nav'],
+    ['nav first', 'first of nav', 'second of nav'],
+  ]) {
+    await page.locator('.sessions a', { hasText: title }).click();
+    await expect(page.getByRole('heading', { name: title })).toBeVisible();
+    await expect(page.locator('.messages')).toContainText(text);
+    await expect(page.locator('.messages')).not.toContainText(other);
+  }
+  // The session moved to follows live: a new turn streams in without a reload.
+  await send(page, 'after moving');
+  await expect(page.locator('.messages li')).toHaveCount(4, { timeout: 20_000 });
+  expect(problems).toEqual([]);
+});
