@@ -10,6 +10,7 @@ pub mod mcp_client;
 pub mod metrics;
 pub mod redact;
 pub mod retry;
+pub mod secrets;
 pub mod site;
 pub mod sse_lines;
 pub mod store;
@@ -112,6 +113,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
         toolbox,
         EngineConfig {
             instance,
+            default_model: config.default_model(),
             stream_idle: Duration::from_millis(config.stream_idle_ms),
             save_every: Duration::from_millis(250),
             tier1: retry::policy::Policy {

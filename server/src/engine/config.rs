@@ -6,6 +6,8 @@ use std::time::Duration;
 pub struct EngineConfig {
     /// This instance's id: the owner recorded on the runs it executes.
     pub instance: String,
+    /// The model of a session created without one.
+    pub default_model: String,
     pub stream_idle: Duration,
     /// How often streamed text is saved (the stored reply is never further behind).
     pub save_every: Duration,

@@ -19,7 +19,7 @@ mod reconcile;
 mod recover;
 mod runner;
 mod saver;
-mod settings;
+mod sessions;
 mod snapshot;
 mod step;
 mod stream;
