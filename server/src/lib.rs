@@ -10,6 +10,7 @@ pub mod mcp_client;
 pub mod metrics;
 pub mod redact;
 pub mod retry;
+pub mod run;
 pub mod secrets;
 pub mod site;
 pub mod sse_lines;
