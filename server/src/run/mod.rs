@@ -25,6 +25,7 @@ pub use saver::Saver;
 
 /// What every run works with (and nothing more of the engine): built once by the engine
 /// and shared by its runs.
+#[derive(Clone)]
 pub struct RunContext {
     pub store: Store,
     pub hub: EventHub,
