@@ -10,6 +10,8 @@ pub mod mcp_client;
 pub mod metrics;
 pub mod redact;
 pub mod retry;
+pub mod run;
+pub mod secrets;
 pub mod site;
 pub mod sse_lines;
 pub mod store;
@@ -112,6 +114,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
         toolbox,
         EngineConfig {
             instance,
+            default_model: config.default_model(),
             stream_idle: Duration::from_millis(config.stream_idle_ms),
             save_every: Duration::from_millis(250),
             tier1: retry::policy::Policy {

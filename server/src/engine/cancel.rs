@@ -21,12 +21,12 @@ impl Engine {
     }
 
     async fn cancel_run(&self, session_id: &str, run_id: &str) -> Result<Run> {
-        let run = self.inner.store.run(run_id).await?;
+        let run = self.store().run(run_id).await?;
         if run.session_id != session_id {
             return Err(Error::not_found("run", run_id));
         }
         let guard = self.lock(session_id).await?;
-        let run = self.inner.store.run(run_id).await?;
+        let run = self.store().run(run_id).await?;
         match run.status {
             RunStatus::Queued => {
                 let outcome = Outcome {
@@ -38,8 +38,7 @@ impl Engine {
                     tool_calls_recorded: false, // a queued run never called a tool
                 };
                 let (run, _) = self
-                    .inner
-                    .store
+                    .store()
                     .finish_run(run_id, &outcome, EndBy::Settled)
                     .await?
                     .ok_or_else(ended)?;
@@ -58,7 +57,7 @@ impl Engine {
                 drop(guard);
                 // The runner records `cancelled` and notifies; it never takes long.
                 let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
-                let run = self.inner.store.run(run_id).await?;
+                let run = self.store().run(run_id).await?;
                 match run.status {
                     // It ended some other way before the cancel reached it.
                     RunStatus::Completed | RunStatus::Failed => Err(ended()),
@@ -74,13 +73,13 @@ impl Engine {
     /// (then, with nothing running, it answers the failed run that retry was for).
     /// `conflict` when there is none of these.
     pub async fn stop(&self, session_id: &str) -> Result<Run> {
-        self.inner.store.session_exists(session_id).await?;
+        self.store().session_exists(session_id).await?;
         let waited = match self.cancel_waiting_retry(session_id).await {
             Ok(_) => true,
             Err(e) if matches!(e.kind, Kind::Conflict) => false,
             Err(e) => return Err(e),
         };
-        let runs = self.inner.store.runs(session_id).await?;
+        let runs = self.store().runs(session_id).await?;
         let target = runs
             .iter()
             .find(|r| r.status == RunStatus::Running)
@@ -91,8 +90,7 @@ impl Engine {
         match target {
             Some(run) => self.cancel(session_id, &run.id).await,
             None if waited => self
-                .inner
-                .store
+                .store()
                 .last_turn(session_id)
                 .await?
                 .ok_or_else(|| Error::internal("a waiting retry without a turn")),

@@ -1,4 +1,5 @@
 //! The engine's settings, taken from the server's configuration.
+use crate::run::RunConfig;
 use std::time::Duration;
 
 /// Engine settings taken from the server's configuration.
@@ -6,6 +7,8 @@ use std::time::Duration;
 pub struct EngineConfig {
     /// This instance's id: the owner recorded on the runs it executes.
     pub instance: String,
+    /// The model of a session created without one.
+    pub default_model: String,
     pub stream_idle: Duration,
     /// How often streamed text is saved (the stored reply is never further behind).
     pub save_every: Duration,
@@ -26,4 +29,21 @@ pub struct EngineConfig {
     pub max_steps: u32,
     /// One tool call's limit.
     pub tool_timeout: Duration,
+}
+
+impl EngineConfig {
+    /// What of these settings a run works with.
+    pub fn run(&self) -> RunConfig {
+        RunConfig {
+            stream_idle: self.stream_idle,
+            save_every: self.save_every,
+            tier1: self.tier1,
+            spend_limit_tokens: self.spend_limit_tokens,
+            context_tokens: self.context_tokens,
+            max_reply_bytes: self.max_reply_bytes,
+            max_run: self.max_run,
+            max_steps: self.max_steps,
+            tool_timeout: self.tool_timeout,
+        }
+    }
 }

@@ -2,11 +2,24 @@
 //! releasing the prompts behind it, and starting the session's next run.
 use super::Engine;
 use crate::error::{Error, Result};
+use crate::run::{Active, RunTask};
 use crate::store::{EndBy, Finished, Outcome};
 use app::wire::{Event, Run, RunStatus};
 use std::time::Duration;
 
 impl Engine {
+    /// Executes a run's task and records its end. The run leaves this instance's active set
+    /// (waking a waiting cancel) however the task ends, even if recording its end panics.
+    pub(super) async fn execute(self, task: RunTask) {
+        let _leaves = Leaves {
+            run_id: task.run().id.clone(),
+            active: task.active().clone(),
+            engine: self.clone(),
+        };
+        let (run, outcome) = task.execute().await;
+        self.finish(&run, outcome).await;
+    }
+
     /// Records a run's end (unless it already ended), holds the prompts behind a failure,
     /// and starts the next run, in the same transaction. A failed write is tried again until
     /// it is in (backing off to 2 s): a database outage, a failover or a lapse of this
@@ -72,8 +85,7 @@ impl Engine {
             .and(self.owner())
             .map(|owner| (session_id.as_str(), owner));
         let ended = self
-            .inner
-            .store
+            .store()
             .end_run(&run.id, outcome, EndBy::Owner, start)
             .await?;
         let Some(Finished {
@@ -85,12 +97,8 @@ impl Engine {
         else {
             // Refused: the run ended elsewhere, or its lease is lapsed for now. A lapse no
             // one acted on is like an outage: the end waits for the next heartbeat.
-            if self.inner.store.is_shared()
-                && self
-                    .inner
-                    .store
-                    .still_owned(&run.id, self.instance())
-                    .await?
+            if self.store().is_shared()
+                && self.store().still_owned(&run.id, self.instance()).await?
             {
                 crate::metrics::metrics().fenced_write();
                 return Err(Error::conflict(
@@ -101,7 +109,7 @@ impl Engine {
         };
         if let Some(mut reply) = reply {
             if run.tools_executed > 0 || run.steps > 1 {
-                if let Err(e) = self.inner.store.with_parts_of(&mut reply).await {
+                if let Err(e) = self.store().with_parts_of(&mut reply).await {
                     tracing::warn!(run = %run.id, error = %e, "could not read a reply's tool calls");
                 }
             }
@@ -117,7 +125,7 @@ impl Engine {
             self.launch(started);
         }
         if run.status == RunStatus::Failed {
-            for held in self.inner.store.held_runs(session_id).await? {
+            for held in self.store().held_runs(session_id).await? {
                 self.publish(session_id, Event::Run(held));
             }
             self.schedule_background(&run).await?;
@@ -128,3 +136,17 @@ impl Engine {
 
 /// How many more times a run's end is tried once the server is stopping.
 const FINISH_TRIES_STOPPING: u32 = 5;
+
+/// Takes a run out of this instance's active set when its task ends, however it ends.
+struct Leaves {
+    engine: Engine,
+    run_id: String,
+    active: Active,
+}
+
+impl Drop for Leaves {
+    fn drop(&mut self) {
+        let _ = self.engine.forget_active(&self.run_id);
+        self.active.ended.notify_waiters();
+    }
+}

@@ -2,12 +2,11 @@
 //! run per session), cancel, release, and restart recovery. Every decision about a session's
 //! runs is taken under that session's lock ([`Engine::lock`]) — in-process, and on a shared
 //! database also a lock row across instances — which is what makes "one active run
-//! per session", the claims and the ordering of queued prompts atomic.
+//! per session", the claims and the ordering of queued prompts atomic. Each run executes as a
+//! task of [`crate::run`], which the engine launches and whose end it records.
 mod active;
-mod attempts;
 mod background;
 mod cancel;
-mod compact;
 mod config;
 mod dismiss;
 mod dispatch;
@@ -17,26 +16,25 @@ mod locks;
 mod queue;
 mod reconcile;
 mod recover;
-mod runner;
-mod saver;
-mod settings;
+mod sessions;
 mod snapshot;
-mod step;
-mod stream;
 
 use crate::error::{Error, Kind, Result};
 use crate::events::EventHub;
 use crate::llm::Provider;
+use crate::run::{Active, RunContext, Saver};
 use crate::store::{SessionLock, Store};
-use active::Active;
+use crate::tools::builtin::Caller;
 use app::wire::{Event, MAX_CONTENT_CHARS};
+use futures::future::BoxFuture;
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use active::{overlay_live, overlay_mirrored, Live};
+pub use crate::run::overlay_mirrored;
 pub use config::EngineConfig;
 
 #[derive(Clone)]
@@ -45,12 +43,9 @@ pub struct Engine {
 }
 
 struct Inner {
-    store: Store,
-    hub: EventHub,
-    provider: Arc<dyn Provider>,
-    tools: crate::tools::Toolbox,
+    /// What its runs work with: the store, the event hub, the provider, the tools.
+    run: Arc<RunContext>,
     cfg: EngineConfig,
-    saver: saver::Saver,
     /// This instance's id: the owner recorded on the runs it executes.
     instance: String,
     locks: locks::Locks,
@@ -73,19 +68,25 @@ impl Engine {
         tools: crate::tools::Toolbox,
         cfg: EngineConfig,
     ) -> Engine {
+        let stopping = CancellationToken::new();
+        let run = RunContext {
+            saver: Saver::start(store.clone()),
+            store,
+            hub,
+            provider,
+            tools,
+            cfg: cfg.run(),
+            stopping: stopping.clone(),
+        };
         Engine {
             inner: Arc::new(Inner {
-                saver: saver::Saver::start(store.clone()),
-                store,
-                hub,
-                provider,
-                tools,
+                run: Arc::new(run),
                 instance: cfg.instance.clone(),
                 cfg,
                 locks: locks::Locks::default(),
                 active: Mutex::default(),
                 tasks: TaskTracker::new(),
-                stopping: CancellationToken::new(),
+                stopping,
                 background_wake: tokio::sync::Notify::new(),
                 beating_since: Mutex::default(),
             }),
@@ -93,16 +94,16 @@ impl Engine {
     }
 
     pub fn store(&self) -> &Store {
-        &self.inner.store
+        &self.inner.run.store
     }
 
     pub fn hub(&self) -> &EventHub {
-        &self.inner.hub
+        &self.inner.run.hub
     }
 
     /// The tool sources of agent turns.
     pub fn tools(&self) -> &crate::tools::Toolbox {
-        &self.inner.tools
+        &self.inner.run.tools
     }
 
     /// Runs `tick` every `period` until the server stops; a failed tick is logged
@@ -151,10 +152,10 @@ impl Engine {
         let local = tokio::time::timeout_at(deadline, self.inner.locks.lock(session_id))
             .await
             .map_err(|_| Error::busy(session_id))?;
-        let shared = self.inner.store.lock_session(session_id, deadline).await?;
+        let shared = self.store().lock_session(session_id, deadline).await?;
         Ok(SessionGuard {
             _local: local,
-            shared: shared.map(|s| (s, self.inner.hub.clone())),
+            shared: shared.map(|s| (s, self.hub().clone())),
         })
     }
 
@@ -179,7 +180,7 @@ impl Engine {
     }
 
     fn publish(&self, session_id: &str, event: Event) {
-        self.inner.hub.publish(session_id, &event);
+        self.hub().publish(session_id, &event);
     }
 
     /// Stops every run here (recorded `failed`/`interrupted`, partial text kept) and waits
@@ -188,8 +189,8 @@ impl Engine {
         self.inner.stopping.cancel();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
-        self.inner.hub.flush().await;
-        if let Err(e) = self.inner.store.retire(&self.inner.instance).await {
+        self.hub().flush().await;
+        if let Err(e) = self.store().retire(&self.inner.instance).await {
             tracing::warn!(error = %e, "could not retire this instance");
         }
     }
@@ -219,6 +220,18 @@ impl crate::tools::builtin::Commands for Engine {
     }
     async fn stop(&self, session: &str) -> Result<app::wire::Run> {
         Engine::stop(self, session).await
+    }
+}
+
+/// The built-in tools a run's model calls act through the same session commands.
+impl crate::run::Builtins for Engine {
+    fn call<'a>(
+        &'a self,
+        caller: &'a Caller,
+        tool: &'a str,
+        args: Value,
+    ) -> BoxFuture<'a, Result<Value>> {
+        Box::pin(crate::tools::builtin::run(self, caller, tool, args))
     }
 }
 

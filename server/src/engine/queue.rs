@@ -1,12 +1,12 @@
 //! The per-session queue: starting a session's next queued run (one active run per
 //! session) and releasing the prompts held behind a failed turn.
-use super::{runner, Active, Engine, LOOP_LOCK_WAIT};
+use super::{Engine, LOOP_LOCK_WAIT};
 use crate::error::Result;
+use crate::run::{Active, RunTask};
 use crate::store::Started;
 use app::wire::Event;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// How often every instance looks for queued runs that nothing starts.
 pub const PUMP_EVERY: Duration = Duration::from_secs(3);
@@ -21,16 +21,16 @@ impl Engine {
     }
 
     async fn release_held(&self, session_id: &str) -> Result<Vec<String>> {
-        self.inner.store.session_exists(session_id).await?;
+        self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
-        let released = self.inner.store.release_held(session_id).await?;
+        let released = self.store().release_held(session_id).await?;
         let ids = released.iter().map(|r| r.id.clone()).collect();
         let any = !released.is_empty();
         for run in released {
             self.publish(session_id, Event::Run(run));
         }
         self.pump(session_id).await?;
-        if any && self.inner.store.clear_waiting_retry(session_id).await? {
+        if any && self.store().clear_waiting_retry(session_id).await? {
             tracing::info!(session = %session_id, "released prompts ended the waiting background retry");
             crate::metrics::metrics().background_retry("superseded");
             self.publish_session(session_id).await?;
@@ -51,7 +51,7 @@ impl Engine {
     /// One pass of the pump loop: answers how many runs it started.
     pub(super) async fn pump_waiting(&self) -> Result<usize> {
         let mut started = 0;
-        for session_id in self.inner.store.sessions_waiting_to_start().await? {
+        for session_id in self.store().sessions_waiting_to_start().await? {
             let _guard = match self.lock_within(&session_id, LOOP_LOCK_WAIT).await {
                 Ok(guard) => guard,
                 Err(e) => {
@@ -75,7 +75,7 @@ impl Engine {
 
     /// Starts the session's next queued run unless one is running. Call under the lock.
     /// Answers the started run's id.
-    /// (Boxed with an explicit `Send`: runner → finish → pump is a cycle of futures.)
+    /// (Boxed with an explicit `Send`: a run's task → finish → pump is a cycle of futures.)
     pub(super) fn pump<'a>(
         &'a self,
         session_id: &'a str,
@@ -84,7 +84,7 @@ impl Engine {
             let Some(owner) = self.owner() else {
                 return Ok(None);
             };
-            let started = self.inner.store.start_next(session_id, owner).await?;
+            let started = self.store().start_next(session_id, owner).await?;
             Ok(started.map(|s| self.launch(s)))
         })
     }
@@ -95,27 +95,27 @@ impl Engine {
         (!self.inner.stopping.is_cancelled()).then_some(self.inner.instance.as_str())
     }
 
-    /// Announces a run the store just started and executes it as a task; answers its id.
+    /// Announces a run the store just started and executes it as a task (with the context
+    /// every run shares, and this engine's commands for its built-in tools); answers its id.
     pub(super) fn launch(&self, started: Started) -> String {
-        let Started { run, reply, call } = started;
-        let session_id = run.session_id.clone();
-        self.publish(&session_id, Event::Run(run.clone()));
-        self.publish(&session_id, Event::Message(reply.clone()));
-        let active = Active {
-            cancel: CancellationToken::new(),
-            live: Arc::default(),
-            ended: Arc::default(),
-        };
+        let session_id = &started.run.session_id;
+        self.publish(session_id, Event::Run(started.run.clone()));
+        self.publish(session_id, Event::Message(started.reply.clone()));
+        let id = started.run.id.clone();
+        let active = Active::default();
         self.inner
             .active
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(run.id.clone(), active.clone());
+            .insert(id.clone(), active.clone());
+        let task = RunTask::new(
+            self.inner.run.clone(),
+            Arc::new(self.clone()),
+            started,
+            active,
+        );
         let engine = self.clone();
-        let id = run.id.clone();
-        self.inner
-            .tasks
-            .spawn(async move { runner::execute(engine, run, reply, call, active).await });
+        self.inner.tasks.spawn(engine.execute(task));
         id
     }
 

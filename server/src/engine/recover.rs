@@ -12,7 +12,7 @@ impl Engine {
     /// shared database only runs whose instance's lease lapsed are left over (the lease
     /// keeper finds the rest as their leases lapse).
     pub async fn recover(&self) -> Result<()> {
-        let store = &self.inner.store;
+        let store = self.store();
         let left = if store.is_shared() {
             store.orphaned_runs().await?
         } else {
@@ -41,7 +41,7 @@ impl Engine {
     /// recorded error message; `by` says whose end it is (a takeover only while the run's
     /// lease is still lapsed).
     pub(super) async fn interrupt_locked(&self, run: &Run, why: &str, by: EndBy) -> Result<()> {
-        let store = &self.inner.store;
+        let store = self.store();
         let partial = match &run.reply_message_id {
             Some(id) => store.message(id).await?.content,
             None => String::new(),

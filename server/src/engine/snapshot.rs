@@ -1,6 +1,6 @@
 //! The session reads every surface shares: a page of the session list and a session's
 //! snapshot (its messages with live text laid over, its runs, the event id to resume from).
-use super::{overlay_live, Engine};
+use super::Engine;
 use crate::error::Result;
 use crate::store::SessionPage;
 use app::wire::{Session, SessionDetail};
@@ -22,7 +22,7 @@ impl Engine {
             .messages(sid, include_superseded)
             .await?
             .into_iter()
-            .map(|m| overlay_live(self, m))
+            .map(|m| self.overlay_live(m))
             .collect();
         store.with_parts(sid, &mut messages).await?;
         let runs = store.runs(sid).await?;

@@ -59,6 +59,7 @@ async fn engine_at(background: app::wire::Backoff) -> (Engine, String) {
     let (hub, _writer) = EventHub::start(store.clone()).await.unwrap();
     let cfg = EngineConfig {
         instance: crate::clock::new_id("i"),
+        default_model: "demo".into(),
         stream_idle: Duration::from_secs(5),
         save_every: Duration::from_millis(250),
         tier1: crate::retry::policy::Policy {

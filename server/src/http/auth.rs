@@ -10,6 +10,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use std::path::Path;
 use subtle::ConstantTimeEq;
 
+pub use crate::secrets::random_token;
+
 pub const COOKIE: &str = "mulligan_token";
 
 /// The shortest operator token `MULLIGAN_TOKEN` may set.
@@ -78,12 +80,6 @@ fn read_private(path: &Path) -> std::io::Result<String> {
     let mut s = String::new();
     opts.open(path)?.read_to_string(&mut s)?;
     Ok(s)
-}
-
-/// 32 random bytes as hex.
-pub fn random_token() -> String {
-    let bytes: [u8; 32] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Writes a new file (0600, `O_NOFOLLOW`, created fresh beside `path`) and renames it over

@@ -9,84 +9,16 @@ use app::wire::{
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use sha2::Digest;
 
-/// A session's title and model are at most this many characters (after trim).
-const MAX_TITLE_CHARS: usize = 200;
-const MAX_MODEL_CHARS: usize = 200;
+pub use crate::secrets::hex_sha256;
 
+/// `POST /sessions`: a new session and its agent token.
 pub async fn create(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<CreateSession>,
 ) -> Result<(StatusCode, Json<CreatedSession>)> {
-    let store = state.engine.store();
-    let title = match body.title.as_deref().map(str::trim) {
-        Some(t) if t.chars().count() > MAX_TITLE_CHARS => {
-            return Err(Error::invalid(format!(
-                "title is longer than {MAX_TITLE_CHARS} characters"
-            )))
-        }
-        Some(t) if !t.is_empty() => t.to_string(),
-        _ => "New session".to_string(),
-    };
-    let model = match body.model.as_deref().map(str::trim) {
-        Some("") => {
-            return Err(Error::invalid(
-                "model is empty: leave it out for the default",
-            ))
-        }
-        Some(m) if m.chars().count() > MAX_MODEL_CHARS => {
-            return Err(Error::invalid(format!(
-                "model is longer than {MAX_MODEL_CHARS} characters"
-            )))
-        }
-        Some(m) => m.to_string(),
-        None => state.config.default_model(),
-    };
-    if let Some(parent) = &body.parent_id {
-        store
-            .session(parent)
-            .await
-            .map_err(|_| Error::invalid(format!("parent_id {parent:?} is not a session")))?;
-    }
-    let tools = match &body.tools {
-        Some(chosen) => state
-            .engine
-            .tools()
-            .check_choice(chosen)
-            .map_err(Error::invalid)?,
-        None => state.engine.tools().names(),
-    };
-    let agent_token = crate::http::auth::random_token();
-    let hash = hex_sha256(&agent_token);
-    let session = store
-        .create_session(
-            &title,
-            &model,
-            body.parent_id.as_deref(),
-            &hash,
-            body.auto_retry.unwrap_or_default(),
-            &tools,
-        )
-        .await?;
-    state
-        .engine
-        .hub()
-        .publish(&session.id, &app::wire::Event::Session(session.clone()));
-    Ok((
-        StatusCode::CREATED,
-        Json(CreatedSession {
-            session,
-            agent_token,
-        }),
-    ))
-}
-
-pub fn hex_sha256(s: &str) -> String {
-    sha2::Sha256::digest(s.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let created = state.engine.create_session(body).await?;
+    Ok((StatusCode::CREATED, Json(created)))
 }
 
 #[derive(serde::Deserialize)]
@@ -138,36 +70,13 @@ pub async fn detail(
     Ok(Json(state.engine.snapshot(&sid, include_superseded).await?))
 }
 
+/// `PATCH /sessions/:sid`: its title, retry setting or tools.
 pub async fn patch(
     State(state): State<AppState>,
     ApiPath(sid): ApiPath<String>,
     ApiJson(body): ApiJson<PatchSession>,
 ) -> Result<Json<Session>> {
-    let store = state.engine.store();
-    store.session(&sid).await?;
-    let title = body.title.as_deref().map(str::trim);
-    if let Some(t) = title {
-        if t.is_empty() || t.chars().count() > MAX_TITLE_CHARS {
-            return Err(Error::invalid(format!(
-                "title must be 1..={MAX_TITLE_CHARS} characters"
-            )));
-        }
-    }
-    let tools = match &body.tools {
-        Some(chosen) => Some(
-            state
-                .engine
-                .tools()
-                .check_choice(chosen)
-                .map_err(Error::invalid)?,
-        ),
-        None => None,
-    };
-    let session = state
-        .engine
-        .update_settings(&sid, title, body.auto_retry, tools.as_deref())
-        .await?;
-    Ok(Json(session))
+    Ok(Json(state.engine.patch_session(&sid, body).await?))
 }
 
 pub async fn post_message(

@@ -1,14 +1,14 @@
 //! The tool side of an agent turn (CONTRACT §6): a reply's recorded steps turned back into
 //! the conversation a provider reads, and each tool call a model step asks for executed and
 //! recorded — its start before it is sent, its end before the next model step.
-use super::{Active, Engine};
+use super::RunTask;
 use crate::clock::{new_id, now_ms};
 use crate::llm::tool_calls::AssembledCall;
 use crate::llm::{ChatMessage, ChatToolCall};
 use crate::store::{NewToolCall, RecordedCall};
 use crate::tools::builtin::{self, Caller};
 use crate::tools::{bounded_result, model_name, CallEnd, Offered, BUILTIN};
-use app::wire::{Event, Run, ToolCall, ToolCallEvent, ToolCallStatus};
+use app::wire::{Event, ToolCall, ToolCallEvent, ToolCallStatus};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,16 +117,12 @@ pub fn missing_sources_note(missing: &[String]) -> String {
     )
 }
 
-impl Engine {
+impl RunTask {
     /// The tools a turn offers: its session's sources, once those still starting are up
     /// (waiting at most [`TOOLS_START_WAIT`], the run `running` meanwhile, and logged).
     /// Answers the tools and the sources still missing after the wait.
-    pub(super) async fn turn_tools(
-        &self,
-        run: &Run,
-        sources: &[String],
-    ) -> (Arc<[Offered]>, Vec<String>) {
-        let tools = self.tools();
+    pub(super) async fn turn_tools(&self, sources: &[String]) -> (Arc<[Offered]>, Vec<String>) {
+        let (tools, run) = (&self.ctx.tools, &self.run);
         let starting = tools.external().starting(sources);
         let missing = if starting.is_empty() {
             starting
@@ -151,20 +147,13 @@ impl Engine {
 
     /// Executes one step's calls in order and records each; answers the assistant message
     /// that asked for them and their results, as the next step's conversation needs them.
-    pub(super) async fn execute_calls(
-        &self,
-        run: &Run,
-        message_id: &str,
-        active: &Active,
-        ord: &mut u32,
-        asked: Asked,
-        offered: &[Offered],
-    ) -> Executed {
+    pub(super) async fn execute_calls(&mut self, asked: Asked, offered: &[Offered]) -> Executed {
         let Asked { step, text, calls } = asked;
         let mut assistant = ChatMessage::text("assistant", text);
         let mut results = Vec::with_capacity(calls.len());
         for mut a in calls {
-            *ord = ord.saturating_add(1);
+            self.tally.calls = self.tally.calls.saturating_add(1);
+            let ord = self.tally.calls;
             // The model's id for the call goes back with its result: a sane one, or ours.
             if a.id.is_empty()
                 || a.id.len() > MAX_CALL_ID
@@ -206,35 +195,39 @@ impl Engine {
                 call.result = Some(text.clone());
                 call.finished_at = Some(now_ms());
             }
-            let text_offset = active.live().text.len();
+            let text_offset = self.active.live().text.len();
             let new = NewToolCall {
-                run_id: &run.id,
-                message_id,
-                session_id: &run.session_id,
-                ord: *ord,
+                run_id: &self.run.id,
+                message_id: &self.reply.id,
+                session_id: &self.run.session_id,
+                ord,
                 provider_id: &a.id,
                 call: &call,
                 text_offset,
             };
-            active.live().tool_calls += 1; // before: a failed write may still have landed
-            if let Err(e) = self.store().tool_call_started(&new).await {
+            self.active.live().tool_calls += 1; // before: a failed write may still have landed
+            if let Err(e) = self.ctx.store.tool_call_started(&new).await {
                 return Executed::Unrecorded(format!("could not record a tool call's start: {e}"));
             }
-            self.announce(run, message_id, &call);
+            self.announce(&call);
             if refusal.is_none() {
                 let (Some(o), Ok(map)) = (found, arguments) else {
                     unreachable!("executable calls have a tool and arguments")
                 };
-                let (status, text, not_sent) = self.call_tool(run, o, map, active).await;
+                let (status, text, not_sent) = self.call_tool(o, map).await;
                 call.status = status;
                 call.result = text.map(|t| bounded_result(&t));
                 call.finished_at = Some(now_ms());
-                if let Err(e) = self.store().tool_call_ended(&call, &run.id, not_sent).await {
+                let ended = self
+                    .ctx
+                    .store
+                    .tool_call_ended(&call, &self.run.id, not_sent);
+                if let Err(e) = ended.await {
                     return Executed::Unrecorded(format!(
                         "could not record a tool call's end: {e}"
                     ));
                 }
-                self.announce(run, message_id, &call);
+                self.announce(&call);
                 if status == ToolCallStatus::Cancelled {
                     return Executed::Cancelled;
                 }
@@ -252,18 +245,18 @@ impl Engine {
     /// Sends one call to its source: its status, its text, and whether it was never sent.
     async fn call_tool(
         &self,
-        run: &Run,
         o: &Offered,
         arguments: Map<String, Value>,
-        active: &Active,
     ) -> (ToolCallStatus, Option<String>, bool) {
-        let timeout = self.inner.cfg.tool_timeout;
+        let timeout = self.ctx.cfg.tool_timeout;
         if o.server == BUILTIN {
             // The session's own authority: it acts on its descendants only.
-            let caller = Caller::Agent(run.session_id.clone());
-            let call = builtin::run(self, &caller, o.tool(), Value::Object(arguments));
+            let caller = Caller::Agent(self.run.session_id.clone());
+            let call = self
+                .builtins
+                .call(&caller, o.tool(), Value::Object(arguments));
             return tokio::select! {
-                _ = active.cancel.cancelled() => (ToolCallStatus::Cancelled, None, false),
+                _ = self.active.cancel.cancelled() => (ToolCallStatus::Cancelled, None, false),
                 answer = tokio::time::timeout(timeout, call) => match answer {
                     Ok(Ok(value)) => (ToolCallStatus::Ok, Some(value.to_string()), false),
                     Ok(Err(e)) => (ToolCallStatus::Error, Some(builtin::refusal_json(&e).to_string()), false),
@@ -273,7 +266,10 @@ impl Engine {
         }
         // On a task of its own: when the run is cancelled, this future is dropped with the
         // run's, and the call still sees the cancel and sends MCP `notifications/cancelled`.
-        let (servers, cancel) = (self.tools().external().clone(), active.cancel.clone());
+        let (servers, cancel) = (
+            self.ctx.tools.external().clone(),
+            self.active.cancel.clone(),
+        );
         let (server, tool) = (o.server.clone(), o.tool().to_string());
         let call = tokio::spawn(async move {
             servers
@@ -300,15 +296,12 @@ impl Engine {
     }
 
     /// Announces a call's start or end to the session's subscribers.
-    fn announce(&self, run: &Run, message_id: &str, call: &ToolCall) {
-        self.publish(
-            &run.session_id,
-            Event::ToolCall(ToolCallEvent {
-                run_id: run.id.clone(),
-                message_id: message_id.to_string(),
-                call: call.clone(),
-            }),
-        );
+    fn announce(&self, call: &ToolCall) {
+        self.publish(Event::ToolCall(ToolCallEvent {
+            run_id: self.run.id.clone(),
+            message_id: self.reply.id.clone(),
+            call: call.clone(),
+        }));
     }
 }
 

@@ -1,6 +1,6 @@
 //! Opens a model step through Tier 1: records each attempt of the run, announces each wait
 //! on SSE, and after a context overflow compacts the conversation once and tries again.
-use super::{compact, Engine};
+use super::{compact, RunContext, RunTask};
 use crate::llm::limits;
 use crate::llm::{ChatRequest, ProviderError};
 use crate::retry::{classify, tier1};
@@ -8,62 +8,63 @@ use app::wire::{AttemptEvent, Event, RetryClass, Run};
 use futures::future::BoxFuture;
 use std::time::Duration;
 
-/// Opens the provider stream through Tier 1; after a context overflow, compacts the
-/// conversation once and tries again (a second overflow fails the run).
-pub(super) async fn open(
-    engine: &Engine,
-    run: &Run,
-    mut request: ChatRequest,
-    step: u32,
-    made: &mut u32,
-) -> Result<tier1::Opened, ProviderError> {
-    let cfg = &engine.inner.cfg;
-    let provider = &*engine.inner.provider;
-    // The run's attempts count on across its steps (kept here, not read back per step).
-    let mut attempts = RunAttempts {
-        engine,
-        run,
-        offset: *made,
-        made,
-        step,
-    };
-    let mut compacted = false;
-    loop {
-        let err = match tier1::open(
-            provider,
-            &request,
-            &cfg.tier1,
-            cfg.stream_idle,
-            &mut attempts,
-        )
-        .await
-        {
-            Ok(opened) => return Ok(opened),
-            Err(e) => e,
+impl RunTask {
+    /// Opens the provider stream through Tier 1; after a context overflow, compacts the
+    /// conversation once and tries again (a second overflow fails the run).
+    pub(super) async fn open(
+        &mut self,
+        mut request: ChatRequest,
+        step: u32,
+    ) -> Result<tier1::Opened, ProviderError> {
+        let ctx = &*self.ctx;
+        let run = &self.run;
+        let cfg = &ctx.cfg;
+        // The run's attempts count on across its steps (kept in its tally, not read back).
+        let mut attempts = RunAttempts {
+            ctx,
+            run,
+            offset: self.tally.attempts,
+            made: &mut self.tally.attempts,
+            step,
         };
-        let overflow =
-            classify::classify(&err, false, 0).retry_class == RetryClass::ContextOverflow;
-        let smaller = if overflow && !compacted {
-            compact::compact(&request.messages, cfg.context_tokens)
-        } else {
-            None
-        };
-        let Some(messages) = smaller else {
-            return Err(err);
-        };
-        tracing::info!(run = %run.id, from = request.messages.len(), to = messages.len(), "context overflow: compacting once");
-        if let Err(e) = engine.store().mark_compacted(&run.id).await {
-            tracing::warn!(run = %run.id, error = %e, "could not record the compaction");
+        let mut compacted = false;
+        loop {
+            let err = match tier1::open(
+                &*ctx.provider,
+                &request,
+                &cfg.tier1,
+                cfg.stream_idle,
+                &mut attempts,
+            )
+            .await
+            {
+                Ok(opened) => return Ok(opened),
+                Err(e) => e,
+            };
+            let overflow =
+                classify::classify(&err, false, 0).retry_class == RetryClass::ContextOverflow;
+            let smaller = if overflow && !compacted {
+                compact::compact(&request.messages, cfg.context_tokens)
+            } else {
+                None
+            };
+            let Some(messages) = smaller else {
+                return Err(err);
+            };
+            tracing::info!(run = %run.id, from = request.messages.len(), to = messages.len(), "context overflow: compacting once");
+            if let Err(e) = ctx.store.mark_compacted(&run.id).await {
+                tracing::warn!(run = %run.id, error = %e, "could not record the compaction");
+            }
+            request.messages = messages;
+            compacted = true;
+            attempts.offset = *attempts.made;
         }
-        request.messages = messages;
-        compacted = true;
-        attempts.offset = *attempts.made;
     }
 }
 
 /// Records each Tier 1 attempt of a run and announces each wait on SSE.
 struct RunAttempts<'a> {
-    engine: &'a Engine,
+    ctx: &'a RunContext,
     run: &'a Run,
     /// Attempts made before this Tier 1 round (an earlier step, or before a compaction).
     offset: u32,
@@ -81,10 +82,7 @@ impl tier1::Observer for RunAttempts<'_> {
             if n == 1 {
                 return; // recorded in the transaction that started the run (`Store::start_next`)
             }
-            let started = self
-                .engine
-                .store()
-                .attempt_started(&self.run.id, n, self.step);
+            let started = self.ctx.store.attempt_started(&self.run.id, n, self.step);
             if let Err(e) = started.await {
                 tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
             }
@@ -101,8 +99,8 @@ impl tier1::Observer for RunAttempts<'_> {
             let retry_in_ms = retry_in.map(limits::millis);
             let reason = limits::error_text(&err.to_string());
             if let Err(e) = self
-                .engine
-                .store()
+                .ctx
+                .store
                 .attempt_failed(&self.run.id, self.offset + n, &reason, retry_in_ms)
                 .await
             {
@@ -116,8 +114,9 @@ impl tier1::Observer for RunAttempts<'_> {
                     retry_in_ms: ms,
                     reason,
                 };
-                self.engine
-                    .publish(&self.run.session_id, Event::Attempt(event));
+                self.ctx
+                    .hub
+                    .publish(&self.run.session_id, &Event::Attempt(event));
             }
         })
     }

@@ -1,0 +1,131 @@
+//! A session's own commands: creating one, and changing its settings (title, retry setting,
+//! tools). Settings change under the session's lock: a failure recorded at the same moment
+//! cannot leave a background retry in a session that just left `background`.
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::metrics::metrics;
+use crate::secrets::{hex_sha256, random_token};
+use app::wire::{AutoRetry, CreateSession, CreatedSession, Event, PatchSession, Session};
+
+/// A session's title and model are at most this many characters (after trim).
+const MAX_TITLE_CHARS: usize = 200;
+const MAX_MODEL_CHARS: usize = 200;
+
+impl Engine {
+    /// Creates a session (a sub-session when `parent_id` names one) with a fresh agent
+    /// token, announces it, and answers it with the token (the store keeps only its hash).
+    pub async fn create_session(&self, new: CreateSession) -> Result<CreatedSession> {
+        let store = self.store();
+        let title = match new.title.as_deref().map(str::trim) {
+            Some(t) if t.chars().count() > MAX_TITLE_CHARS => {
+                return Err(Error::invalid(format!(
+                    "title is longer than {MAX_TITLE_CHARS} characters"
+                )))
+            }
+            Some(t) if !t.is_empty() => t.to_string(),
+            _ => "New session".to_string(),
+        };
+        let model = match new.model.as_deref().map(str::trim) {
+            Some("") => {
+                return Err(Error::invalid(
+                    "model is empty: leave it out for the default",
+                ))
+            }
+            Some(m) if m.chars().count() > MAX_MODEL_CHARS => {
+                return Err(Error::invalid(format!(
+                    "model is longer than {MAX_MODEL_CHARS} characters"
+                )))
+            }
+            Some(m) => m.to_string(),
+            None => self.inner.cfg.default_model.clone(),
+        };
+        if let Some(parent) = &new.parent_id {
+            store
+                .session(parent)
+                .await
+                .map_err(|_| Error::invalid(format!("parent_id {parent:?} is not a session")))?;
+        }
+        let tools = match &new.tools {
+            Some(chosen) => self.tools().check_choice(chosen).map_err(Error::invalid)?,
+            None => self.tools().names(),
+        };
+        let agent_token = random_token();
+        let session = store
+            .create_session(
+                &title,
+                &model,
+                new.parent_id.as_deref(),
+                &hex_sha256(&agent_token),
+                new.auto_retry.unwrap_or_default(),
+                &tools,
+            )
+            .await?;
+        self.publish(&session.id, Event::Session(session.clone()));
+        Ok(CreatedSession {
+            session,
+            agent_token,
+        })
+    }
+
+    /// Checks a change of a session's settings and makes it ([`Engine::update_settings`]).
+    pub async fn patch_session(&self, session_id: &str, patch: PatchSession) -> Result<Session> {
+        self.store().session(session_id).await?;
+        let title = patch.title.as_deref().map(str::trim);
+        if let Some(t) = title {
+            if t.is_empty() || t.chars().count() > MAX_TITLE_CHARS {
+                return Err(Error::invalid(format!(
+                    "title must be 1..={MAX_TITLE_CHARS} characters"
+                )));
+            }
+        }
+        let tools = match &patch.tools {
+            Some(chosen) => Some(self.tools().check_choice(chosen).map_err(Error::invalid)?),
+            None => None,
+        };
+        self.update_settings(session_id, title, patch.auto_retry, tools.as_deref())
+            .await
+    }
+
+    /// Changes what is given and answers the session. Leaving `background` ends the retry
+    /// waiting there (the browser takes over, or nothing does). Carried to its end when the
+    /// client hangs up, like every command: the change and its announcement go together.
+    pub async fn update_settings(
+        &self,
+        session_id: &str,
+        title: Option<&str>,
+        auto_retry: Option<AutoRetry>,
+        tools: Option<&[String]>,
+    ) -> Result<Session> {
+        let engine = self.clone();
+        let session_id = session_id.to_string();
+        let (title, tools) = (title.map(str::to_string), tools.map(<[String]>::to_vec));
+        self.carried(async move {
+            engine
+                .settings_changed(&session_id, title.as_deref(), auto_retry, tools.as_deref())
+                .await
+        })
+        .await
+    }
+
+    async fn settings_changed(
+        &self,
+        session_id: &str,
+        title: Option<&str>,
+        auto_retry: Option<AutoRetry>,
+        tools: Option<&[String]>,
+    ) -> Result<Session> {
+        self.store().session_exists(session_id).await?;
+        let _guard = self.lock(session_id).await?;
+        let session = self
+            .store()
+            .update_session(session_id, title, auto_retry, tools)
+            .await?;
+        if session.auto_retry != AutoRetry::Background
+            && self.store().clear_waiting_retry(session_id).await?
+        {
+            tracing::info!(session = %session_id, "the session left background retries: its waiting retry ended");
+            metrics().background_retry("cancelled");
+        }
+        self.publish_session(session_id).await
+    }
+}

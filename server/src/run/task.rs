@@ -1,0 +1,177 @@
+//! Executing one run: its stream (the step loop is `turn`) under its cancel, the server's
+//! stop and the run's time limit, a panic caught, and how the run ended said as an outcome
+//! to record.
+use super::{Active, Builtins, End, RunContext, RunTask};
+use crate::clock::now_ms;
+use crate::llm::{limits, ProviderError};
+use crate::retry::classify;
+use crate::store::{Outcome, Started};
+use crate::wake::WhenWoken;
+use app::wire::{RetryClass, Run, RunStatus};
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+impl RunTask {
+    /// The task of a run the store just started; `active` is its handle in the engine's
+    /// registry of the runs executing here.
+    pub fn new(
+        ctx: Arc<RunContext>,
+        builtins: Arc<dyn Builtins>,
+        started: Started,
+        active: Active,
+    ) -> RunTask {
+        let Started { run, reply, call } = started;
+        RunTask {
+            ctx,
+            builtins,
+            run,
+            reply,
+            session: call,
+            active,
+            tally: Default::default(),
+        }
+    }
+
+    /// The run as the store started it.
+    pub fn run(&self) -> &Run {
+        &self.run
+    }
+
+    /// Its handle in the engine's registry: its cancel and live text.
+    pub fn active(&self) -> &Active {
+        &self.active
+    }
+
+    /// Executes the run and answers it with how to record its end, whatever happens: a panic
+    /// anywhere in executing it is caught and recorded as `failed`/`internal` (retryable).
+    pub async fn execute(mut self) -> (Run, Outcome) {
+        let executed = AssertUnwindSafe(self.outcome()).catch_unwind().await;
+        let mut outcome = match executed {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                let what = panic_text(&*panic);
+                tracing::error!(run = %self.run.id, panic = %what, "the runner panicked; the run fails as internal");
+                let content = std::mem::take(&mut self.active.live().text);
+                outcome(
+                    RunStatus::Failed,
+                    content,
+                    Some(format!(
+                        "Mulligan failed this run internally ({}); retrying it is safe",
+                        limits::truncate(&what, 200)
+                    )),
+                    Some(classify::of(RetryClass::Internal, None)),
+                    0,
+                )
+            }
+        };
+        outcome.tool_calls_recorded = self.active.live().tool_calls > 0;
+        crate::metrics::metrics().run_ended(outcome.status);
+        (self.run, outcome)
+    }
+
+    /// Streams the run and says how to record its end.
+    async fn outcome(&mut self) -> Outcome {
+        let max_run = self.ctx.cfg.max_run;
+        let (ctx, active) = (self.ctx.clone(), self.active.clone());
+        // Polled only when they are woken, not on each of the stream's wake-ups (the stopping
+        // token is shared by every run: polling it takes its lock).
+        let cancelled = WhenWoken::new(active.cancel.cancelled());
+        let stopping = WhenWoken::new(ctx.stopping.cancelled());
+        let limit = WhenWoken::new(tokio::time::sleep(max_run));
+        let end = tokio::select! {
+            biased;
+            _ = cancelled => End::Cancelled,
+            _ = stopping => End::Stopping,
+            end = self.stream() => end,
+            () = limit => End::Failed(ProviderError::Timeout {
+                message: format!(
+                    "the run took longer than its limit of {} s (MULLIGAN_MAX_RUN_MS)",
+                    max_run.as_secs()
+                ),
+            }),
+        };
+        // A cancel wins over whatever the provider reported meanwhile.
+        let end = if active.cancel.is_cancelled() {
+            End::Cancelled
+        } else {
+            end
+        };
+        let (content, opened) = {
+            let mut live = active.live();
+            (std::mem::take(&mut live.text), live.steps > 0)
+        };
+        // What the provider reported, but never less than the reply's own size suggests (a
+        // provider cannot stream past the spend limit by reporting few tokens).
+        let estimate = u64::try_from(content.len() / 4).unwrap_or(u64::MAX);
+        let tokens = limits::tokens(self.tally.tokens.max(estimate));
+        let started = !content.is_empty();
+        let run = &self.run;
+        match end {
+            End::Completed => outcome(RunStatus::Completed, content, None, None, tokens),
+            End::Cancelled => outcome(RunStatus::Cancelled, content, None, None, tokens),
+            End::Stopping => outcome(
+                RunStatus::Failed,
+                content,
+                Some("the server stopped while this reply was being written".into()),
+                Some(classify::of(RetryClass::Interrupted, None)),
+                tokens,
+            ),
+            End::Refused { class, message } => {
+                tracing::info!(run = %run.id, class = class.as_str(), "run refused: {message}");
+                // The first attempt was recorded as the run started; it ends here, unsent.
+                if !opened {
+                    if let Err(e) = ctx.store.attempt_failed(&run.id, 1, &message, None).await {
+                        tracing::warn!(run = %run.id, error = %e, "could not record an attempt");
+                    }
+                }
+                let class = classify::of(class, None);
+                outcome(
+                    RunStatus::Failed,
+                    content,
+                    Some(message),
+                    Some(class),
+                    tokens,
+                )
+            }
+            End::Failed(err) => {
+                let class = classify::classify(&err, started, now_ms());
+                let message = limits::error_text(&err.to_string());
+                tracing::info!(run = %run.id, class = %class.retry_class, error = %message, "run failed");
+                outcome(
+                    RunStatus::Failed,
+                    content,
+                    Some(message),
+                    Some(class),
+                    tokens,
+                )
+            }
+        }
+    }
+}
+
+/// A panic's message, when it has one.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
+}
+
+fn outcome(
+    status: RunStatus,
+    content: String,
+    error_message: Option<String>,
+    retry: Option<app::wire::RetryClassification>,
+    tokens: u64,
+) -> Outcome {
+    Outcome {
+        status,
+        content,
+        error_message,
+        retry,
+        tokens_used: i64::try_from(tokens).unwrap_or(i64::MAX),
+        tool_calls_recorded: true,
+    }
+}

@@ -1,0 +1,240 @@
+//! A run's step loop: streams each model step, relays its deltas to the session's
+//! subscribers as they arrive, saves the text on a timer (never per delta), and executes the
+//! tools a step asks for before the next one.
+use super::calls::{conversation_of, missing_sources_note, Asked, Executed};
+use super::saver::Save;
+use super::{End, RunTask};
+use crate::llm::limits;
+use crate::llm::tool_calls::AssembledCall;
+use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem};
+use crate::wake::WhenWoken;
+use app::wire::{Delta, Event, RetryClass, Role};
+use futures::StreamExt;
+use tokio::time::Instant;
+
+/// How one model step ended.
+enum Step {
+    /// The step is complete; these are the tool calls it asked for (none: the turn is done).
+    Asked(Vec<AssembledCall>),
+    /// The run ends here.
+    Ended(End),
+}
+
+/// What every step of a run sends: the session's model, its conversation up to the run's
+/// anchor (earlier replies' tool calls and results included), the tools offered, and the
+/// tokens the session spent before the run.
+struct Turn {
+    model: String,
+    messages: Vec<ChatMessage>,
+    offered: std::sync::Arc<[crate::tools::Offered]>,
+    spent: u64,
+}
+
+impl RunTask {
+    /// The turn's loop (CONTRACT §6): stream a model step; when it asks for tools, execute
+    /// and record them and stream the next step with their results; until a step asks for
+    /// none, or the turn reaches `MULLIGAN_MAX_STEPS`.
+    pub(super) async fn stream(&mut self) -> End {
+        let turn = match self.turn().await {
+            Ok(t) => t,
+            Err(e) => {
+                return End::Refused {
+                    class: RetryClass::ServerError,
+                    message: limits::error_text(&e.to_string()),
+                }
+            }
+        };
+        let mut messages = turn.messages;
+        let max_steps = self.ctx.cfg.max_steps.max(1);
+        for step in 1..=max_steps {
+            if let Some(limit) = self.ctx.cfg.spend_limit_tokens {
+                let spent = turn.spent.saturating_add(self.tally.tokens);
+                if spent >= limit {
+                    return End::Refused {
+                        class: RetryClass::SpendLimitExceeded,
+                        message: format!(
+                            "this session has used {spent} tokens of its {limit}-token budget: raise MULLIGAN_SPEND_LIMIT_TOKENS or start a new session"
+                        ),
+                    };
+                }
+            }
+            let request = ChatRequest {
+                model: turn.model.clone(),
+                messages: messages.clone(),
+                tools: turn.offered.clone(),
+            };
+            let text_from = self.active.live().text.len();
+            let asked = match self.relay_step(request, step).await {
+                Step::Ended(end) => return end,
+                Step::Asked(calls) if calls.is_empty() => return End::Completed,
+                Step::Asked(calls) => calls,
+            };
+            let text = self
+                .active
+                .live()
+                .text
+                .get(text_from..)
+                .unwrap_or_default()
+                .to_string();
+            let asked = Asked {
+                step,
+                text,
+                calls: asked,
+            };
+            match self.execute_calls(asked, &turn.offered).await {
+                Executed::Done(more) => messages.extend(more),
+                Executed::Cancelled => return End::Cancelled,
+                Executed::Unrecorded(message) => {
+                    return End::Refused {
+                        class: RetryClass::ServerError,
+                        message,
+                    }
+                }
+            }
+            if self.active.cancel.is_cancelled() {
+                return End::Cancelled;
+            }
+        }
+        End::Refused {
+            class: RetryClass::MaxSteps,
+            message: format!(
+                "the turn reached its limit of {max_steps} model steps (MULLIGAN_MAX_STEPS) with the model still asking for tools"
+            ),
+        }
+    }
+
+    /// Opens one model step through Tier 1 and relays its deltas to the session's subscribers.
+    async fn relay_step(&mut self, request: ChatRequest, step: u32) -> Step {
+        let opened = match self.open(request, step).await {
+            Ok(o) => o,
+            Err(e) => return Step::Ended(End::Failed(e)),
+        };
+        self.active.live().steps = step;
+        let cfg = &self.ctx.cfg;
+        let (idle, save_every, max_reply) = (cfg.stream_idle, cfg.save_every, cfg.max_reply_bytes);
+        let mut stream = opened.stream;
+        let mut head = opened.head.into_iter();
+        let mut last_save = Instant::now();
+        let mut unsaved = false;
+        let mut asked = Vec::new();
+        // One timer for the stall check, moved on only when it fires (not one per delta), and
+        // polled only when it fires (not on each delta's wake-up).
+        let mut heard = Instant::now();
+        let mut stall = WhenWoken::new(tokio::time::sleep(idle));
+        loop {
+            let item = match head.next() {
+                Some(item) => Some(Ok(item)),
+                None => loop {
+                    tokio::select! {
+                        biased;
+                        item = stream.next() => {
+                            heard = Instant::now();
+                            break item;
+                        }
+                        () = &mut stall => {
+                            let due = heard + idle;
+                            if Instant::now() >= due {
+                                break Some(Err(ProviderError::Stalled { idle }));
+                            }
+                            stall.get_mut().reset(due);
+                        }
+                    }
+                },
+            };
+            match item {
+                Some(Ok(StreamItem::Delta(text))) => {
+                    let seq = {
+                        let mut live = self.active.live();
+                        if live.text.len().saturating_add(text.len()) > max_reply {
+                            return Step::Ended(End::Refused {
+                                class: RetryClass::ReplyTooLarge,
+                                message: format!(
+                                    "the reply passed its limit of {max_reply} bytes (MULLIGAN_MAX_REPLY_BYTES); the text so far is kept"
+                                ),
+                            });
+                        }
+                        live.text.push_str(&text);
+                        live.seq += 1;
+                        live.seq
+                    };
+                    let delta = Delta {
+                        run_id: self.run.id.clone(),
+                        message_id: self.reply.id.clone(),
+                        seq,
+                        text,
+                        step,
+                    };
+                    self.publish(Event::Delta(delta));
+                    unsaved = true;
+                }
+                Some(Ok(StreamItem::Usage { total_tokens })) => {
+                    self.tally.tokens = self
+                        .tally
+                        .tokens
+                        .saturating_add(limits::tokens(total_tokens));
+                }
+                Some(Ok(StreamItem::ToolCalls(calls))) => asked = calls,
+                Some(Ok(StreamItem::Heard)) => {}
+                Some(Ok(StreamItem::Done)) | None => {
+                    if unsaved && !asked.is_empty() {
+                        self.save(); // the text before the calls, before they run
+                    }
+                    return Step::Asked(asked);
+                }
+                Some(Err(e)) => return Step::Ended(End::Failed(e)),
+            }
+            // The save goes to the context's saver (batched with every other run's): a busy
+            // database delays the stored copy, never the deltas.
+            if unsaved && last_save.elapsed() >= save_every {
+                self.save();
+                last_save = Instant::now();
+                unsaved = false;
+            }
+        }
+    }
+
+    /// Hands the reply's text so far to the saver.
+    fn save(&self) {
+        let (text, seq) = {
+            let live = self.active.live();
+            (live.text.clone(), live.seq)
+        };
+        self.ctx.saver.save(Save {
+            message_id: self.reply.id.clone(),
+            text,
+            seq,
+        });
+    }
+
+    /// What every step of the run sends.
+    async fn turn(&self) -> crate::error::Result<Turn> {
+        let (store, run) = (&self.ctx.store, &self.run);
+        let history = store.history(&run.anchor_message_id).await?;
+        // One more read only for a conversation whose replies made tool calls.
+        let mut calls = if history.iter().any(|m| m.has_calls) {
+            store.tool_calls_of_session(&run.session_id).await?
+        } else {
+            Default::default()
+        };
+        let (offered, missing) = self.turn_tools(&self.session.tools).await;
+        let mut messages = Vec::with_capacity(history.len() + 1);
+        if !missing.is_empty() {
+            messages.push(ChatMessage::text("system", missing_sources_note(&missing)));
+        }
+        for m in history {
+            match m.role {
+                Role::Operator => messages.push(ChatMessage::text("user", m.content)),
+                Role::Agent => match calls.remove(&m.id) {
+                    Some(calls) => messages.extend(conversation_of(&m.content, &calls)),
+                    None => messages.push(ChatMessage::text("assistant", m.content)),
+                },
+            }
+        }
+        Ok(Turn {
+            model: self.session.model.clone(),
+            messages,
+            offered,
+            spent: u64::try_from(self.session.tokens_used).unwrap_or(0),
+        })
+    }
+}
