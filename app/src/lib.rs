@@ -13,10 +13,17 @@ use components::{chat::SessionView, session_list::SessionList};
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Route, Router, Routes};
-use leptos_router::{path, SsrMode};
+use leptos_router::path;
 
-/// The HTML document the server renders around [`App`].
+/// The HTML document the server renders around [`App`], with the page's first data (the
+/// request's [`page_data::PageData`], when its handler provided one).
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    let data = use_context::<page_data::PageData>().map(|d| {
+        view! { <script type="application/json" id=page_data::ELEMENT_ID inner_html=d.to_script_text()></script> }
+    });
+    #[cfg(not(feature = "ssr"))]
+    let data: Option<()> = None;
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -26,6 +33,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <link rel="icon" href="data:,"/>
                 <HydrationScripts options/>
                 <MetaTags/>
+                {data}
             </head>
             <body>
                 <App/>
@@ -37,6 +45,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    page_data::provide_first_data(None);
     components::provide_sessions();
     let hydrated = components::provide_hydrated();
     // Effects run only in the browser: this marks the page as hydrated (tests wait for it),
@@ -56,10 +65,8 @@ pub fn App() -> impl IntoView {
                 <SessionList/>
                 <main class="main">
                     <Routes fallback=|| view! { <p class="empty">"Nothing here."</p> }>
-                        // Rendered whole before the first byte: the list and the session are
-                        // in the HTML as they are, and no script is needed to show them.
-                        <Route path=path!("/") view=Welcome ssr=SsrMode::Async/>
-                        <Route path=path!("/s/:id") view=SessionView ssr=SsrMode::Async/>
+                        <Route path=path!("/") view=Welcome/>
+                        <Route path=path!("/s/:id") view=SessionView/>
                     </Routes>
                 </main>
             </div>

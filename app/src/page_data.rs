@@ -1,139 +1,80 @@
-//! The data a page opens with: the session list and the open session's snapshot, read on the
-//! server while it renders the page (through the [`PageSource`] the server provides) and sent
-//! in the HTML, fetched over the API in the browser when the operator moves on.
+//! The data a page opens with: the session list and the open session's snapshot, read by the
+//! server before it renders the page and written into it as JSON, so the first HTML shows
+//! them and the browser hydrates from the same data without asking again. Each part is used
+//! once, by the view that opens with it; everything later comes over the API.
 use crate::wire::{SessionDetail, SessionList};
 use leptos::prelude::*;
-use leptos::server::codee::{Decoder, Encoder};
-use serde::{de::DeserializeOwned, Serialize};
-use std::future::Future;
+use serde::{Deserialize, Serialize};
 
-/// What a load gives: the data, or what to tell the operator.
+/// The id of the `<script type="application/json">` element that carries the data.
+pub const ELEMENT_ID: &str = "mulligan-page-data";
+
+/// What a read gives: the data, or what to tell the operator.
 pub type Loaded<T> = Result<T, String>;
 
-/// Where the server reads a page's data (its engine, for the signed-in operator).
-#[cfg(feature = "ssr")]
-pub trait PageSource: Send + Sync + 'static {
-    fn sessions(&self) -> futures_box::BoxFuture<Loaded<SessionList>>;
-    fn session(&self, id: String) -> futures_box::BoxFuture<Loaded<SessionDetail>>;
+/// The page's first data.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PageData {
+    /// The session list (absent: the page loads it itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Loaded<SessionList>>,
+    /// The open session, on a session's page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<Loaded<SessionDetail>>,
 }
 
-#[cfg(feature = "ssr")]
-pub mod futures_box {
-    /// A boxed future the server's page source answers with.
-    pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
-}
-
-/// The page source in the render's context; without one (signed out) loads say so.
-#[cfg(feature = "ssr")]
-#[derive(Clone)]
-pub struct Source(pub std::sync::Arc<dyn PageSource>);
-
-/// Loads a page's data: from the server's source while rendering, else over the API.
-#[derive(Clone)]
-pub struct Loader {
+impl PageData {
+    /// The JSON the page carries, safe inside a `<script>` element (no `<` in it).
     #[cfg(feature = "ssr")]
-    source: Option<Source>,
-}
-
-impl Loader {
-    /// The loader for this render (call it in a component, not in a future).
-    pub fn here() -> Loader {
-        Loader {
-            #[cfg(feature = "ssr")]
-            source: use_context::<Source>(),
-        }
-    }
-
-    /// The first page of sessions, newest first.
-    pub fn sessions(&self) -> impl Future<Output = Loaded<SessionList>> + Send + 'static {
-        #[cfg(feature = "ssr")]
-        {
-            let source = self.source.clone();
-            async move {
-                match source {
-                    Some(s) => s.0.sessions().await,
-                    None => Err(SIGNED_OUT.to_string()),
-                }
-            }
-        }
-        #[cfg(not(feature = "ssr"))]
-        over_api(crate::api::LIST_SESSIONS.url(&[]))
-    }
-
-    /// The session's snapshot, superseded messages included (the page folds them away).
-    pub fn session(
-        &self,
-        id: String,
-    ) -> impl Future<Output = Loaded<SessionDetail>> + Send + 'static {
-        #[cfg(feature = "ssr")]
-        {
-            let source = self.source.clone();
-            async move {
-                match source {
-                    Some(s) => s.0.session(id).await,
-                    None => Err(SIGNED_OUT.to_string()),
-                }
-            }
-        }
-        #[cfg(not(feature = "ssr"))]
-        over_api(snapshot_url(&id))
+    pub fn to_script_text(&self) -> String {
+        serde_json::to_string(self)
+            .unwrap_or_else(|_| "{}".into())
+            .replace('<', "\\u003c")
     }
 }
 
-/// What a page rendered without the operator's cookie says (as the API's refusal does).
-#[cfg(feature = "ssr")]
-const SIGNED_OUT: &str = "Not signed in: open the URL that `mulligan serve` printed.";
+/// The page's first data in the render's context: the server provides it per request; the
+/// browser reads it once from the page.
+#[derive(Clone, Copy)]
+pub struct FirstData(StoredValue<PageData>);
 
-/// The snapshot's URL: superseded messages included.
+/// Provides the first data: the server's for this request, or the one the page carries.
+pub fn provide_first_data(data: Option<PageData>) {
+    let data = data
+        .or_else(use_context::<PageData>)
+        .or_else(read_from_page)
+        .unwrap_or_default();
+    provide_context(FirstData(StoredValue::new(data)));
+}
+
+/// The first session list, once.
+pub fn take_sessions() -> Option<Loaded<SessionList>> {
+    let FirstData(data) = use_context::<FirstData>()?;
+    data.try_update_value(|d| d.sessions.take()).flatten()
+}
+
+/// The first snapshot, once, when it is `id`'s.
+pub fn take_session(id: &str) -> Option<Loaded<SessionDetail>> {
+    let FirstData(data) = use_context::<FirstData>()?;
+    data.try_update_value(|d| match &d.session {
+        Some(Ok(s)) if s.session.id != id => None,
+        _ => d.session.take(),
+    })
+    .flatten()
+}
+
+/// The data the server wrote into the page (the browser's side).
+fn read_from_page() -> Option<PageData> {
+    #[cfg(feature = "hydrate")]
+    {
+        let text = document().get_element_by_id(ELEMENT_ID)?.text_content()?;
+        crate::client::parse_json(&text).ok()
+    }
+    #[cfg(not(feature = "hydrate"))]
+    None
+}
+
+/// The snapshot's URL: superseded messages included (the page folds them away).
 pub fn snapshot_url(id: &str) -> String {
     format!("{}?include_superseded=true", crate::api::SESSION.url(&[id]))
 }
-
-/// A GET over the API, as a future a resource can hold (the browser's fetch is not `Send`:
-/// it is wrapped, and runs on the page's one thread).
-#[cfg(not(feature = "ssr"))]
-fn over_api<T: DeserializeOwned + 'static>(
-    url: String,
-) -> impl Future<Output = Loaded<T>> + Send + 'static {
-    let fut = async move {
-        crate::client::fetch_json::<T>("GET", &url, None)
-            .await
-            .map_err(|e| e.explain())
-    };
-    #[cfg(feature = "hydrate")]
-    return send_wrapper::SendWrapper::new(Box::pin(fut));
-    #[cfg(not(feature = "hydrate"))]
-    fut
-}
-
-/// How a loaded value travels in the page: JSON, parsed in the browser by `JSON.parse` (see
-/// [`crate::client::parse_json`]) rather than a second copy of serde_json's parser.
-pub struct PageCodec;
-
-impl<T: Serialize> Encoder<T> for PageCodec {
-    type Error = String;
-    type Encoded = String;
-
-    fn encode(val: &T) -> Result<String, String> {
-        // Only the server writes a page's data: the browser's bundle holds no serializer.
-        #[cfg(feature = "ssr")]
-        return serde_json::to_string(val).map_err(|e| e.to_string());
-        #[cfg(not(feature = "ssr"))]
-        {
-            let _ = val;
-            Err("a page's data is written by the server".into())
-        }
-    }
-}
-
-impl<T: DeserializeOwned> Decoder<T> for PageCodec {
-    type Error = String;
-    type Encoded = str;
-
-    fn decode(val: &str) -> Result<T, String> {
-        crate::client::parse_json(val)
-    }
-}
-
-/// A resource holding a page's first data, written into the HTML by the server.
-pub type PageResource<T> = Resource<Loaded<T>, PageCodec>;

@@ -6,7 +6,7 @@ use super::retry_banner::RetryBanner;
 use super::state::Chat;
 use crate::api;
 use crate::client::{fetch_json, EventStream, PageLocal};
-use crate::page_data::{snapshot_url, Loader, PageResource};
+use crate::page_data::{snapshot_url, take_session};
 use crate::wire::{AutoRetry, ClientConfig, Session, SessionDetail};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
@@ -28,46 +28,38 @@ pub fn SessionView() -> impl IntoView {
             }
         });
     });
-    // The first snapshot is in the page the server rendered (or, reached from another page,
-    // loaded with this view); moving to another session loads that one's over the API into
-    // the same view, so the view is built once and never torn down under its own effects.
-    let loader = Loader::here();
+    // The first snapshot is in the page the server rendered; any other (moving to another
+    // session, or a page without it) is read over the API into the same view.
     let first_id = sid.get_untracked();
-    let first: PageResource<SessionDetail> =
-        Resource::new_with_options(|| (), move |_| loader.session(first_id.clone()), false);
-    follow(chat, sid, first);
-    let body = move || {
-        Suspend::new(async move {
-            match first.await {
-                // (Unless the operator has moved on already.)
-                Ok(detail) if chat.session_id().is_none() => chat.show(detail),
-                Ok(_) => {}
-                Err(e) => chat.error.set(Some(e)),
-            }
-            view! { <ChatBody sid/> }
-        })
-    };
-    let loading = || {
-        view! {
-            <section class="chat" aria-label="Chat">
-                <p class="empty">"Loading…"</p>
-            </section>
+    let first = match take_session(&first_id) {
+        Some(Ok(detail)) => {
+            let after = detail.last_event_id;
+            chat.show(detail);
+            Some(after)
         }
+        Some(Err(e)) => {
+            chat.error.set(Some(e));
+            None
+        }
+        None => None,
     };
-    view! { <Suspense fallback=loading>{body}</Suspense> }
+    follow(chat, sid, first_id, first);
+    view! { <ChatBody sid/> }
 }
 
-/// How the open session reaches the page, in the browser: from the first snapshot, or, after
-/// moving to another session, from that session's snapshot read over the API; then its
-/// events as they come (from the snapshot's last event id, so none is missed or applied
-/// twice), with Tier 2 told of its last turn. Leaving a session closes its stream and stands
-/// its Tier 2 down at once.
-fn follow(chat: Chat, sid: Memo<String>, first: PageResource<SessionDetail>) {
-    let first_id = sid.get_untracked();
+/// How the open session reaches the page, in the browser: from the first snapshot (`first`:
+/// its last event id) for `first_id`, else from a snapshot read over the API; then its events
+/// as they come (from the snapshot's last event id, so none is missed or applied twice), with
+/// Tier 2 told of its last turn. Leaving a session closes its stream and stands its Tier 2
+/// down at once.
+fn follow(chat: Chat, sid: Memo<String>, first_id: String, first: Option<i64>) {
     let stream = StoredValue::<_, PageLocal>::new_with_storage(None::<EventStream>);
-    // Whether the chat has left the first snapshot for another session's.
-    let moved = StoredValue::new(false);
+    // The first snapshot, until the chat leaves it for another session's.
+    let first = StoredValue::new(first);
     let open = move |id: &str, after: i64| {
+        let browser = chat.browser_retries();
+        chat.runs
+            .with_untracked(|rs| chat.restore_tier2(rs, browser));
         let url = format!("{}?last_event_id={after}", api::EVENTS.url(&[id]));
         stream.set_value(EventStream::open(&url, move |_, ev| chat.apply(ev)));
     };
@@ -76,46 +68,29 @@ fn follow(chat: Chat, sid: Memo<String>, first: PageResource<SessionDetail>) {
         stream.set_value(None);
         chat.retrier.reset(&id);
         chat.notice.set(None);
-        let from_first = first.with(|f| match f {
-            // The first snapshot is on its way: this runs again when it comes.
-            None => Some(None),
-            Some(loaded) if id == first_id && !moved.get_value() => {
-                Some(loaded.as_ref().ok().map(|d| {
-                    chat.restore_tier2(&d.runs, d.session.auto_retry == AutoRetry::Browser);
-                    d.last_event_id
-                }))
-            }
-            Some(_) => None,
-        });
-        match from_first {
-            Some(Some(after)) => open(&id, after),
-            // Waiting for it, or it failed and says why.
-            Some(None) => {}
-            None => {
-                moved.set_value(true);
-                chat.session.set(None);
-                chat.messages.set(Vec::new());
-                chat.runs.set(Vec::new());
-                chat.error.set(None);
-                leptos::task::spawn_local(async move {
-                    let url = snapshot_url(&id);
-                    let loaded = fetch_json::<SessionDetail>(api::SESSION.method(), &url, None);
-                    match loaded.await {
-                        // Only if the operator is still on it.
-                        Ok(d) if sid.get_untracked() == id => {
-                            let after = d.last_event_id;
-                            chat.show(d);
-                            let browser = chat.browser_retries();
-                            chat.runs
-                                .with_untracked(|rs| chat.restore_tier2(rs, browser));
-                            open(&id, after);
-                        }
-                        Ok(_) => {}
-                        Err(e) => chat.error.set(Some(e.explain())),
-                    }
-                });
-            }
+        if let Some(after) = first.get_value().filter(|_| id == first_id) {
+            open(&id, after);
+            return;
         }
+        first.set_value(None);
+        chat.session.set(None);
+        chat.messages.set(Vec::new());
+        chat.runs.set(Vec::new());
+        chat.error.set(None);
+        leptos::task::spawn_local(async move {
+            let url = snapshot_url(&id);
+            let loaded = fetch_json::<SessionDetail>(api::SESSION.method(), &url, None);
+            match loaded.await {
+                // Only if the operator is still on it.
+                Ok(d) if sid.get_untracked() == id => {
+                    let after = d.last_event_id;
+                    chat.show(d);
+                    open(&id, after);
+                }
+                Ok(_) => {}
+                Err(e) => chat.error.set(Some(e.explain())),
+            }
+        });
     });
     on_cleanup(move || stream.set_value(None));
 }

@@ -3,7 +3,7 @@ use super::{use_hydrated, use_sessions};
 use crate::api;
 use crate::client::{fetch_json, ClientError};
 use crate::clock::{at, at_with_hint, now_ms};
-use crate::page_data::{Loader, PageResource};
+use crate::page_data::take_sessions;
 use crate::wire::{CreateSession, RunStatus, Session, SessionList as List, SessionStatus};
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_navigate};
@@ -15,10 +15,15 @@ const REFRESH_MS: u64 = 3000;
 pub fn SessionList() -> impl IntoView {
     let sessions = use_sessions();
     let error = RwSignal::new(None::<String>);
-    // The first list is in the page the server rendered; the browser refreshes it from there.
-    let loader = Loader::here();
-    let first: PageResource<List> =
-        Resource::new_with_options(|| (), move |_| loader.sessions(), false);
+    // The first list is in the page the server rendered; without it (a page the server
+    // rendered without data), the browser reads it at once. It refreshes from there.
+    let first = take_sessions();
+    let loading = RwSignal::new(first.is_none());
+    match first {
+        Some(Ok(list)) => sessions.0.set(list.sessions),
+        Some(Err(e)) => error.set(Some(e)),
+        None => {}
+    }
     let load = move || {
         leptos::task::spawn_local(async move {
             match fetch_json::<List>(
@@ -34,42 +39,31 @@ pub fn SessionList() -> impl IntoView {
                 }
                 Err(e) => error.set(Some(e.explain())),
             }
+            loading.set(false);
         })
     };
     Effect::new(move |_| {
+        if loading.get_untracked() {
+            load();
+        }
         if let Ok(handle) =
             set_interval_with_handle(load, std::time::Duration::from_millis(REFRESH_MS))
         {
             on_cleanup(move || handle.clear());
         }
     });
-    let seeded = StoredValue::new(false);
-    let list = move || {
-        Suspend::new(async move {
-            let loaded = first.await;
-            // Once: later lists come from the refresh and from the open session's events.
-            if !seeded.get_value() {
-                seeded.set_value(true);
-                match loaded {
-                    Ok(list) => sessions.0.set(list.sessions),
-                    Err(e) => error.set(Some(e)),
-                }
-            }
-            view! { <Entries error/> }
-        })
-    };
     view! {
         <nav class="sidebar" aria-label="Sessions">
             <div class="brand"><a href="/">"Mulligan"</a></div>
             <NewSession/>
-            <Suspense fallback=|| view! { <p class="empty">"Loading sessions…"</p> }>{list}</Suspense>
+            <Entries error loading/>
         </nav>
     }
 }
 
 /// The list's entries, or why there are none.
 #[component]
-fn Entries(error: RwSignal<Option<String>>) -> impl IntoView {
+fn Entries(error: RwSignal<Option<String>>, loading: RwSignal<bool>) -> impl IntoView {
     let sessions = use_sessions();
     let location = use_location();
     let hydrated = use_hydrated();
@@ -111,7 +105,7 @@ fn Entries(error: RwSignal<Option<String>>) -> impl IntoView {
             </For>
         </ul>
         <Show when=move || sessions.0.with(|s| s.is_empty()) && error.get().is_none()>
-            <p class="empty">"No sessions yet."</p>
+            <p class="empty">{move || if loading.get() { "Loading sessions…" } else { "No sessions yet." }}</p>
         </Show>
     }
 }

@@ -96,11 +96,6 @@ pub fn router(state: AppState) -> Router {
         ));
 
     let routes = generate_route_list(app::App);
-    let page_source = {
-        let state = state.clone();
-        move || page::provide_source(&state)
-    };
-    let leptos = state.leptos.clone();
     // `nest` leaves the prefix with a trailing slash to the page fallback: it is the API's.
     let api_root = any(error::no_such_route).layer(middleware::from_fn_with_state(
         state.clone(),
@@ -120,13 +115,11 @@ pub fn router(state: AppState) -> Router {
     router
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
-        .leptos_routes_with_context(&state, routes, page_source.clone(), move || {
-            app::shell(leptos.clone())
-        })
-        .fallback(leptos_axum::file_and_error_handler_with_context::<
-            AppState,
-            _,
-        >(page_source, app::shell))
+        // Each page with its first data (`page.rs`).
+        .leptos_routes_with_handler(routes, page::render)
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            app::shell,
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::cookie_from_query,

@@ -1,41 +1,59 @@
-//! The page's first data: the signed-in operator's session list and open session, read from
-//! the engine while the server renders the page (`app::page_data`), so the first HTML shows
-//! them and the browser hydrates from there without asking again.
+//! The page's first data: the signed-in operator's session list and, on a session's page, its
+//! snapshot, read from the engine before the page renders and written into it
+//! (`app::page_data`), so the first HTML shows them and the browser hydrates from there.
 use super::auth::{presented_token, token_matches};
 use super::AppState;
-use crate::engine::Engine;
-use app::page_data::{futures_box::BoxFuture, Loaded, PageSource, Source};
-use app::wire::{SessionDetail, SessionList};
-use leptos::prelude::{provide_context, use_context};
-use std::sync::Arc;
+use app::page_data::{Loaded, PageData};
+use app::wire::SessionList;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::Request;
+use axum::response::Response;
+use leptos::prelude::provide_context;
 
-/// Per request, while the page renders: the page source when the request carries the
-/// operator's token (the cookie `/?token=` set), else none, and the page says to sign in.
-pub fn provide_source(state: &AppState) {
-    let Some(parts) = use_context::<axum::http::request::Parts>() else {
-        return;
+/// What a page rendered without the operator's cookie says (as the API's refusal does).
+const SIGNED_OUT: &str = "Not signed in: open the URL that `mulligan serve` printed.";
+
+/// Renders a page of the app with its first data.
+pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Response {
+    let signed_in = presented_token(req.headers()).is_some_and(|t| token_matches(t, &state.token));
+    let session_id = req
+        .uri()
+        .path()
+        .strip_prefix("/s/")
+        .filter(|id| !id.is_empty() && !id.contains('/'))
+        .map(str::to_string);
+    let data = match signed_in {
+        true => load(&state, session_id).await,
+        false => PageData {
+            sessions: Some(Err(SIGNED_OUT.into())),
+            session: session_id.map(|_| Err(SIGNED_OUT.into())),
+        },
     };
-    if presented_token(&parts.headers).is_some_and(|t| token_matches(t, &state.token)) {
-        provide_context(Source(Arc::new(EngineSource(state.engine.clone()))));
-    }
+    let options = state.leptos.clone();
+    let handler = leptos_axum::render_app_to_stream_with_context(
+        move || provide_context(data.clone()),
+        move || app::shell(options.clone()),
+    );
+    handler(req).await
 }
 
-/// The page reads what `GET /sessions` and `GET /sessions/{id}` answer.
-struct EngineSource(Engine);
-
-impl PageSource for EngineSource {
-    fn sessions(&self) -> BoxFuture<Loaded<SessionList>> {
-        let engine = self.0.clone();
-        Box::pin(async move {
-            let page = crate::store::SessionPage::new(None, None).map_err(explain)?;
-            let sessions = engine.sessions(&page).await.map_err(explain)?;
-            Ok(SessionList { sessions })
-        })
+/// The list, and the snapshot of the session whose page it is.
+async fn load(state: &AppState, session_id: Option<String>) -> PageData {
+    let engine = &state.engine;
+    let sessions: Loaded<SessionList> = async {
+        let page = crate::store::SessionPage::new(None, None).map_err(explain)?;
+        let sessions = engine.sessions(&page).await.map_err(explain)?;
+        Ok(SessionList { sessions })
     }
-
-    fn session(&self, id: String) -> BoxFuture<Loaded<SessionDetail>> {
-        let engine = self.0.clone();
-        Box::pin(async move { engine.snapshot(&id, true).await.map_err(explain) })
+    .await;
+    let session = match session_id {
+        Some(id) => Some(engine.snapshot(&id, true).await.map_err(explain)),
+        None => None,
+    };
+    PageData {
+        sessions: Some(sessions),
+        session,
     }
 }
 
