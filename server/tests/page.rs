@@ -12,6 +12,13 @@ async fn page(server: &TestServer, path: &str, signed_in: bool) -> (u16, String)
         req = req.header("cookie", format!("mulligan_token={}", server.token));
     }
     let r = req.send().await.unwrap();
+    // It shows the operator's sessions: no other site may frame it.
+    assert_eq!(r.headers()["x-frame-options"], "DENY", "{path}");
+    assert_eq!(
+        r.headers()["content-security-policy"],
+        "frame-ancestors 'none'",
+        "{path}"
+    );
     (r.status().as_u16(), r.text().await.unwrap())
 }
 

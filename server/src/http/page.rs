@@ -7,7 +7,7 @@ use app::page_data::{Loaded, PageData};
 use app::wire::SessionList;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::Request;
+use axum::http::{header, HeaderValue, Request};
 use axum::response::Response;
 use leptos::prelude::provide_context;
 
@@ -35,7 +35,15 @@ pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Respon
         move || provide_context(data.clone()),
         move || app::shell(options.clone()),
     );
-    handler(req).await
+    let mut res = handler(req).await;
+    // The page shows the operator's sessions: no other site may frame it (clickjacking).
+    let headers = res.headers_mut();
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    res
 }
 
 /// The list, and the snapshot of the session whose page it is.
