@@ -1,7 +1,7 @@
 //! The store's own guarantees, on SQLite or (with `MULLIGAN_TEST_DATABASE=postgres`) PostgreSQL.
 use testkit as common;
 
-use app::wire::{AutoRetry, MessageStatus, ProvenanceKind, RunStatus};
+use app::wire::{AutoRetry, MessageStatus, ProvenanceKind, RunStatus, SessionId};
 use server::store::{EndBy, NewRun, Outcome, Started, Store};
 
 async fn open(tag: &str) -> Store {
@@ -98,7 +98,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         .create_session("t", "demo", None, "hash-start", AutoRetry::Off, &[])
         .await
         .unwrap();
-    let sid = session.id.as_str();
+    let sid = &session.id;
     let first = store
         .dispatch(NewRun::prompt(sid, "one"), Some("i-a"))
         .await
@@ -149,7 +149,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
     assert!(store.start_next(sid, "i-a").await.unwrap().is_none());
 
     let missing = store
-        .dispatch(NewRun::prompt("s_missing", "hello"), Some("i-a"))
+        .dispatch(NewRun::prompt(&"s_missing".into(), "hello"), Some("i-a"))
         .await
         .unwrap_err();
     assert!(
@@ -168,7 +168,7 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
         .await
         .unwrap();
     fn run<'a>(
-        session_id: &'a str,
+        session_id: &'a SessionId,
         anchor: Option<&'a str>,
         new: Option<&'a str>,
         kind: Option<ProvenanceKind>,
@@ -187,7 +187,7 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
             ..NewRun::prompt(session_id, "")
         }
     }
-    let sid = session.id.as_str();
+    let sid = &session.id;
     let prompt = store
         .dispatch(run(sid, None, Some("go"), None), None)
         .await
@@ -222,7 +222,7 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
 #[tokio::test]
 async fn descent_is_found_by_walking_up_the_family() {
     let store = open("store-descent").await;
-    let new = |parent: Option<String>, hash: &'static str| {
+    let new = |parent: Option<SessionId>, hash: &'static str| {
         let store = &store;
         async move {
             let s = store
@@ -237,7 +237,7 @@ async fn descent_is_found_by_walking_up_the_family() {
     let grandchild = new(Some(child.clone()), "h-grandchild").await;
     let other = new(None, "h-other").await;
     let is = |a: &str, b: &str| {
-        let (a, b) = (a.to_string(), b.to_string());
+        let (a, b) = (SessionId::from(a), SessionId::from(b));
         let store = &store;
         async move { store.is_descendant(&a, &b).await.unwrap() }
     };

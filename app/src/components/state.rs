@@ -220,7 +220,7 @@ impl Chat {
     }
 
     /// The open session's id, once loaded.
-    pub fn session_id(&self) -> Option<String> {
+    pub fn session_id(&self) -> Option<crate::wire::SessionId> {
         self.session
             .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
     }

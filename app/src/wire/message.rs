@@ -1,6 +1,6 @@
 //! Messages: operator prompts and agent replies, and the bodies that post or regenerate them.
 use super::text::words;
-use super::{Millis, Part, Provenance, RetryClassification};
+use super::{Millis, Part, Provenance, RetryClassification, SessionId};
 use serde::{Deserialize, Serialize};
 
 words! {
@@ -29,7 +29,8 @@ words! {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Message {
     pub id: String,
-    pub session_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub session_id: SessionId,
     pub role: Role,
     pub content: String,
     #[cfg_attr(feature = "openapi", schema(value_type = i64))]

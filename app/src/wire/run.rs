@@ -1,6 +1,6 @@
 //! Runs: one execution of a turn, its Tier 1 attempts, its classification and provenance.
 use super::text::words;
-use super::Millis;
+use super::{Millis, SessionId};
 use serde::{Deserialize, Serialize};
 
 words! {
@@ -94,7 +94,8 @@ words! {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Run {
     pub id: String,
-    pub session_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub session_id: SessionId,
     pub anchor_message_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_message_id: Option<String>,

@@ -47,7 +47,7 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
                 ..CreateSession::default()
             };
             let a = call(&client, &api::CREATE_SESSION, &[], Some(&body)).await?;
-            let id = a.value.session.id.clone();
+            let id = a.value.session.id.to_string();
             (a.raw, id)
         }
         Command::Send { session, text, .. } => {

@@ -83,7 +83,7 @@ impl Engine {
         let start = guard
             .as_ref()
             .and(self.owner())
-            .map(|owner| (session_id.as_str(), owner));
+            .map(|owner| (session_id, owner));
         let ended = self
             .store()
             .end_run(&run.id, outcome, EndBy::Owner, start)

@@ -5,6 +5,7 @@ use crate::error::Result;
 use crate::run::{Active, RunTask};
 use crate::store::Started;
 use app::wire::Event;
+use app::wire::SessionId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,13 +15,13 @@ pub const PUMP_EVERY: Duration = Duration::from_secs(3);
 impl Engine {
     /// Lets the prompts held behind a failed turn go on (in order; answers their ids). They
     /// are newer turns: the failed turn's waiting background retry ends.
-    pub async fn release(&self, session_id: &str) -> Result<Vec<String>> {
-        let (engine, session_id) = (self.clone(), session_id.to_string());
+    pub async fn release(&self, session_id: &SessionId) -> Result<Vec<String>> {
+        let (engine, session_id) = (self.clone(), session_id.clone());
         self.carried(async move { engine.release_held(&session_id).await })
             .await
     }
 
-    async fn release_held(&self, session_id: &str) -> Result<Vec<String>> {
+    async fn release_held(&self, session_id: &SessionId) -> Result<Vec<String>> {
         self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
         let released = self.store().release_held(session_id).await?;
@@ -78,7 +79,7 @@ impl Engine {
     /// (Boxed with an explicit `Send`: a run's task → finish → pump is a cycle of futures.)
     pub(super) fn pump<'a>(
         &'a self,
-        session_id: &'a str,
+        session_id: &'a SessionId,
     ) -> futures::future::BoxFuture<'a, Result<Option<String>>> {
         Box::pin(async move {
             let Some(owner) = self.owner() else {
@@ -120,7 +121,7 @@ impl Engine {
     }
 
     /// Starts the session's next run under its lock.
-    pub(super) async fn start_next(&self, session_id: &str) -> Result<()> {
+    pub(super) async fn start_next(&self, session_id: &SessionId) -> Result<()> {
         let _guard = self.lock(session_id).await?;
         self.pump(session_id).await.map(|_| ())
     }

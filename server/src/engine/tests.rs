@@ -7,6 +7,7 @@ use super::{Engine, EngineConfig};
 use crate::events::EventHub;
 use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
 use crate::store::Store;
+use app::wire::SessionId;
 use app::wire::{AutoRetry, RetryClass, Run, RunStatus};
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -150,7 +151,7 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
     assert_eq!(run.status, RunStatus::Completed, "the session goes on");
 }
 
-async fn session(engine: &Engine, auto_retry: AutoRetry) -> String {
+async fn session(engine: &Engine, auto_retry: AutoRetry) -> SessionId {
     engine
         .store()
         .create_session("t", "m", None, "hash", auto_retry, &[])
@@ -160,7 +161,7 @@ async fn session(engine: &Engine, auto_retry: AutoRetry) -> String {
 }
 
 /// Records a background retry of `run_id` waiting in the session, due in a minute.
-async fn leave_retry_waiting(engine: &Engine, sid: &str, run_id: &str) {
+async fn leave_retry_waiting(engine: &Engine, sid: &SessionId, run_id: &str) {
     let waiting = app::wire::WaitingRetry {
         attempt: 1,
         fires_at: crate::clock::now_ms() + 60_000,

@@ -35,7 +35,7 @@ impl PageSource for EngineSource {
 
     fn session(&self, id: String) -> BoxFuture<Loaded<SessionDetail>> {
         let engine = self.0.clone();
-        Box::pin(async move { engine.snapshot(&id, true).await.map_err(explain) })
+        Box::pin(async move { engine.snapshot(&id.into(), true).await.map_err(explain) })
     }
 }
 

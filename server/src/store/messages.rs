@@ -1,6 +1,7 @@
 //! Messages: a session's messages, one message, a run's conversation (its history), and
 //! the batched saves of streaming replies.
 use super::*;
+use app::wire::SessionId;
 
 /// One message of a run's conversation, as [`Store::history`] reads it.
 #[derive(Clone, Debug, PartialEq)]
@@ -15,14 +16,14 @@ pub struct HistoryEntry {
 impl Store {
     pub async fn messages(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         include_superseded: bool,
     ) -> Result<Vec<Message>> {
         with_pool!(self, |pool| {
             let rows = sqlx::query(&format!(
                 "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = $1 ORDER BY m.seq"
             ))
-            .bind(session_id)
+            .bind(session_id.as_str())
             .fetch_all(pool)
             .await?;
             Ok(rows
@@ -34,13 +35,13 @@ impl Store {
     }
 
     /// The session's reply that is streaming now, if any (as last saved, with its `delta_seq`).
-    pub async fn streaming_reply(&self, session_id: &str) -> Result<Option<Message>> {
+    pub async fn streaming_reply(&self, session_id: &SessionId) -> Result<Option<Message>> {
         with_pool!(self, |pool| {
             let row = sqlx::query(&format!(
                 "SELECT {MESSAGE_COLUMNS} FROM messages m
                  WHERE m.session_id = $1 AND m.status = 'streaming' ORDER BY m.seq DESC LIMIT 1"
             ))
-            .bind(session_id)
+            .bind(session_id.as_str())
             .fetch_optional(pool)
             .await?;
             Ok(row.as_ref().map(rows::message))

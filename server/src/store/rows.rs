@@ -154,7 +154,7 @@ pub fn message(row: &impl Get) -> Message {
     let status = opt_word(row, "status", MessageStatus::Failed);
     Message {
         id: row.text("id"),
-        session_id: row.text("session_id"),
+        session_id: row.text("session_id").into(),
         role: word(row, "role", Role::Agent),
         content: row.text("content"),
         created_at: row.int("created_at"),
@@ -198,7 +198,7 @@ pub fn session_call(row: &impl Get) -> super::SessionCall {
 pub fn run(row: &impl Get) -> Run {
     Run {
         id: row.text("id"),
-        session_id: row.text("session_id"),
+        session_id: row.text("session_id").into(),
         anchor_message_id: row.text("anchor_message_id"),
         reply_message_id: row.opt_text("reply_message_id"),
         status: word(row, "status", RunStatus::Failed),

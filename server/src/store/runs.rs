@@ -3,11 +3,12 @@
 use super::script::{Arg, Run as _, Script};
 use super::starts::{self, Started};
 use super::*;
+use app::wire::SessionId;
 use std::sync::LazyLock;
 
 /// A run to queue: on a new operator message (a prompt, a continuation) or on an existing one.
 pub struct NewRun<'a> {
-    pub session_id: &'a str,
+    pub session_id: &'a SessionId,
     /// Let the prompts held behind an earlier failure go first (an operator's new prompt).
     pub release_held: bool,
     /// The content of a new operator message to anchor on.
@@ -24,7 +25,7 @@ pub struct NewRun<'a> {
 
 impl<'a> NewRun<'a> {
     /// An operator's prompt: a new message, answered by its first run.
-    pub fn prompt(session_id: &'a str, content: &'a str) -> NewRun<'a> {
+    pub fn prompt(session_id: &'a SessionId, content: &'a str) -> NewRun<'a> {
         NewRun {
             session_id,
             release_held: true,
@@ -198,7 +199,7 @@ pub struct Outcome {
 
 /// A foreign-key violation on a row of `session_id` is its session missing (the one key such
 /// an insert refers to that no caller has checked); anything else is the database failing.
-fn missing_session(e: sqlx::Error, session_id: &str) -> StoreError {
+fn missing_session(e: sqlx::Error, session_id: &SessionId) -> StoreError {
     match StoreError::from(e) {
         e if e.constraint() == Some(Constraint::ForeignKey) => {
             StoreError::not_found("session", session_id)
@@ -346,7 +347,7 @@ impl Store {
         run_id: &str,
         o: &Outcome,
         by: EndBy,
-        start: Option<(&str, &str)>,
+        start: Option<(&SessionId, &str)>,
     ) -> Result<Option<Finished>> {
         let now = now_ms();
         let (retryable, class, until) = retry_columns(&o.retry);
@@ -440,10 +441,10 @@ impl Store {
     }
 
     /// Lets every held prompt of the session go on; answers the released runs, in order.
-    pub async fn release_held(&self, session_id: &str) -> Result<Vec<Run>> {
+    pub async fn release_held(&self, session_id: &SessionId) -> Result<Vec<Run>> {
         with_writer!(self, |pool| {
             let rows = sqlx::query(RELEASE_HELD)
-                .bind(session_id)
+                .bind(session_id.as_str())
                 .fetch_all(pool)
                 .await?;
             Ok(released_in_order(&rows))

@@ -4,6 +4,7 @@
 use super::{rows, LoggedEvent, Pool, Store};
 use super::{Result, StoreError};
 use app::wire::Run;
+use app::wire::SessionId;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::Row;
 use std::time::Duration;
@@ -150,7 +151,7 @@ async fn try_lock(pool: &PgPool, session_id: &str, holder: &str) -> sqlx::Result
 
 /// A try whose waiter may be dropped at any point (a client hanging up): the statement runs
 /// in a task of its own, and a lock it took for a waiter who is gone is released at once.
-async fn try_lock_detached(pool: &PgPool, session_id: &str, holder: &str) -> Result<bool> {
+async fn try_lock_detached(pool: &PgPool, session_id: &SessionId, holder: &str) -> Result<bool> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (pool, sid, who) = (pool.clone(), session_id.to_string(), holder.to_string());
     tokio::spawn(async move {
@@ -201,7 +202,7 @@ impl Store {
     /// statement, polled with a backoff (2 ms doubling to 50 ms).
     pub async fn lock_session(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         deadline: tokio::time::Instant,
     ) -> Result<Option<SessionLock>> {
         let Pool::Postgres(pool) = &self.pool else {

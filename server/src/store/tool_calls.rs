@@ -5,6 +5,7 @@ use super::rows::Get;
 use super::{with_pool, with_writer, Pool, Store};
 use super::{Result, StoreError};
 use crate::clock::now_ms;
+use app::wire::SessionId;
 use app::wire::{Message, Part, Role, ToolCall, ToolCallStatus};
 use std::collections::HashMap;
 
@@ -164,11 +165,11 @@ impl Store {
     /// Every recorded call of a session's messages, by message, in the order asked for.
     pub async fn tool_calls_of_session(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<HashMap<String, Vec<RecordedCall>>> {
         let rows: Vec<RecordedCall> = with_pool!(self, |pool| {
             sqlx::query("SELECT * FROM tool_calls WHERE session_id = $1 ORDER BY message_id, ord")
-                .bind(session_id)
+                .bind(session_id.as_str())
                 .fetch_all(pool)
                 .await?
                 .iter()
@@ -196,7 +197,7 @@ impl Store {
     }
 
     /// Fills `parts` of the agent messages that made tool calls (one query per session).
-    pub async fn with_parts(&self, session_id: &str, messages: &mut [Message]) -> Result<()> {
+    pub async fn with_parts(&self, session_id: &SessionId, messages: &mut [Message]) -> Result<()> {
         if !messages.iter().any(|m| m.role == Role::Agent) {
             return Ok(());
         }
