@@ -5,7 +5,7 @@
 //! moving an instance's heartbeat back.
 use testkit as common;
 
-use app::wire::{AutoRetry, RunStatus, ToolCall, ToolCallStatus};
+use app::wire::{AutoRetry, RunId, RunStatus, ToolCall, ToolCallStatus};
 use common::{fresh_postgres_database, on_postgres, postgres_url};
 use server::store::{EndBy, NewRun, NewToolCall, Outcome, Started, Store};
 
@@ -60,7 +60,7 @@ impl Db {
     /// Records `run_id`'s end as `by` would: the ended run, or `None` when refused.
     async fn end(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         status: RunStatus,
         text: &str,
         by: EndBy,
@@ -73,7 +73,7 @@ impl Db {
     }
 
     /// The ids of the runs any instance may take over now.
-    async fn orphan_ids(&self) -> Vec<String> {
+    async fn orphan_ids(&self) -> Vec<RunId> {
         let orphans = self.store.orphaned_runs().await.unwrap();
         orphans.into_iter().map(|r| r.id).collect()
     }

@@ -489,7 +489,7 @@ async fn an_instance_whose_lease_lapsed_executes_no_tool() {
     assert_ne!(run.status, RunStatus::Completed, "{run:?}");
     assert_eq!(run.tools_executed, 0, "a tool ran without a lease: {run:?}");
     let recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tool_calls WHERE run_id = $1")
-        .bind(&sent.run_id)
+        .bind(sent.run_id.as_str())
         .fetch_one(&pool)
         .await
         .unwrap();

@@ -226,7 +226,7 @@ impl Chat {
     }
 
     /// Cancels a run (Stop); a refusal goes to `error`.
-    pub fn stop_run(&self, run_id: String, error: RwSignal<Option<String>>) {
+    pub fn stop_run(&self, run_id: crate::wire::RunId, error: RwSignal<Option<String>>) {
         let Some(sid) = self.session_id() else { return };
         let this = *self;
         leptos::task::spawn_local(async move {

@@ -1,11 +1,12 @@
 //! Server-Sent Events: each event's `event:` name and its `data:` JSON.
-use super::{Message, Run, Session, ToolCallEvent};
+use super::{Message, Run, RunId, Session, ToolCallEvent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Delta {
-    pub run_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub run_id: RunId,
     pub message_id: String,
     pub seq: u64,
     pub text: String,
@@ -17,7 +18,8 @@ pub struct Delta {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptEvent {
-    pub run_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub run_id: RunId,
     pub n: u32,
     pub retry_in_ms: i64,
     pub reason: String,

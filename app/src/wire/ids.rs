@@ -118,6 +118,8 @@ macro_rules! ids {
 ids! {
     /// A session's id.
     SessionId;
+    /// A run's id.
+    RunId;
 }
 
 #[cfg(test)]

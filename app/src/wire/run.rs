@@ -1,6 +1,6 @@
 //! Runs: one execution of a turn, its Tier 1 attempts, its classification and provenance.
 use super::text::words;
-use super::{Millis, SessionId};
+use super::{Millis, RunId, SessionId};
 use serde::{Deserialize, Serialize};
 
 words! {
@@ -93,7 +93,8 @@ words! {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Run {
-    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: RunId,
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub session_id: SessionId,
     pub anchor_message_id: String,
@@ -104,7 +105,8 @@ pub struct Run {
     pub attempt: u32,
     pub tier1_attempts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held_by: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub held_by: Option<RunId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,7 +151,8 @@ impl Run {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunSummary {
-    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: RunId,
     pub status: RunStatus,
     pub kind: RunKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -215,7 +218,8 @@ pub struct RunDetail {
 pub struct RetryReceipt {
     /// `<prompt id>~resume-<n>`: which attempt of which prompt this is.
     pub prompt_id: String,
-    pub run_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub run_id: RunId,
     pub kind: RunKind,
 }
 
@@ -223,5 +227,6 @@ pub struct RetryReceipt {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Released {
-    pub released: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub released: Vec<RunId>,
 }

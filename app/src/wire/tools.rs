@@ -1,6 +1,6 @@
 //! CONTRACT §6 wire types: the parts of an agent's reply, its tool calls, and the tool
 //! sources a session can use.
-use super::Millis;
+use super::{Millis, RunId};
 use serde::{Deserialize, Serialize};
 
 /// One part of an agent message, in the order it happened.
@@ -75,7 +75,8 @@ pub const MAX_TOOL_RESULT_BYTES: usize = 16 * 1024;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCallEvent {
-    pub run_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub run_id: RunId,
     pub message_id: String,
     pub call: ToolCall,
 }

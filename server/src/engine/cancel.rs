@@ -3,6 +3,7 @@
 use super::Engine;
 use crate::error::{Error, Kind, Result};
 use crate::store::{EndBy, Outcome};
+use app::wire::RunId;
 use app::wire::SessionId;
 use app::wire::{Event, Run, RunStatus};
 use std::time::Duration;
@@ -10,9 +11,9 @@ use std::time::Duration;
 impl Engine {
     /// Stops a queued or running run; it ends `cancelled`, whatever the provider says after.
     /// A run stopped before it started is counted here (the runner counts the ones it ran).
-    pub async fn cancel(&self, session_id: &SessionId, run_id: &str) -> Result<Run> {
+    pub async fn cancel(&self, session_id: &SessionId, run_id: &RunId) -> Result<Run> {
         let engine = self.clone();
-        let (session_id, run_id) = (session_id.clone(), run_id.to_string());
+        let (session_id, run_id) = (session_id.clone(), run_id.clone());
         self.carried(async move {
             let run = engine.cancel_run(&session_id, &run_id).await?;
             crate::metrics::metrics().cancelled_before_start(&run);
@@ -21,7 +22,7 @@ impl Engine {
         .await
     }
 
-    async fn cancel_run(&self, session_id: &SessionId, run_id: &str) -> Result<Run> {
+    async fn cancel_run(&self, session_id: &SessionId, run_id: &RunId) -> Result<Run> {
         let run = self.store().run(run_id).await?;
         if run.session_id != *session_id {
             return Err(Error::not_found("run", run_id));

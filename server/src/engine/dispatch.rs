@@ -8,7 +8,8 @@ use crate::metrics::metrics;
 use crate::store::{Dispatched, NewRun};
 use app::wire::SessionId;
 use app::wire::{
-    ErrorCode, Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunKind, RunStatus,
+    ErrorCode, Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunId, RunKind,
+    RunStatus,
 };
 
 impl Engine {
@@ -92,15 +93,15 @@ impl Engine {
         &self,
         session_id: &SessionId,
         mid: &str,
-        if_last_run: Option<&str>,
+        if_last_run: Option<&RunId>,
         manual: bool,
     ) -> Result<Receipt> {
         let engine = self.clone();
         let (session_id, mid) = (session_id.clone(), mid.to_string());
-        let if_last_run = if_last_run.map(str::to_string);
+        let if_last_run = if_last_run.cloned();
         self.carried(async move {
             engine
-                .regenerate_counted(&session_id, &mid, if_last_run.as_deref(), manual)
+                .regenerate_counted(&session_id, &mid, if_last_run.as_ref(), manual)
                 .await
         })
         .await
@@ -110,7 +111,7 @@ impl Engine {
         &self,
         session_id: &SessionId,
         mid: &str,
-        if_last_run: Option<&str>,
+        if_last_run: Option<&RunId>,
         manual: bool,
     ) -> Result<Receipt> {
         if if_last_run.is_some() && !manual {
@@ -146,7 +147,7 @@ impl Engine {
         &self,
         session_id: &SessionId,
         mid: &str,
-        if_last_run: Option<&str>,
+        if_last_run: Option<&RunId>,
         manual: bool,
     ) -> Result<Receipt> {
         let anchor = self.store().message(mid).await?;
@@ -170,7 +171,7 @@ impl Engine {
         let latest = self.store().latest_run_for(mid).await?;
         if let Some(expected) = if_last_run {
             let fresh = latest.as_ref().is_some_and(|r| {
-                r.id == expected
+                r.id == *expected
                     && match r.status {
                         RunStatus::Failed => true,
                         RunStatus::Completed | RunStatus::Cancelled => manual,

@@ -50,7 +50,7 @@ struct Inner {
     /// This instance's id: the owner recorded on the runs it executes.
     instance: String,
     locks: locks::Locks,
-    active: Mutex<HashMap<String, Active>>,
+    active: Mutex<HashMap<app::wire::RunId, Active>>,
     tasks: TaskTracker,
     /// Cancelled when the server stops: runners record their run as interrupted.
     stopping: CancellationToken,

@@ -37,6 +37,7 @@ pub use retention::SHARED_PRUNE_GRACE;
 
 use crate::store::Store;
 use app::wire::Event;
+use app::wire::RunId;
 use app::wire::SessionId;
 use channels::{channel, deliver, sweep, Inner};
 use follower::follow;
@@ -186,7 +187,7 @@ impl EventHub {
     }
 
     /// A streaming reply's text and delta count as the shared log has delivered them here.
-    pub fn mirrored_text(&self, run_id: &str) -> Option<(String, u64)> {
+    pub fn mirrored_text(&self, run_id: &RunId) -> Option<(String, u64)> {
         self.inner
             .lock()
             .expect("event hub lock")

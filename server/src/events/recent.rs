@@ -128,7 +128,7 @@ struct DeltaFields<'a> {
 impl Kept {
     fn render(&self) -> (Frame, std::ops::Range<usize>) {
         let delta = Event::Delta(Delta {
-            run_id: self.run.run_id.to_string(),
+            run_id: self.run.run_id.to_string().into(),
             message_id: self.run.message_id.to_string(),
             seq: self.seq,
             text: self.text.to_string(),

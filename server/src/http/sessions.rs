@@ -104,7 +104,7 @@ pub async fn regenerate(
     let body = body.map(|ApiJson(b)| b).unwrap_or_default();
     let receipt = state
         .engine
-        .regenerate(&sid, &mid, body.if_last_run.as_deref(), body.manual)
+        .regenerate(&sid, &mid, body.if_last_run.as_ref(), body.manual)
         .await?;
     Ok((StatusCode::ACCEPTED, Json(receipt)))
 }

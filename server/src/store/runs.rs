@@ -3,6 +3,7 @@
 use super::script::{Arg, Run as _, Script};
 use super::starts::{self, Started};
 use super::*;
+use app::wire::RunId;
 use app::wire::SessionId;
 use std::sync::LazyLock;
 
@@ -221,10 +222,10 @@ fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>
 
 impl Store {
     /// Records that a run's conversation was compacted after a context overflow.
-    pub async fn mark_compacted(&self, run_id: &str) -> Result<()> {
+    pub async fn mark_compacted(&self, run_id: &RunId) -> Result<()> {
         with_writer!(self, |pool| {
             sqlx::query("UPDATE runs SET compacted = TRUE WHERE id = $1")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .execute(pool)
                 .await?;
             Ok(())
@@ -327,7 +328,7 @@ impl Store {
     /// [`Store::end_run`] starting nothing: the ended run and its reply.
     pub async fn finish_run(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         o: &Outcome,
         by: EndBy,
     ) -> Result<Option<(Run, Option<Message>)>> {
@@ -344,7 +345,7 @@ impl Store {
     /// (returns `None`, nothing starts).
     pub async fn end_run(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         o: &Outcome,
         by: EndBy,
         start: Option<(&SessionId, &str)>,
@@ -425,7 +426,7 @@ impl Store {
 
     /// Records the operator's cancel of Tier 2 on a failed run (the first time wins; a repeat
     /// answers the run as it is). `None` when the run is not `failed`.
-    pub async fn dismiss_retry(&self, run_id: &str) -> Result<Option<Run>> {
+    pub async fn dismiss_retry(&self, run_id: &RunId) -> Result<Option<Run>> {
         with_writer!(self, |pool| {
             let row = sqlx::query(
                 "UPDATE runs SET retry_dismissed_at = COALESCE(retry_dismissed_at, $1)
@@ -433,7 +434,7 @@ impl Store {
              RETURNING *",
             )
             .bind(now_ms())
-            .bind(run_id)
+            .bind(run_id.as_str())
             .fetch_optional(pool)
             .await?;
             Ok(row.as_ref().map(rows::run))

@@ -19,6 +19,12 @@ impl From<&app::wire::SessionId> for Arg {
     }
 }
 
+impl From<&app::wire::RunId> for Arg {
+    fn from(v: &app::wire::RunId) -> Arg {
+        Arg::Text(Some(v.to_string()))
+    }
+}
+
 impl From<&str> for Arg {
     fn from(v: &str) -> Arg {
         Arg::Text(Some(v.to_string()))

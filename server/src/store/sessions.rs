@@ -1,6 +1,7 @@
 //! Sessions: create, read, list (paged, with each one's last run), rename, tool sources,
 //! and the waiting background retry.
 use super::*;
+use app::wire::RunId;
 use app::wire::SessionId;
 
 /// A session row as the server sees it (the wire `Session` plus what never leaves it).
@@ -11,7 +12,7 @@ pub struct SessionRecord {
     /// The last background retry's number (kept after it fires).
     pub retry_attempt: u32,
     /// The failed run the waiting background retry is for (`None` when none waits).
-    pub retry_run_id: Option<String>,
+    pub retry_run_id: Option<RunId>,
 }
 
 /// Ends session $1's waiting background retry, if one waits (its attempt number stays).
@@ -105,7 +106,7 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
         agent_token_hash: row.text("agent_token_hash"),
         tokens_used: row.int("tokens_used"),
         retry_attempt: row.int("retry_attempt") as u32,
-        retry_run_id: row.opt_text("retry_run_id"),
+        retry_run_id: row.opt_text("retry_run_id").map(RunId::from),
     }
 }
 
@@ -287,7 +288,7 @@ impl Store {
     pub async fn set_waiting_retry(
         &self,
         session_id: &SessionId,
-        run_id: &str,
+        run_id: &RunId,
         w: &WaitingRetry,
     ) -> Result<()> {
         with_writer!(self, |pool| {
@@ -299,7 +300,7 @@ impl Store {
             .bind(w.attempt as i64)
             .bind(w.fires_at)
             .bind(w.reason.as_str())
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(session_id.as_str())
             .execute(pool)
             .await?;

@@ -4,6 +4,7 @@
 use super::{rows, LoggedEvent, Pool, Store};
 use super::{Result, StoreError};
 use app::wire::Run;
+use app::wire::RunId;
 use app::wire::SessionId;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::Row;
@@ -375,7 +376,7 @@ impl Store {
     /// Whether run `run_id` is still `running` as `owner`'s, under the epoch it was started
     /// with: its lease may have lapsed for a while, but no one took it over (always true on
     /// SQLite, where nothing fences).
-    pub async fn still_owned(&self, run_id: &str, owner: &str) -> Result<bool> {
+    pub async fn still_owned(&self, run_id: &RunId, owner: &str) -> Result<bool> {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(true);
         };
@@ -384,7 +385,7 @@ impl Store {
              WHERE r.id = $1 AND r.owner = $2 AND r.status = 'running'
                AND i.epoch = COALESCE(r.owner_epoch, 0)",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .bind(owner)
         .fetch_optional(pool)
         .await?;
@@ -409,18 +410,18 @@ impl Store {
     }
 
     /// Asks the instance executing a run to stop it: a flag it polls and a notification.
-    pub async fn request_cancel(&self, run_id: &str) -> Result<()> {
+    pub async fn request_cancel(&self, run_id: &RunId) -> Result<()> {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(());
         };
         let mut tx = pool.begin().await?;
         sqlx::query("UPDATE runs SET cancel_requested = TRUE WHERE id = $1")
-            .bind(run_id)
+            .bind(run_id.as_str())
             .execute(&mut *tx)
             .await?;
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CANCEL_CHANNEL)
-            .bind(run_id)
+            .bind(run_id.as_str())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -428,15 +429,16 @@ impl Store {
     }
 
     /// Running runs of `owner` that someone asked to stop.
-    pub async fn cancels_requested(&self, owner: &str) -> Result<Vec<String>> {
+    pub async fn cancels_requested(&self, owner: &str) -> Result<Vec<RunId>> {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(Vec::new());
         };
-        Ok(sqlx::query_scalar(
+        let ids: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM runs WHERE owner = $1 AND status = 'running' AND cancel_requested",
         )
         .bind(owner)
         .fetch_all(pool)
-        .await?)
+        .await?;
+        Ok(ids.into_iter().map(RunId::from).collect())
     }
 }

@@ -5,6 +5,7 @@ use super::rows::Get;
 use super::{with_pool, with_writer, Pool, Store};
 use super::{Result, StoreError};
 use crate::clock::now_ms;
+use app::wire::RunId;
 use app::wire::SessionId;
 use app::wire::{Message, Part, Role, ToolCall, ToolCallStatus};
 use std::collections::HashMap;
@@ -121,7 +122,7 @@ impl Store {
     pub async fn tool_call_ended(
         &self,
         call: &ToolCall,
-        run_id: &str,
+        run_id: &RunId,
         not_sent: bool,
     ) -> Result<()> {
         let sql: &'static str = if self.is_shared() {
@@ -153,7 +154,7 @@ impl Store {
                     "UPDATE runs SET tools_executed = tools_executed - 1
                      WHERE id = $1 AND tools_executed > 0",
                 )
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .execute(&mut *tx)
                 .await?;
             }
