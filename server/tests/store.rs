@@ -1,7 +1,7 @@
 //! The store's own guarantees, on SQLite or (with `MULLIGAN_TEST_DATABASE=postgres`) PostgreSQL.
 use testkit as common;
 
-use app::wire::{AutoRetry, MessageStatus, ProvenanceKind, RunStatus, SessionId};
+use app::wire::{AutoRetry, MessageId, MessageStatus, ProvenanceKind, RunStatus, SessionId};
 use server::store::{EndBy, NewRun, Outcome, Started, Store};
 
 async fn open(tag: &str) -> Store {
@@ -34,7 +34,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         .expect("the queued run starts");
     assert_eq!(run.id, queued.id);
     assert_eq!(reply.run_id.as_deref(), Some(run.id.as_str()));
-    let save = |text: &str, seq: u64| vec![(reply.id.clone(), text.to_string(), seq)];
+    let save = |text: &str, seq: u64| vec![(reply.id.to_string(), text.to_string(), seq)];
 
     store.save_reply_texts(&save("a b", 2)).await.unwrap();
     store.save_reply_texts(&save("a", 1)).await.unwrap();
@@ -169,13 +169,13 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
         .unwrap();
     fn run<'a>(
         session_id: &'a SessionId,
-        anchor: Option<&'a str>,
+        anchor: Option<&'a MessageId>,
         new: Option<&'a str>,
         kind: Option<ProvenanceKind>,
     ) -> NewRun<'a> {
         let provenance = kind.map(|kind| app::wire::Provenance {
             kind,
-            prompt_id: anchor.map(str::to_string),
+            prompt_id: anchor.map(MessageId::to_string),
             attempt: Some(1),
             manual: None,
             from: None,

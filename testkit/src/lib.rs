@@ -124,7 +124,7 @@ impl TestServer {
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("mulligan.db").display()));
         // The store's own read, on whichever backend the server uses: the row as written.
         let store = server::store::Store::open(&url).await.unwrap();
-        let content = store.message(message_id).await.unwrap().content;
+        let content = store.message(&message_id.into()).await.unwrap().content;
         store.close().await;
         content
     }

@@ -76,7 +76,7 @@ impl Retrier {
             RunStatus::Failed => Input::RunFailed {
                 failure: Failure {
                     run_id: run.id.to_string(),
-                    anchor_id: run.anchor_message_id.clone(),
+                    anchor_id: run.anchor_message_id.to_string(),
                     retry: run.retry.clone(),
                     finished_at: run.finished_at.unwrap_or(0),
                     dismissed: run.retry_dismissed_at.is_some(),

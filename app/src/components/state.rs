@@ -15,7 +15,7 @@ use leptos::prelude::*;
 pub struct Chat {
     pub session: RwSignal<Option<Session>>,
     /// Each message in its own signal, so a delta re-renders only its reply.
-    pub messages: RwSignal<Vec<(String, RwSignal<Message>)>>,
+    pub messages: RwSignal<Vec<(crate::wire::MessageId, RwSignal<Message>)>>,
     pub runs: RwSignal<Vec<Run>>,
     pub error: RwSignal<Option<String>>,
     /// The latest Tier 1 wait announced for a run ("attempt 2 in 4 s").

@@ -1,5 +1,5 @@
 //! Server-Sent Events: each event's `event:` name and its `data:` JSON.
-use super::{Message, Run, RunId, Session, ToolCallEvent};
+use super::{Message, MessageId, Run, RunId, Session, ToolCallEvent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 pub struct Delta {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub run_id: RunId,
-    pub message_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub message_id: MessageId,
     pub seq: u64,
     pub text: String,
     /// The model step (from 1) this text belongs to.

@@ -120,6 +120,8 @@ ids! {
     SessionId;
     /// A run's id.
     RunId;
+    /// A message's id: an operator's prompt or an agent's reply.
+    MessageId;
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Messages: operator prompts and agent replies, and the bodies that post or regenerate them.
 use super::text::words;
-use super::{Millis, Part, Provenance, RetryClassification, RunId, SessionId};
+use super::{MessageId, Millis, Part, Provenance, RetryClassification, RunId, SessionId};
 use serde::{Deserialize, Serialize};
 
 words! {
@@ -28,7 +28,8 @@ words! {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Message {
-    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: MessageId,
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub session_id: SessionId,
     pub role: Role,
@@ -66,11 +67,13 @@ pub struct PostMessage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Receipt {
-    pub message_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub message_id: MessageId,
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub run_id: RunId,
     pub queued: bool,
-    pub superseded: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub superseded: Vec<MessageId>,
     /// Regenerate: the tool calls the superseded replies had executed (they may run again).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tools_superseded: u32,

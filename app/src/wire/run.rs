@@ -1,6 +1,6 @@
 //! Runs: one execution of a turn, its Tier 1 attempts, its classification and provenance.
 use super::text::words;
-use super::{Millis, RunId, SessionId};
+use super::{MessageId, Millis, RunId, SessionId};
 use serde::{Deserialize, Serialize};
 
 words! {
@@ -97,9 +97,11 @@ pub struct Run {
     pub id: RunId,
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub session_id: SessionId,
-    pub anchor_message_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub anchor_message_id: MessageId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply_message_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub reply_message_id: Option<MessageId>,
     pub status: RunStatus,
     pub kind: RunKind,
     pub attempt: u32,

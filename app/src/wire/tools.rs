@@ -1,6 +1,6 @@
 //! CONTRACT §6 wire types: the parts of an agent's reply, its tool calls, and the tool
 //! sources a session can use.
-use super::{Millis, RunId};
+use super::{MessageId, Millis, RunId};
 use serde::{Deserialize, Serialize};
 
 /// One part of an agent message, in the order it happened.
@@ -77,7 +77,8 @@ pub const MAX_TOOL_RESULT_BYTES: usize = 16 * 1024;
 pub struct ToolCallEvent {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub run_id: RunId,
-    pub message_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub message_id: MessageId,
     pub call: ToolCall,
 }
 

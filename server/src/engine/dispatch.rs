@@ -6,6 +6,7 @@ use super::{validate_content, Engine};
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
 use crate::store::{Dispatched, NewRun};
+use app::wire::MessageId;
 use app::wire::SessionId;
 use app::wire::{
     ErrorCode, Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunId, RunKind,
@@ -92,12 +93,12 @@ impl Engine {
     pub async fn regenerate(
         &self,
         session_id: &SessionId,
-        mid: &str,
+        mid: &MessageId,
         if_last_run: Option<&RunId>,
         manual: bool,
     ) -> Result<Receipt> {
         let engine = self.clone();
-        let (session_id, mid) = (session_id.clone(), mid.to_string());
+        let (session_id, mid) = (session_id.clone(), mid.clone());
         let if_last_run = if_last_run.cloned();
         self.carried(async move {
             engine
@@ -110,7 +111,7 @@ impl Engine {
     async fn regenerate_counted(
         &self,
         session_id: &SessionId,
-        mid: &str,
+        mid: &MessageId,
         if_last_run: Option<&RunId>,
         manual: bool,
     ) -> Result<Receipt> {
@@ -126,7 +127,7 @@ impl Engine {
 
     /// Counts the ended runs whose replies are among the `superseded` messages; answers the
     /// tool calls those runs had executed.
-    async fn count_superseded_runs(&self, superseded: &[String]) -> u32 {
+    async fn count_superseded_runs(&self, superseded: &[MessageId]) -> u32 {
         let (mut runs, mut tools) = (0, 0u32);
         for id in superseded {
             let Ok(m) = self.store().message(id).await else {
@@ -146,7 +147,7 @@ impl Engine {
     async fn regenerate_from(
         &self,
         session_id: &SessionId,
-        mid: &str,
+        mid: &MessageId,
         if_last_run: Option<&RunId>,
         manual: bool,
     ) -> Result<Receipt> {
@@ -284,9 +285,9 @@ impl Engine {
         // The prompt this turn answers: a continuation's origin, else its anchor.
         let prompt_id = match &anchor.provenance {
             Some(p) if p.kind == ProvenanceKind::AutoResume => {
-                p.prompt_id.clone().unwrap_or_else(|| anchor.id.clone())
+                p.prompt_id.clone().unwrap_or_else(|| anchor.id.to_string())
             }
-            _ => anchor.id.clone(),
+            _ => anchor.id.to_string(),
         };
         let n = store.resumes_of(&prompt_id).await? + 1;
         let provenance = Provenance {

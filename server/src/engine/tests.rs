@@ -139,7 +139,7 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
     );
     let reply = engine
         .store()
-        .message(run.reply_message_id.as_deref().unwrap())
+        .message(run.reply_message_id.as_ref().unwrap())
         .await
         .unwrap();
     assert_eq!(

@@ -3,8 +3,8 @@ use super::error::{ApiJson, ApiPath, ApiQuery};
 use super::AppState;
 use crate::error::{Error, Result};
 use app::wire::{
-    CreateSession, CreatedSession, PatchSession, PostMessage, Receipt, Session, SessionDetail,
-    SessionId, SessionList,
+    CreateSession, CreatedSession, MessageId, PatchSession, PostMessage, Receipt, Session,
+    SessionDetail, SessionId, SessionList,
 };
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -98,7 +98,7 @@ pub async fn release(
 
 pub async fn regenerate(
     State(state): State<AppState>,
-    ApiPath((sid, mid)): ApiPath<(SessionId, String)>,
+    ApiPath((sid, mid)): ApiPath<(SessionId, MessageId)>,
     body: Option<ApiJson<app::wire::Regenerate>>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
     let body = body.map(|ApiJson(b)| b).unwrap_or_default();

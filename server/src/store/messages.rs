@@ -1,6 +1,7 @@
 //! Messages: a session's messages, one message, a run's conversation (its history), and
 //! the batched saves of streaming replies.
 use super::*;
+use app::wire::MessageId;
 use app::wire::SessionId;
 
 /// One message of a run's conversation, as [`Store::history`] reads it.
@@ -48,12 +49,12 @@ impl Store {
         })
     }
 
-    pub async fn message(&self, id: &str) -> Result<Message> {
+    pub async fn message(&self, id: &MessageId) -> Result<Message> {
         with_pool!(self, |pool| {
             let row = sqlx::query(&format!(
                 "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = $1"
             ))
-            .bind(id)
+            .bind(id.as_str())
             .fetch_optional(pool)
             .await?
             .ok_or_else(|| StoreError::not_found("message", id))?;
@@ -64,7 +65,7 @@ impl Store {
     /// The conversation a run sends: every visible message up to and including its anchor,
     /// as `(role, content)`; operator prompts that have not run yet and empty or still
     /// streaming replies are left out. One statement.
-    pub async fn history(&self, anchor_message_id: &str) -> Result<Vec<HistoryEntry>> {
+    pub async fn history(&self, anchor_message_id: &MessageId) -> Result<Vec<HistoryEntry>> {
         with_pool!(self, |pool| {
             let rows: Vec<(String, String, String, bool)> = sqlx::query_as(
                 "SELECT m.id, m.role, m.content,
@@ -82,7 +83,7 @@ impl Store {
                              OR EXISTS (SELECT 1 FROM tool_calls t WHERE t.message_id = m.id)) END
              ORDER BY m.seq",
             )
-            .bind(anchor_message_id)
+            .bind(anchor_message_id.as_str())
             .fetch_all(pool)
             .await?;
             if rows.is_empty() {

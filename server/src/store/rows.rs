@@ -153,7 +153,7 @@ pub fn provenance_json(p: &Option<Provenance>) -> Option<String> {
 pub fn message(row: &impl Get) -> Message {
     let status = opt_word(row, "status", MessageStatus::Failed);
     Message {
-        id: row.text("id"),
+        id: row.text("id").into(),
         session_id: row.text("session_id").into(),
         role: word(row, "role", Role::Agent),
         content: row.text("content"),
@@ -199,8 +199,10 @@ pub fn run(row: &impl Get) -> Run {
     Run {
         id: row.text("id").into(),
         session_id: row.text("session_id").into(),
-        anchor_message_id: row.text("anchor_message_id"),
-        reply_message_id: row.opt_text("reply_message_id"),
+        anchor_message_id: row.text("anchor_message_id").into(),
+        reply_message_id: row
+            .opt_text("reply_message_id")
+            .map(app::wire::MessageId::from),
         status: word(row, "status", RunStatus::Failed),
         kind: word(row, "kind", RunKind::Prompt),
         attempt: row.int("attempt") as u32,

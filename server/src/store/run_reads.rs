@@ -1,6 +1,7 @@
 //! Reads of runs: a session's runs and queue state, a prompt's tries, the held prompts, and
 //! the runs left running by a stop or by another instance.
 use super::*;
+use app::wire::MessageId;
 use app::wire::SessionId;
 
 impl Store {
@@ -26,12 +27,12 @@ impl Store {
     }
 
     /// The latest run anchored on a message.
-    pub async fn latest_run_for(&self, anchor_message_id: &str) -> Result<Option<Run>> {
+    pub async fn latest_run_for(&self, anchor_message_id: &MessageId) -> Result<Option<Run>> {
         with_pool!(self, |pool| {
             let row = sqlx::query(
                 "SELECT * FROM runs WHERE anchor_message_id = $1 ORDER BY seq DESC LIMIT 1",
             )
-            .bind(anchor_message_id)
+            .bind(anchor_message_id.as_str())
             .fetch_optional(pool)
             .await?;
             Ok(row.as_ref().map(rows::run))

@@ -3,6 +3,7 @@
 use super::script::{Arg, Run as _, Script};
 use super::starts::{self, Started};
 use super::*;
+use app::wire::MessageId;
 use app::wire::RunId;
 use app::wire::SessionId;
 use std::sync::LazyLock;
@@ -16,7 +17,7 @@ pub struct NewRun<'a> {
     pub new_message: Option<&'a str>,
     pub message_provenance: Option<Provenance>,
     /// The existing anchor, when there is no new message.
-    pub anchor_id: Option<&'a str>,
+    pub anchor_id: Option<&'a MessageId>,
     pub kind: RunKind,
     pub attempt: u32,
     pub provenance: Option<Provenance>,
@@ -51,7 +52,7 @@ pub struct Dispatched {
     /// The queued run.
     pub run: Run,
     /// The ids of the messages it superseded.
-    pub superseded: Vec<String>,
+    pub superseded: Vec<MessageId>,
     /// The run it started (maybe not the queued one).
     pub started: Option<Started>,
     /// Whether it ended the session's waiting background retry (a newer turn, or that
@@ -315,7 +316,7 @@ impl Store {
                 superseded: supersede
                     .and_then(|i| rows.get(i))
                     .map_or_else(Vec::new, |r| {
-                        r.iter().map(|r| r.text("message_id")).collect()
+                        r.iter().map(|r| r.text("message_id").into()).collect()
                     }),
                 started: start.and_then(|s| s.read(&rows)),
                 waiting_retry_ended: first(waiting).is_some(),

@@ -25,6 +25,12 @@ impl From<&app::wire::RunId> for Arg {
     }
 }
 
+impl From<&app::wire::MessageId> for Arg {
+    fn from(v: &app::wire::MessageId) -> Arg {
+        Arg::Text(Some(v.to_string()))
+    }
+}
+
 impl From<&str> for Arg {
     fn from(v: &str) -> Arg {
         Arg::Text(Some(v.to_string()))

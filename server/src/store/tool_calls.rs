@@ -5,6 +5,7 @@ use super::rows::Get;
 use super::{with_pool, with_writer, Pool, Store};
 use super::{Result, StoreError};
 use crate::clock::now_ms;
+use app::wire::MessageId;
 use app::wire::RunId;
 use app::wire::SessionId;
 use app::wire::{Message, Part, Role, ToolCall, ToolCallStatus};
@@ -185,10 +186,10 @@ impl Store {
     }
 
     /// The recorded calls of one message, in the order asked for.
-    pub async fn tool_calls_of_message(&self, message_id: &str) -> Result<Vec<RecordedCall>> {
+    pub async fn tool_calls_of_message(&self, message_id: &MessageId) -> Result<Vec<RecordedCall>> {
         Ok(with_pool!(self, |pool| {
             sqlx::query("SELECT * FROM tool_calls WHERE message_id = $1 ORDER BY ord")
-                .bind(message_id)
+                .bind(message_id.as_str())
                 .fetch_all(pool)
                 .await?
                 .iter()
@@ -204,7 +205,7 @@ impl Store {
         }
         let mut calls = self.tool_calls_of_session(session_id).await?;
         for m in messages.iter_mut() {
-            if let Some(calls) = calls.remove(&m.id) {
+            if let Some(calls) = calls.remove(m.id.as_str()) {
                 m.parts = Some(parts(&m.content, &calls));
             }
         }
