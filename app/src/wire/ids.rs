@@ -122,6 +122,8 @@ ids! {
     RunId;
     /// A message's id: an operator's prompt or an agent's reply.
     MessageId;
+    /// A tool call's id (Mulligan's own, not the provider's).
+    ToolCallId;
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ fn recorded(row: &impl Get) -> RecordedCall {
     let arguments = serde_json::from_str(&row.text("arguments")).unwrap_or(serde_json::Value::Null);
     RecordedCall {
         call: ToolCall {
-            id: row.text("id"),
+            id: row.text("id").into(),
             step: u32::try_from(row.int("step")).unwrap_or(0),
             server: row.text("server"),
             tool: row.text("tool"),
@@ -87,7 +87,7 @@ impl Store {
                      finished_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
             )
-            .bind(&c.call.id)
+            .bind(c.call.id.as_str())
             .bind(c.run_id)
             .bind(c.message_id)
             .bind(c.session_id)
@@ -138,7 +138,7 @@ impl Store {
                 .bind(self.storable_opt(call.result.as_deref()))
                 .bind(call.finished_at.unwrap_or_else(now_ms))
                 .bind(i64::from(not_sent))
-                .bind(&call.id)
+                .bind(call.id.as_str())
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
