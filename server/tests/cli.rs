@@ -198,7 +198,7 @@ async fn regenerate_and_retry_start_runs() {
     );
     let detail = server.detail(&sid).await;
     let again = detail.runs.last().unwrap();
-    assert!(line.contains(&again.id), "{line}");
+    assert!(line.contains(again.id.as_str()), "{line}");
     server.wait_run_end(&again.id).await;
 
     // A turn that fails with no output: retry resends the same prompt.

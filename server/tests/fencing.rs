@@ -5,7 +5,7 @@
 //! moving an instance's heartbeat back.
 use testkit as common;
 
-use app::wire::{AutoRetry, RunStatus, ToolCall, ToolCallStatus};
+use app::wire::{AutoRetry, RunId, RunStatus, ToolCall, ToolCallStatus};
 use common::{fresh_postgres_database, on_postgres, postgres_url};
 use server::store::{EndBy, NewRun, NewToolCall, Outcome, Started, Store};
 
@@ -54,13 +54,17 @@ impl Db {
     }
 
     async fn stored_text(&self, message_id: &str) -> String {
-        self.store.message(message_id).await.unwrap().content
+        self.store
+            .message(&message_id.into())
+            .await
+            .unwrap()
+            .content
     }
 
     /// Records `run_id`'s end as `by` would: the ended run, or `None` when refused.
     async fn end(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         status: RunStatus,
         text: &str,
         by: EndBy,
@@ -73,7 +77,7 @@ impl Db {
     }
 
     /// The ids of the runs any instance may take over now.
-    async fn orphan_ids(&self) -> Vec<String> {
+    async fn orphan_ids(&self) -> Vec<RunId> {
         let orphans = self.store.orphaned_runs().await.unwrap();
         orphans.into_iter().map(|r| r.id).collect()
     }
@@ -136,7 +140,7 @@ async fn a_taken_over_instance_writes_nothing_for_its_old_runs() {
     let second = db.started_run(a).await;
     let call = db.call_started(&second, "call-before").await.unwrap();
     db.store
-        .save_reply_texts(&[(second.reply.id.clone(), "before".into(), 1)])
+        .save_reply_texts(&[(second.reply.id.to_string(), "before".into(), 1)])
         .await
         .unwrap();
     assert_eq!(db.stored_text(&second.reply.id).await, "before");
@@ -156,7 +160,7 @@ async fn a_taken_over_instance_writes_nothing_for_its_old_runs() {
     // A wakes and beats again: its lease is live, but its epoch moved on.
     db.store.heartbeat(a).await.unwrap();
     db.store
-        .save_reply_texts(&[(second.reply.id.clone(), "after the takeover".into(), 2)])
+        .save_reply_texts(&[(second.reply.id.to_string(), "after the takeover".into(), 2)])
         .await
         .unwrap();
     assert_eq!(
@@ -194,7 +198,7 @@ async fn a_taken_over_instance_writes_nothing_for_its_old_runs() {
     // What A starts now is under its new epoch: its writes land.
     let third = db.started_run(a).await;
     db.store
-        .save_reply_texts(&[(third.reply.id.clone(), "fresh".into(), 1)])
+        .save_reply_texts(&[(third.reply.id.to_string(), "fresh".into(), 1)])
         .await
         .unwrap();
     assert_eq!(db.stored_text(&third.reply.id).await, "fresh");
@@ -234,7 +238,7 @@ async fn a_takeover_leaves_a_run_whose_owner_came_back() {
     assert_eq!(db.status(&run.run.id).await, RunStatus::Running);
 
     db.store
-        .save_reply_texts(&[(run.reply.id.clone(), "still mine".into(), 1)])
+        .save_reply_texts(&[(run.reply.id.to_string(), "still mine".into(), 1)])
         .await
         .unwrap();
     let end = db

@@ -361,7 +361,7 @@ async fn a_small_pool_under_ten_times_as_many_sessions_never_deadlocks_or_loses_
     }
     // Each session's stream, on the instance it was not created on, records the runs it
     // saw end.
-    let ended: Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>> =
+    let ended: Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<app::wire::RunId>>>> =
         Arc::default();
     let mut readers = Vec::new();
     for (i, sid) in sids.iter().enumerate() {
@@ -529,7 +529,7 @@ async fn a_run_ended_elsewhere_stops_streaming_on_its_instance() {
     // What another instance records when it takes this one for dead.
     let admin = sqlx::PgPool::connect(&db).await.unwrap();
     sqlx::query("UPDATE runs SET status = 'failed', finished_at = 0 WHERE id = $1")
-        .bind(&receipt.run_id)
+        .bind(receipt.run_id.as_str())
         .execute(&admin)
         .await
         .unwrap();

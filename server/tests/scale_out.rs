@@ -199,10 +199,10 @@ async fn a_dropped_lock_waiter_leaves_the_lock_free() {
     let store = server::store::Store::open(&db).await.unwrap();
     let far = || tokio::time::Instant::now() + Duration::from_secs(30);
     for round in 0..20u64 {
-        let held = store.lock_session("s", far()).await.unwrap();
+        let held = store.lock_session(&"s".into(), far()).await.unwrap();
         let waiter = tokio::spawn({
             let store = store.clone();
-            async move { store.lock_session("s", far()).await.map(drop) }
+            async move { store.lock_session(&"s".into(), far()).await.map(drop) }
         });
         // Dropped at a different point of its polling each round.
         tokio::time::sleep(Duration::from_millis(1 + round * 3)).await;
@@ -211,7 +211,10 @@ async fn a_dropped_lock_waiter_leaves_the_lock_free() {
         drop(held);
         let began = Instant::now();
         let again = store
-            .lock_session("s", tokio::time::Instant::now() + Duration::from_secs(2))
+            .lock_session(
+                &"s".into(),
+                tokio::time::Instant::now() + Duration::from_secs(2),
+            )
             .await;
         assert!(again.is_ok(), "round {round}: the lock stayed taken");
         assert!(
@@ -486,7 +489,7 @@ async fn an_instance_whose_lease_lapsed_executes_no_tool() {
     assert_ne!(run.status, RunStatus::Completed, "{run:?}");
     assert_eq!(run.tools_executed, 0, "a tool ran without a lease: {run:?}");
     let recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tool_calls WHERE run_id = $1")
-        .bind(&sent.run_id)
+        .bind(sent.run_id.as_str())
         .fetch_one(&pool)
         .await
         .unwrap();

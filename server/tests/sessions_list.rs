@@ -47,7 +47,7 @@ async fn sessions_are_listed_newest_first_in_pages() {
 
     let (_, body) = server.get("/sessions?limit=1").await;
     let last_run = &body["sessions"][0]["last_run"];
-    assert_eq!(last_run["id"], Value::from(r.run_id.clone()), "{body}");
+    assert_eq!(last_run["id"], Value::from(r.run_id.to_string()), "{body}");
     assert_eq!(last_run["status"], "completed");
 
     for bad in [

@@ -1,7 +1,7 @@
 //! The store's own guarantees, on SQLite or (with `MULLIGAN_TEST_DATABASE=postgres`) PostgreSQL.
 use testkit as common;
 
-use app::wire::{AutoRetry, MessageStatus, ProvenanceKind, RunStatus};
+use app::wire::{AutoRetry, MessageId, MessageStatus, ProvenanceKind, RunStatus, SessionId};
 use server::store::{EndBy, NewRun, Outcome, Started, Store};
 
 async fn open(tag: &str) -> Store {
@@ -34,7 +34,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         .expect("the queued run starts");
     assert_eq!(run.id, queued.id);
     assert_eq!(reply.run_id.as_deref(), Some(run.id.as_str()));
-    let save = |text: &str, seq: u64| vec![(reply.id.clone(), text.to_string(), seq)];
+    let save = |text: &str, seq: u64| vec![(reply.id.to_string(), text.to_string(), seq)];
 
     store.save_reply_texts(&save("a b", 2)).await.unwrap();
     store.save_reply_texts(&save("a", 1)).await.unwrap();
@@ -98,7 +98,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         .create_session("t", "demo", None, "hash-start", AutoRetry::Off, &[])
         .await
         .unwrap();
-    let sid = session.id.as_str();
+    let sid = &session.id;
     let first = store
         .dispatch(NewRun::prompt(sid, "one"), Some("i-a"))
         .await
@@ -149,7 +149,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
     assert!(store.start_next(sid, "i-a").await.unwrap().is_none());
 
     let missing = store
-        .dispatch(NewRun::prompt("s_missing", "hello"), Some("i-a"))
+        .dispatch(NewRun::prompt(&"s_missing".into(), "hello"), Some("i-a"))
         .await
         .unwrap_err();
     assert!(
@@ -168,14 +168,14 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
         .await
         .unwrap();
     fn run<'a>(
-        session_id: &'a str,
-        anchor: Option<&'a str>,
+        session_id: &'a SessionId,
+        anchor: Option<&'a MessageId>,
         new: Option<&'a str>,
         kind: Option<ProvenanceKind>,
     ) -> NewRun<'a> {
         let provenance = kind.map(|kind| app::wire::Provenance {
             kind,
-            prompt_id: anchor.map(str::to_string),
+            prompt_id: anchor.map(MessageId::to_string),
             attempt: Some(1),
             manual: None,
             from: None,
@@ -187,7 +187,7 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
             ..NewRun::prompt(session_id, "")
         }
     }
-    let sid = session.id.as_str();
+    let sid = &session.id;
     let prompt = store
         .dispatch(run(sid, None, Some("go"), None), None)
         .await
@@ -222,7 +222,7 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
 #[tokio::test]
 async fn descent_is_found_by_walking_up_the_family() {
     let store = open("store-descent").await;
-    let new = |parent: Option<String>, hash: &'static str| {
+    let new = |parent: Option<SessionId>, hash: &'static str| {
         let store = &store;
         async move {
             let s = store
@@ -237,7 +237,7 @@ async fn descent_is_found_by_walking_up_the_family() {
     let grandchild = new(Some(child.clone()), "h-grandchild").await;
     let other = new(None, "h-other").await;
     let is = |a: &str, b: &str| {
-        let (a, b) = (a.to_string(), b.to_string());
+        let (a, b) = (SessionId::from(a), SessionId::from(b));
         let store = &store;
         async move { store.is_descendant(&a, &b).await.unwrap() }
     };
@@ -271,7 +271,7 @@ async fn the_next_waiting_retry_is_the_earliest() {
             reason: RetryClass::Overloaded,
         };
         store
-            .set_waiting_retry(&s.id, "r_failed", &waiting)
+            .set_waiting_retry(&s.id, &"r_failed".into(), &waiting)
             .await
             .unwrap();
     }

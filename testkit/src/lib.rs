@@ -16,7 +16,7 @@ pub use db::{database_url, fresh_postgres_database, on_postgres, postgres_url};
 pub use process::{mulligan_bin, serve};
 pub use sse::{run_ended, Sse};
 
-use app::wire::{Receipt, Run, RunStatus, SessionDetail};
+use app::wire::{Receipt, Run, RunId, RunStatus, SessionDetail};
 use serde_json::Value;
 use server::config::{Config, ProviderKind};
 use std::path::PathBuf;
@@ -55,7 +55,7 @@ pub async fn held_behind_a_failure(
     fake: &fake::FakeProvider,
     server: &TestServer,
     sid: &str,
-) -> (String, Receipt) {
+) -> (RunId, Receipt) {
     fake.push(fake::Script::Status {
         code: 503,
         headers: vec![("retry-after-ms", "500".into())],
@@ -124,7 +124,7 @@ impl TestServer {
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("mulligan.db").display()));
         // The store's own read, on whichever backend the server uses: the row as written.
         let store = server::store::Store::open(&url).await.unwrap();
-        let content = store.message(message_id).await.unwrap().content;
+        let content = store.message(&message_id.into()).await.unwrap().content;
         store.close().await;
         content
     }

@@ -42,7 +42,7 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
     view! {
         <Show when=shown>
         <li class=class data-role=if role == Role::Operator { "operator" } else { "agent" }
-            data-run=move || run_attr.get()>
+            data-run=move || run_attr.get().map(String::from)>
             <div class="who">
                 {if role == Role::Operator { "You" } else { "Agent" }}
                 {(role == Role::Operator).then_some(move || prompt_run().and_then(|r| run_tag(chat, &r)))}
@@ -279,7 +279,7 @@ fn confirm(question: &str) -> bool {
 }
 
 /// "Provider busy — attempt 2 of 3 in 4 s" while Tier 1 waits before this run's next attempt.
-fn tier1_wait(chat: &Chat, run_id: Option<String>) -> Option<String> {
+fn tier1_wait(chat: &Chat, run_id: Option<crate::wire::RunId>) -> Option<String> {
     let a = chat.attempt.get()?;
     if Some(&a.run_id) != run_id.as_ref() {
         return None;

@@ -75,8 +75,8 @@ impl Retrier {
         let input = match run.status {
             RunStatus::Failed => Input::RunFailed {
                 failure: Failure {
-                    run_id: run.id.clone(),
-                    anchor_id: run.anchor_message_id.clone(),
+                    run_id: run.id.to_string(),
+                    anchor_id: run.anchor_message_id.to_string(),
                     retry: run.retry.clone(),
                     finished_at: run.finished_at.unwrap_or(0),
                     dismissed: run.retry_dismissed_at.is_some(),
@@ -153,14 +153,16 @@ impl Retrier {
                     .set_value(Some((anchor_id.clone(), if_last_run.clone())));
                 let url = api::REGENERATE.url(&[&sid, &anchor_id]);
                 let body = serde_json::to_string(&crate::wire::Regenerate {
-                    if_last_run: Some(if_last_run),
+                    if_last_run: Some(if_last_run.into()),
                     manual: false,
                 })
                 .ok();
                 leptos::task::spawn_local(async move {
                     let res = fetch_json_with::<Receipt>("POST", &url, body, abort.as_ref()).await;
                     let answer = match res {
-                        Ok(r) => Answer::Receipt { run_id: r.run_id },
+                        Ok(r) => Answer::Receipt {
+                            run_id: r.run_id.into(),
+                        },
                         Err(e) if e.status >= 400 => {
                             if e.code == ErrorCode::RegenerateStale {
                                 this.stale.set(true);

@@ -15,7 +15,7 @@ use leptos::prelude::*;
 pub struct Chat {
     pub session: RwSignal<Option<Session>>,
     /// Each message in its own signal, so a delta re-renders only its reply.
-    pub messages: RwSignal<Vec<(String, RwSignal<Message>)>>,
+    pub messages: RwSignal<Vec<(crate::wire::MessageId, RwSignal<Message>)>>,
     pub runs: RwSignal<Vec<Run>>,
     pub error: RwSignal<Option<String>>,
     /// The latest Tier 1 wait announced for a run ("attempt 2 in 4 s").
@@ -220,13 +220,13 @@ impl Chat {
     }
 
     /// The open session's id, once loaded.
-    pub fn session_id(&self) -> Option<String> {
+    pub fn session_id(&self) -> Option<crate::wire::SessionId> {
         self.session
             .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
     }
 
     /// Cancels a run (Stop); a refusal goes to `error`.
-    pub fn stop_run(&self, run_id: String, error: RwSignal<Option<String>>) {
+    pub fn stop_run(&self, run_id: crate::wire::RunId, error: RwSignal<Option<String>>) {
         let Some(sid) = self.session_id() else { return };
         let this = *self;
         leptos::task::spawn_local(async move {

@@ -1,12 +1,14 @@
 //! Server-Sent Events: each event's `event:` name and its `data:` JSON.
-use super::{Message, Run, Session, ToolCallEvent};
+use super::{Message, MessageId, Run, RunId, Session, ToolCallEvent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Delta {
-    pub run_id: String,
-    pub message_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub run_id: RunId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub message_id: MessageId,
     pub seq: u64,
     pub text: String,
     /// The model step (from 1) this text belongs to.
@@ -17,7 +19,8 @@ pub struct Delta {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptEvent {
-    pub run_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub run_id: RunId,
     pub n: u32,
     pub retry_in_ms: i64,
     pub reason: String,

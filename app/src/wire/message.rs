@@ -1,6 +1,6 @@
 //! Messages: operator prompts and agent replies, and the bodies that post or regenerate them.
 use super::text::words;
-use super::{Millis, Part, Provenance, RetryClassification};
+use super::{MessageId, Millis, Part, Provenance, RetryClassification, RunId, SessionId};
 use serde::{Deserialize, Serialize};
 
 words! {
@@ -28,15 +28,18 @@ words! {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Message {
-    pub id: String,
-    pub session_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: MessageId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub session_id: SessionId,
     pub role: Role,
     pub content: String,
     #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub created_at: Millis,
     pub superseded: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub run_id: Option<RunId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<MessageStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,10 +67,13 @@ pub struct PostMessage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Receipt {
-    pub message_id: String,
-    pub run_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub message_id: MessageId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub run_id: RunId,
     pub queued: bool,
-    pub superseded: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub superseded: Vec<MessageId>,
     /// Regenerate: the tool calls the superseded replies had executed (they may run again).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tools_superseded: u32,
@@ -81,7 +87,8 @@ fn is_zero(n: &u32) -> bool {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Regenerate {
     #[serde(default)]
-    pub if_last_run: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub if_last_run: Option<RunId>,
     /// An operator's click on a reply (not Tier 2): `if_last_run` may then name any ended
     /// run (a completed or stopped reply the operator saw), still only while it is the
     /// anchor's latest; and the call is not counted as a Tier 2 retry.

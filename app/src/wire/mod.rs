@@ -4,6 +4,7 @@
 mod config;
 mod errors;
 mod events;
+mod ids;
 mod message;
 mod run;
 mod session;
@@ -13,6 +14,7 @@ mod tools;
 pub use config::*;
 pub use errors::*;
 pub use events::*;
+pub use ids::*;
 pub use message::*;
 pub use run::*;
 pub use session::*;

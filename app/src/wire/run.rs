@@ -1,6 +1,6 @@
 //! Runs: one execution of a turn, its Tier 1 attempts, its classification and provenance.
 use super::text::words;
-use super::Millis;
+use super::{MessageId, Millis, RunId, SessionId};
 use serde::{Deserialize, Serialize};
 
 words! {
@@ -93,17 +93,22 @@ words! {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Run {
-    pub id: String,
-    pub session_id: String,
-    pub anchor_message_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: RunId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub session_id: SessionId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub anchor_message_id: MessageId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply_message_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub reply_message_id: Option<MessageId>,
     pub status: RunStatus,
     pub kind: RunKind,
     pub attempt: u32,
     pub tier1_attempts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held_by: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub held_by: Option<RunId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,7 +153,8 @@ impl Run {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunSummary {
-    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: RunId,
     pub status: RunStatus,
     pub kind: RunKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -214,7 +220,8 @@ pub struct RunDetail {
 pub struct RetryReceipt {
     /// `<prompt id>~resume-<n>`: which attempt of which prompt this is.
     pub prompt_id: String,
-    pub run_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub run_id: RunId,
     pub kind: RunKind,
 }
 
@@ -222,5 +229,6 @@ pub struct RetryReceipt {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Released {
-    pub released: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub released: Vec<RunId>,
 }

@@ -1,6 +1,6 @@
 //! Sessions: what `GET`/`POST`/`PATCH /sessions…` carry, with their retry settings.
 use super::text::words;
-use super::{Message, Millis, RetryClass, Run, RunSummary};
+use super::{Message, Millis, RetryClass, Run, RunSummary, SessionId};
 use serde::{Deserialize, Serialize};
 
 words! {
@@ -39,11 +39,13 @@ pub struct WaitingRetry {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Session {
-    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: SessionId,
     pub title: String,
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub parent_id: Option<SessionId>,
     pub status: SessionStatus,
     #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub created_at: Millis,
@@ -92,7 +94,8 @@ pub struct CreateSession {
     #[serde(default)]
     pub model: Option<String>,
     #[serde(default)]
-    pub parent_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub parent_id: Option<SessionId>,
     /// `browser` (default), `background` or `off`.
     #[serde(default)]
     pub auto_retry: Option<AutoRetry>,

@@ -1,6 +1,6 @@
 //! CONTRACT §6 wire types: the parts of an agent's reply, its tool calls, and the tool
 //! sources a session can use.
-use super::Millis;
+use super::{MessageId, Millis, RunId, ToolCallId};
 use serde::{Deserialize, Serialize};
 
 /// One part of an agent message, in the order it happened.
@@ -51,7 +51,8 @@ impl ToolCallStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCall {
-    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: ToolCallId,
     /// The model step (from 1) that asked for it.
     pub step: u32,
     pub server: String,
@@ -75,8 +76,10 @@ pub const MAX_TOOL_RESULT_BYTES: usize = 16 * 1024;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCallEvent {
-    pub run_id: String,
-    pub message_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub run_id: RunId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub message_id: MessageId,
     pub call: ToolCall,
 }
 

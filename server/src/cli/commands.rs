@@ -16,7 +16,7 @@ pub async fn execute(cmd: &Command) -> Outcome<String> {
 /// What a command printed, and the run it started, if any.
 struct Printed {
     printed: String,
-    run_id: Option<String>,
+    run_id: Option<app::wire::RunId>,
 }
 
 async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
@@ -47,7 +47,7 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
                 ..CreateSession::default()
             };
             let a = call(&client, &api::CREATE_SESSION, &[], Some(&body)).await?;
-            let id = a.value.session.id.clone();
+            let id = a.value.session.id.to_string();
             (a.raw, id)
         }
         Command::Send { session, text, .. } => {

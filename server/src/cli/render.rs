@@ -46,7 +46,7 @@ pub fn sessions_table(sessions: &[Session]) -> String {
             },
         };
         rows.push([
-            s.id.clone(),
+            s.id.to_string(),
             title,
             s.model.clone(),
             to_wire(&s.status),

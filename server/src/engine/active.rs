@@ -3,10 +3,11 @@
 use super::Engine;
 use crate::run::Active;
 use app::wire::Message;
+use app::wire::RunId;
 
 impl Engine {
     /// The run `run_id` if this instance executes it.
-    pub(super) fn active(&self, run_id: &str) -> Option<Active> {
+    pub(super) fn active(&self, run_id: &RunId) -> Option<Active> {
         self.inner
             .active
             .lock()
@@ -16,7 +17,7 @@ impl Engine {
     }
 
     /// The ids of the runs executing here.
-    pub(super) fn active_ids(&self) -> Vec<String> {
+    pub(super) fn active_ids(&self) -> Vec<RunId> {
         let active = self
             .inner
             .active
@@ -26,14 +27,14 @@ impl Engine {
     }
 
     /// The streamed text of a run executing here, for snapshots of a streaming reply.
-    pub fn live_text(&self, run_id: &str) -> Option<(String, u64)> {
+    pub fn live_text(&self, run_id: &RunId) -> Option<(String, u64)> {
         let active = self.active(run_id)?;
         let live = active.live();
         Some((live.text.clone(), live.seq))
     }
 
     /// Takes a run out of this instance's active set (its task has ended).
-    pub(super) fn forget_active(&self, run_id: &str) -> Option<Active> {
+    pub(super) fn forget_active(&self, run_id: &RunId) -> Option<Active> {
         self.inner
             .active
             .lock()
@@ -47,7 +48,7 @@ impl Engine {
     pub fn overlay_live(&self, mut m: Message) -> Message {
         if m.status == Some(app::wire::MessageStatus::Streaming) {
             let stored = m.delta_seq.unwrap_or(0);
-            let live = m.run_id.as_deref().and_then(|r| {
+            let live = m.run_id.as_ref().and_then(|r| {
                 self.live_text(r)
                     .or_else(|| self.hub().mirrored_text(r).filter(|(_, seq)| *seq > stored))
             });

@@ -8,6 +8,7 @@ use crate::clock::now_ms;
 use crate::error::{Error, Kind, Result};
 use crate::metrics::metrics;
 use crate::retry::background;
+use app::wire::SessionId;
 use app::wire::{AutoRetry, Event, ProvenanceKind, Run, RunStatus, Session};
 use std::time::Duration;
 
@@ -55,13 +56,13 @@ impl Engine {
 
     /// Ends the session's waiting background retry (HTTP, CLI, MCP's stop); `conflict` when
     /// none is waiting. The failed turn stays, and an explicit retry of it still works.
-    pub async fn cancel_waiting_retry(&self, session_id: &str) -> Result<Session> {
-        let (engine, session_id) = (self.clone(), session_id.to_string());
+    pub async fn cancel_waiting_retry(&self, session_id: &SessionId) -> Result<Session> {
+        let (engine, session_id) = (self.clone(), session_id.clone());
         self.carried(async move { engine.end_waiting_retry(&session_id).await })
             .await
     }
 
-    async fn end_waiting_retry(&self, session_id: &str) -> Result<Session> {
+    async fn end_waiting_retry(&self, session_id: &SessionId) -> Result<Session> {
         self.store().session(session_id).await?;
         let _guard = self.lock(session_id).await?;
         if !self.store().clear_waiting_retry(session_id).await? {
@@ -75,7 +76,7 @@ impl Engine {
     }
 
     /// Publishes the session as it is now (e.g. its waiting retry changed); answers it.
-    pub(super) async fn publish_session(&self, session_id: &str) -> Result<Session> {
+    pub(super) async fn publish_session(&self, session_id: &SessionId) -> Result<Session> {
         let session = self.store().session(session_id).await?.session;
         self.publish(session_id, Event::Session(session.clone()));
         Ok(session)
@@ -135,7 +136,7 @@ impl Engine {
     /// session's last turn: that failed run, retryable. A waiting retry that no longer does
     /// (a newer turn came) ends without firing. Ending the wait and queueing the retry are
     /// one transaction.
-    async fn fire_locked(&self, session_id: &str) -> Result<()> {
+    async fn fire_locked(&self, session_id: &SessionId) -> Result<()> {
         let store = self.store();
         // Under the lock, again: another instance may have fired it, someone cancelled it.
         let rec = store.session(session_id).await?;
@@ -174,7 +175,7 @@ impl Engine {
     }
 
     /// Ends a waiting retry that can no longer fire, and announces the session.
-    async fn end_stale(&self, session_id: &str) -> Result<()> {
+    async fn end_stale(&self, session_id: &SessionId) -> Result<()> {
         if self.store().clear_waiting_retry(session_id).await? {
             metrics().background_retry("superseded");
             self.publish_session(session_id).await?;

@@ -3,15 +3,17 @@
 use super::Engine;
 use crate::error::{Error, Kind, Result};
 use crate::store::{EndBy, Outcome};
+use app::wire::RunId;
+use app::wire::SessionId;
 use app::wire::{Event, Run, RunStatus};
 use std::time::Duration;
 
 impl Engine {
     /// Stops a queued or running run; it ends `cancelled`, whatever the provider says after.
     /// A run stopped before it started is counted here (the runner counts the ones it ran).
-    pub async fn cancel(&self, session_id: &str, run_id: &str) -> Result<Run> {
+    pub async fn cancel(&self, session_id: &SessionId, run_id: &RunId) -> Result<Run> {
         let engine = self.clone();
-        let (session_id, run_id) = (session_id.to_string(), run_id.to_string());
+        let (session_id, run_id) = (session_id.clone(), run_id.clone());
         self.carried(async move {
             let run = engine.cancel_run(&session_id, &run_id).await?;
             crate::metrics::metrics().cancelled_before_start(&run);
@@ -20,9 +22,9 @@ impl Engine {
         .await
     }
 
-    async fn cancel_run(&self, session_id: &str, run_id: &str) -> Result<Run> {
+    async fn cancel_run(&self, session_id: &SessionId, run_id: &RunId) -> Result<Run> {
         let run = self.store().run(run_id).await?;
-        if run.session_id != session_id {
+        if run.session_id != *session_id {
             return Err(Error::not_found("run", run_id));
         }
         let guard = self.lock(session_id).await?;
@@ -72,7 +74,7 @@ impl Engine {
     /// held behind a failure are not "doing" anything), and its waiting background retry
     /// (then, with nothing running, it answers the failed run that retry was for).
     /// `conflict` when there is none of these.
-    pub async fn stop(&self, session_id: &str) -> Result<Run> {
+    pub async fn stop(&self, session_id: &SessionId) -> Result<Run> {
         self.store().session_exists(session_id).await?;
         let waited = match self.cancel_waiting_retry(session_id).await {
             Ok(_) => true,

@@ -6,8 +6,11 @@ use super::{validate_content, Engine};
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
 use crate::store::{Dispatched, NewRun};
+use app::wire::MessageId;
+use app::wire::SessionId;
 use app::wire::{
-    ErrorCode, Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunKind, RunStatus,
+    ErrorCode, Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunId, RunKind,
+    RunStatus,
 };
 
 impl Engine {
@@ -16,7 +19,7 @@ impl Engine {
     /// regenerate or retry supersedes it (a background retry firing is counted `fired` by
     /// its caller instead).
     async fn queue(&self, new: NewRun<'_>) -> Result<Receipt> {
-        let session_id = new.session_id.to_string();
+        let session_id = new.session_id.clone();
         let fired = new
             .provenance
             .as_ref()
@@ -67,14 +70,14 @@ impl Engine {
 
     /// Posts an operator message: releases prompts held behind a failed turn (they go first,
     /// in order), then queues this one behind them.
-    pub async fn post_message(&self, session_id: &str, content: &str) -> Result<Receipt> {
+    pub async fn post_message(&self, session_id: &SessionId, content: &str) -> Result<Receipt> {
         let content = validate_content(content)?.to_string();
-        let (engine, session_id) = (self.clone(), session_id.to_string());
+        let (engine, session_id) = (self.clone(), session_id.clone());
         self.carried(async move { engine.post(&session_id, &content).await })
             .await
     }
 
-    async fn post(&self, session_id: &str, content: &str) -> Result<Receipt> {
+    async fn post(&self, session_id: &SessionId, content: &str) -> Result<Receipt> {
         // A missing session is found by the dispatch (its message refers to the session).
         let _guard = self.lock(session_id).await?;
         self.queue(NewRun::prompt(session_id, content)).await
@@ -89,17 +92,17 @@ impl Engine {
     /// retry, and the ended runs whose replies it superseded are counted `superseded`.
     pub async fn regenerate(
         &self,
-        session_id: &str,
-        mid: &str,
-        if_last_run: Option<&str>,
+        session_id: &SessionId,
+        mid: &MessageId,
+        if_last_run: Option<&RunId>,
         manual: bool,
     ) -> Result<Receipt> {
         let engine = self.clone();
-        let (session_id, mid) = (session_id.to_string(), mid.to_string());
-        let if_last_run = if_last_run.map(str::to_string);
+        let (session_id, mid) = (session_id.clone(), mid.clone());
+        let if_last_run = if_last_run.cloned();
         self.carried(async move {
             engine
-                .regenerate_counted(&session_id, &mid, if_last_run.as_deref(), manual)
+                .regenerate_counted(&session_id, &mid, if_last_run.as_ref(), manual)
                 .await
         })
         .await
@@ -107,9 +110,9 @@ impl Engine {
 
     async fn regenerate_counted(
         &self,
-        session_id: &str,
-        mid: &str,
-        if_last_run: Option<&str>,
+        session_id: &SessionId,
+        mid: &MessageId,
+        if_last_run: Option<&RunId>,
         manual: bool,
     ) -> Result<Receipt> {
         if if_last_run.is_some() && !manual {
@@ -124,7 +127,7 @@ impl Engine {
 
     /// Counts the ended runs whose replies are among the `superseded` messages; answers the
     /// tool calls those runs had executed.
-    async fn count_superseded_runs(&self, superseded: &[String]) -> u32 {
+    async fn count_superseded_runs(&self, superseded: &[MessageId]) -> u32 {
         let (mut runs, mut tools) = (0, 0u32);
         for id in superseded {
             let Ok(m) = self.store().message(id).await else {
@@ -143,13 +146,13 @@ impl Engine {
 
     async fn regenerate_from(
         &self,
-        session_id: &str,
-        mid: &str,
-        if_last_run: Option<&str>,
+        session_id: &SessionId,
+        mid: &MessageId,
+        if_last_run: Option<&RunId>,
         manual: bool,
     ) -> Result<Receipt> {
         let anchor = self.store().message(mid).await?;
-        if anchor.session_id != session_id {
+        if anchor.session_id != *session_id {
             return Err(Error::not_found("message", mid));
         }
         if anchor.role != Role::Operator {
@@ -169,7 +172,7 @@ impl Engine {
         let latest = self.store().latest_run_for(mid).await?;
         if let Some(expected) = if_last_run {
             let fresh = latest.as_ref().is_some_and(|r| {
-                r.id == expected
+                r.id == *expected
                     && match r.status {
                         RunStatus::Failed => true,
                         RunStatus::Completed | RunStatus::Cancelled => manual,
@@ -221,9 +224,9 @@ impl Engine {
     /// A background retry waiting in the session is taken over: this one goes now, and the
     /// waiting one ends (counted as superseded).
     /// Every answer, started or refused, is counted.
-    pub async fn retry(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
+    pub async fn retry(&self, session_id: &SessionId, from: Option<&str>) -> Result<RetryReceipt> {
         let engine = self.clone();
-        let (session_id, from) = (session_id.to_string(), from.map(str::to_string));
+        let (session_id, from) = (session_id.clone(), from.map(str::to_string));
         self.carried(async move {
             let answer = engine.retry_now(&session_id, from.as_deref()).await;
             metrics().retry_now_answered(&answer);
@@ -232,7 +235,7 @@ impl Engine {
         .await
     }
 
-    async fn retry_now(&self, session_id: &str, from: Option<&str>) -> Result<RetryReceipt> {
+    async fn retry_now(&self, session_id: &SessionId, from: Option<&str>) -> Result<RetryReceipt> {
         self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
         self.retry_locked(session_id, from, true).await
@@ -242,7 +245,7 @@ impl Engine {
     /// agent asked (else a background retry fired).
     pub(super) async fn retry_locked(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         from: Option<&str>,
         manual: bool,
     ) -> Result<RetryReceipt> {
@@ -252,7 +255,7 @@ impl Engine {
     /// [`Self::retry_locked`], answering the queued run's receipt too.
     async fn retry_queue(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         from: Option<&str>,
         manual: bool,
     ) -> Result<(RetryReceipt, Receipt)> {
@@ -282,9 +285,9 @@ impl Engine {
         // The prompt this turn answers: a continuation's origin, else its anchor.
         let prompt_id = match &anchor.provenance {
             Some(p) if p.kind == ProvenanceKind::AutoResume => {
-                p.prompt_id.clone().unwrap_or_else(|| anchor.id.clone())
+                p.prompt_id.clone().unwrap_or_else(|| anchor.id.to_string())
             }
-            _ => anchor.id.clone(),
+            _ => anchor.id.to_string(),
         };
         let n = store.resumes_of(&prompt_id).await? + 1;
         let provenance = Provenance {

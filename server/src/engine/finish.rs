@@ -4,6 +4,7 @@ use super::Engine;
 use crate::error::{Error, Result};
 use crate::run::{Active, RunTask};
 use crate::store::{EndBy, Finished, Outcome};
+use app::wire::RunId;
 use app::wire::{Event, Run, RunStatus};
 use std::time::Duration;
 
@@ -83,7 +84,7 @@ impl Engine {
         let start = guard
             .as_ref()
             .and(self.owner())
-            .map(|owner| (session_id.as_str(), owner));
+            .map(|owner| (session_id, owner));
         let ended = self
             .store()
             .end_run(&run.id, outcome, EndBy::Owner, start)
@@ -140,7 +141,7 @@ const FINISH_TRIES_STOPPING: u32 = 5;
 /// Takes a run out of this instance's active set when its task ends, however it ends.
 struct Leaves {
     engine: Engine,
-    run_id: String,
+    run_id: RunId,
     active: Active,
 }
 

@@ -4,6 +4,7 @@
 use super::{Engine, LOOP_LOCK_WAIT};
 use crate::error::{Error, Result};
 use crate::store::{EndBy, CANCEL_CHANNEL};
+use app::wire::RunId;
 use app::wire::{Run, RunStatus};
 use std::time::{Duration, Instant};
 
@@ -55,7 +56,7 @@ impl Engine {
                         n = listener.recv() => n,
                     };
                     match n {
-                        Ok(n) => engine.cancel_here(n.payload()),
+                        Ok(n) => engine.cancel_here(&RunId::from(n.payload())),
                         Err(e) => {
                             tracing::warn!(error = %e, "cancel listener dropped; reconnecting");
                             break;
@@ -104,7 +105,7 @@ impl Engine {
         // active before the read: one launched while the read waited (for a connection,
         // say) is not in its answer and must not be taken for ended.
         let active_before = self.active_ids();
-        let running: std::collections::HashSet<String> = store
+        let running: std::collections::HashSet<RunId> = store
             .leased_runs_of(self.instance())
             .await?
             .into_iter()
@@ -145,7 +146,7 @@ impl Engine {
     }
 
     /// Stops a run if this instance executes it.
-    fn cancel_here(&self, run_id: &str) {
+    fn cancel_here(&self, run_id: &RunId) {
         if let Some(active) = self.active(run_id) {
             active.cancel.cancel();
         }
@@ -153,7 +154,7 @@ impl Engine {
 
     /// Asks the instance executing a run to stop it and waits (≤ 5 s) for the end to be
     /// recorded. A run whose instance is gone is ended by the lease keeper instead.
-    pub(super) async fn cancel_elsewhere(&self, run_id: &str) -> Result<Run> {
+    pub(super) async fn cancel_elsewhere(&self, run_id: &RunId) -> Result<Run> {
         let store = self.store();
         store.request_cancel(run_id).await?;
         let deadline = Instant::now() + Duration::from_secs(5);

@@ -1,5 +1,6 @@
 //! Per-session locks within this process: an entry lives only while someone holds or waits
 //! for it, so sessions that are done with leave nothing behind.
+use app::wire::SessionId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::OwnedMutexGuard;
@@ -18,7 +19,7 @@ pub(super) struct Held {
 
 impl Locks {
     /// Waits for the session's lock (first come, first served).
-    pub async fn lock(&self, session_id: &str) -> Held {
+    pub async fn lock(&self, session_id: &SessionId) -> Held {
         let mutex = self
             .0
             .lock()
@@ -62,16 +63,16 @@ mod tests {
     #[tokio::test]
     async fn one_holder_at_a_time_and_nothing_left_once_all_are_done() {
         let locks = Locks::default();
-        let first = locks.lock("s").await;
+        let first = locks.lock(&"s".into()).await;
         let waiter = tokio::spawn({
             let locks = locks.clone();
             async move {
-                let _held = locks.lock("s").await;
+                let _held = locks.lock(&"s".into()).await;
             }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "the second lock waits for the first");
-        let other = locks.lock("t").await; // another session is not held up
+        let other = locks.lock(&"t".into()).await; // another session is not held up
         assert_eq!(locks.len(), 2);
 
         drop(first);

@@ -25,6 +25,7 @@ use crate::llm::Provider;
 use crate::run::{Active, RunContext, Saver};
 use crate::store::{SessionLock, Store};
 use crate::tools::builtin::Caller;
+use app::wire::SessionId;
 use app::wire::{Event, MAX_CONTENT_CHARS};
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -49,7 +50,7 @@ struct Inner {
     /// This instance's id: the owner recorded on the runs it executes.
     instance: String,
     locks: locks::Locks,
-    active: Mutex<HashMap<String, Active>>,
+    active: Mutex<HashMap<app::wire::RunId, Active>>,
     tasks: TaskTracker,
     /// Cancelled when the server stops: runners record their run as interrupted.
     stopping: CancellationToken,
@@ -139,7 +140,7 @@ impl Engine {
     /// is also held across instances, and released only once the events published under it
     /// are in the shared log (so no instance acts on a state its events have not reached).
     /// A wait past [`LOCK_WAIT`] gives up with `session.busy`.
-    async fn lock(&self, session_id: &str) -> Result<SessionGuard> {
+    async fn lock(&self, session_id: &SessionId) -> Result<SessionGuard> {
         self.lock_within(session_id, LOCK_WAIT).await
     }
 
@@ -147,7 +148,7 @@ impl Engine {
     /// ([`LOOP_LOCK_WAIT`]) and leave a locked session for their next pass, so one session
     /// held up never holds up the rest. Dropping the future while it waits leaves nothing
     /// held.
-    async fn lock_within(&self, session_id: &str, wait: Duration) -> Result<SessionGuard> {
+    async fn lock_within(&self, session_id: &SessionId, wait: Duration) -> Result<SessionGuard> {
         let deadline = tokio::time::Instant::now() + wait;
         let local = tokio::time::timeout_at(deadline, self.inner.locks.lock(session_id))
             .await
@@ -179,7 +180,7 @@ impl Engine {
         }
     }
 
-    fn publish(&self, session_id: &str, event: Event) {
+    fn publish(&self, session_id: &SessionId, event: Event) {
         self.hub().publish(session_id, &event);
     }
 
@@ -212,13 +213,17 @@ impl crate::tools::builtin::Commands for Engine {
     fn store(&self) -> &Store {
         Engine::store(self)
     }
-    async fn post_message(&self, session: &str, content: &str) -> Result<app::wire::Receipt> {
+    async fn post_message(&self, session: &SessionId, content: &str) -> Result<app::wire::Receipt> {
         Engine::post_message(self, session, content).await
     }
-    async fn retry(&self, session: &str, from: Option<&str>) -> Result<app::wire::RetryReceipt> {
+    async fn retry(
+        &self,
+        session: &SessionId,
+        from: Option<&str>,
+    ) -> Result<app::wire::RetryReceipt> {
         Engine::retry(self, session, from).await
     }
-    async fn stop(&self, session: &str) -> Result<app::wire::Run> {
+    async fn stop(&self, session: &SessionId) -> Result<app::wire::Run> {
         Engine::stop(self, session).await
     }
 }

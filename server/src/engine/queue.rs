@@ -4,7 +4,8 @@ use super::{Engine, LOOP_LOCK_WAIT};
 use crate::error::Result;
 use crate::run::{Active, RunTask};
 use crate::store::Started;
-use app::wire::Event;
+use app::wire::SessionId;
+use app::wire::{Event, RunId};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,13 +15,13 @@ pub const PUMP_EVERY: Duration = Duration::from_secs(3);
 impl Engine {
     /// Lets the prompts held behind a failed turn go on (in order; answers their ids). They
     /// are newer turns: the failed turn's waiting background retry ends.
-    pub async fn release(&self, session_id: &str) -> Result<Vec<String>> {
-        let (engine, session_id) = (self.clone(), session_id.to_string());
+    pub async fn release(&self, session_id: &SessionId) -> Result<Vec<RunId>> {
+        let (engine, session_id) = (self.clone(), session_id.clone());
         self.carried(async move { engine.release_held(&session_id).await })
             .await
     }
 
-    async fn release_held(&self, session_id: &str) -> Result<Vec<String>> {
+    async fn release_held(&self, session_id: &SessionId) -> Result<Vec<RunId>> {
         self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
         let released = self.store().release_held(session_id).await?;
@@ -78,8 +79,8 @@ impl Engine {
     /// (Boxed with an explicit `Send`: a run's task → finish → pump is a cycle of futures.)
     pub(super) fn pump<'a>(
         &'a self,
-        session_id: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Option<String>>> {
+        session_id: &'a SessionId,
+    ) -> futures::future::BoxFuture<'a, Result<Option<RunId>>> {
         Box::pin(async move {
             let Some(owner) = self.owner() else {
                 return Ok(None);
@@ -97,7 +98,7 @@ impl Engine {
 
     /// Announces a run the store just started and executes it as a task (with the context
     /// every run shares, and this engine's commands for its built-in tools); answers its id.
-    pub(super) fn launch(&self, started: Started) -> String {
+    pub(super) fn launch(&self, started: Started) -> RunId {
         let session_id = &started.run.session_id;
         self.publish(session_id, Event::Run(started.run.clone()));
         self.publish(session_id, Event::Message(started.reply.clone()));
@@ -120,7 +121,7 @@ impl Engine {
     }
 
     /// Starts the session's next run under its lock.
-    pub(super) async fn start_next(&self, session_id: &str) -> Result<()> {
+    pub(super) async fn start_next(&self, session_id: &SessionId) -> Result<()> {
         let _guard = self.lock(session_id).await?;
         self.pump(session_id).await.map(|_| ())
     }

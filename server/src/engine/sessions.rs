@@ -5,6 +5,7 @@ use super::Engine;
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
 use crate::secrets::{hex_sha256, random_token};
+use app::wire::SessionId;
 use app::wire::{AutoRetry, CreateSession, CreatedSession, Event, PatchSession, Session};
 
 /// A session's title and model are at most this many characters (after trim).
@@ -68,7 +69,11 @@ impl Engine {
     }
 
     /// Checks a change of a session's settings and makes it ([`Engine::update_settings`]).
-    pub async fn patch_session(&self, session_id: &str, patch: PatchSession) -> Result<Session> {
+    pub async fn patch_session(
+        &self,
+        session_id: &SessionId,
+        patch: PatchSession,
+    ) -> Result<Session> {
         self.store().session(session_id).await?;
         let title = patch.title.as_deref().map(str::trim);
         if let Some(t) = title {
@@ -91,13 +96,13 @@ impl Engine {
     /// client hangs up, like every command: the change and its announcement go together.
     pub async fn update_settings(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         title: Option<&str>,
         auto_retry: Option<AutoRetry>,
         tools: Option<&[String]>,
     ) -> Result<Session> {
         let engine = self.clone();
-        let session_id = session_id.to_string();
+        let session_id = session_id.clone();
         let (title, tools) = (title.map(str::to_string), tools.map(<[String]>::to_vec));
         self.carried(async move {
             engine
@@ -109,7 +114,7 @@ impl Engine {
 
     async fn settings_changed(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         title: Option<&str>,
         auto_retry: Option<AutoRetry>,
         tools: Option<&[String]>,

@@ -3,6 +3,7 @@
 use super::Engine;
 use crate::error::Result;
 use crate::store::SessionPage;
+use app::wire::SessionId;
 use app::wire::{Session, SessionDetail};
 
 impl Engine {
@@ -13,7 +14,11 @@ impl Engine {
 
     /// The session as a client starts from: every event after `last_event_id` is replayed to
     /// a client that resumes from it, so nothing between the read and the stream is lost.
-    pub async fn snapshot(&self, sid: &str, include_superseded: bool) -> Result<SessionDetail> {
+    pub async fn snapshot(
+        &self,
+        sid: &SessionId,
+        include_superseded: bool,
+    ) -> Result<SessionDetail> {
         // Take the event id first: any event after it is replayed to a client resuming from it.
         let last_event_id = self.hub().last_id();
         let store = self.store();

@@ -7,6 +7,8 @@ use super::{Engine, EngineConfig};
 use crate::events::EventHub;
 use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError, StreamItem};
 use crate::store::Store;
+use app::wire::RunId;
+use app::wire::SessionId;
 use app::wire::{AutoRetry, RetryClass, Run, RunStatus};
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -81,7 +83,7 @@ async fn engine_at(background: app::wire::Backoff) -> (Engine, String) {
     (engine, url)
 }
 
-async fn ended(engine: &Engine, run_id: &str) -> Run {
+async fn ended(engine: &Engine, run_id: &RunId) -> Run {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let run = engine.store().run(run_id).await.unwrap();
@@ -137,7 +139,7 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
     );
     let reply = engine
         .store()
-        .message(run.reply_message_id.as_deref().unwrap())
+        .message(run.reply_message_id.as_ref().unwrap())
         .await
         .unwrap();
     assert_eq!(
@@ -150,7 +152,7 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
     assert_eq!(run.status, RunStatus::Completed, "the session goes on");
 }
 
-async fn session(engine: &Engine, auto_retry: AutoRetry) -> String {
+async fn session(engine: &Engine, auto_retry: AutoRetry) -> SessionId {
     engine
         .store()
         .create_session("t", "m", None, "hash", auto_retry, &[])
@@ -160,7 +162,7 @@ async fn session(engine: &Engine, auto_retry: AutoRetry) -> String {
 }
 
 /// Records a background retry of `run_id` waiting in the session, due in a minute.
-async fn leave_retry_waiting(engine: &Engine, sid: &str, run_id: &str) {
+async fn leave_retry_waiting(engine: &Engine, sid: &SessionId, run_id: &RunId) {
     let waiting = app::wire::WaitingRetry {
         attempt: 1,
         fires_at: crate::clock::now_ms() + 60_000,
@@ -384,7 +386,7 @@ async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it(
     // Time for a change that does not wait for the lock to be done before the retry is left.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!change.is_finished(), "the change waits for the lock");
-    leave_retry_waiting(&engine, &sid, "r_failed_under_the_lock").await;
+    leave_retry_waiting(&engine, &sid, &"r_failed_under_the_lock".into()).await;
     drop(held);
     let changed = change.await.unwrap().unwrap();
     assert_eq!(changed.auto_retry, AutoRetry::Off);
@@ -403,7 +405,7 @@ async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it(
 async fn a_settings_change_whose_caller_hangs_up_is_carried_to_its_end() {
     let engine = engine().await;
     let sid = session(&engine, AutoRetry::Background).await;
-    leave_retry_waiting(&engine, &sid, "r_failed").await;
+    leave_retry_waiting(&engine, &sid, &"r_failed".into()).await;
     let mut events = engine.hub().subscribe(&sid, None).live;
     let held = engine.lock(&sid).await.unwrap();
     let change = engine.update_settings(&sid, None, Some(AutoRetry::Off), None);

@@ -49,7 +49,7 @@ pub(super) struct Inner {
     pub(super) held: VecDeque<Held>,
     pub(super) channels: HashMap<String, Channel>,
     /// Shared: the text streamed so far of each streaming reply seen in the log, by run id.
-    pub(super) mirror: HashMap<String, (String, u64)>,
+    pub(super) mirror: HashMap<app::wire::RunId, (String, u64)>,
 }
 
 impl Inner {

@@ -5,6 +5,7 @@ use super::bytes_frame;
 use super::channels::deliver;
 use super::EventHub;
 use crate::store::{decode_notification, LoggedEvent, Notified, EVENTS_CHANNEL};
+use app::wire::RunId;
 use app::wire::{Delta, Run, RunStatus};
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ enum Mirror {
     Delta(Delta),
     /// A run ended (`started`: after it started, so it is the end of a streaming run).
     Ended {
-        run_id: String,
+        run_id: RunId,
         started: bool,
     },
     None,

@@ -37,6 +37,8 @@ pub use retention::SHARED_PRUNE_GRACE;
 
 use crate::store::Store;
 use app::wire::Event;
+use app::wire::RunId;
+use app::wire::SessionId;
 use channels::{channel, deliver, sweep, Inner};
 use follower::follow;
 use published::write_data;
@@ -185,7 +187,7 @@ impl EventHub {
     }
 
     /// A streaming reply's text and delta count as the shared log has delivered them here.
-    pub fn mirrored_text(&self, run_id: &str) -> Option<(String, u64)> {
+    pub fn mirrored_text(&self, run_id: &RunId) -> Option<(String, u64)> {
         self.inner
             .lock()
             .expect("event hub lock")
@@ -196,7 +198,7 @@ impl EventHub {
 
     /// Publishes one event of a session. Local: numbered, delivered and queued for the log
     /// at once. Shared: queued for the log; the follower delivers it once it is there.
-    pub fn publish(&self, session_id: &str, event: &Event) {
+    pub fn publish(&self, session_id: &SessionId, event: &Event) {
         let name = event.name();
         // Only a run that started has deltas, and a session runs one at a time: the end of a
         // queued run (cancelled before it started) says nothing about the deltas of the run
@@ -247,7 +249,7 @@ impl EventHub {
     }
 
     /// Subscribes to a session's events after `after` (`None`: only new ones).
-    pub fn subscribe(&self, session_id: &str, after: Option<i64>) -> Subscription {
+    pub fn subscribe(&self, session_id: &SessionId, after: Option<i64>) -> Subscription {
         let mut inner = self.inner.lock().expect("event hub lock");
         let next = inner.undelivered();
         let chan = channel(&mut inner, session_id, next);
@@ -326,7 +328,7 @@ mod tests {
         hub.flush().await;
         let logged = hub
             .store()
-            .events_between("s", after, i64::MAX, 1000)
+            .events_between(&"s".into(), after, i64::MAX, 1000)
             .await
             .unwrap();
         logged.iter().map(|e| e.name).collect()
@@ -337,18 +339,18 @@ mod tests {
     #[tokio::test]
     async fn an_event_written_twice_is_logged_once() {
         let hub = test_hub().await;
-        hub.publish("s", &run("r_a", RunStatus::Running, true));
+        hub.publish(&"s".into(), &run("r_a", RunStatus::Running, true));
         hub.flush().await;
         let logged = hub
             .store()
-            .events_between("s", 0, i64::MAX, 1000)
+            .events_between(&"s".into(), 0, i64::MAX, 1000)
             .await
             .unwrap();
         let rows: Vec<_> = logged.iter().collect();
         hub.store().append_events(&rows).await.unwrap();
         let again = hub
             .store()
-            .events_between("s", 0, i64::MAX, 1000)
+            .events_between(&"s".into(), 0, i64::MAX, 1000)
             .await
             .unwrap();
         assert_eq!(again.len(), 1);
@@ -360,14 +362,14 @@ mod tests {
     #[tokio::test]
     async fn ids_given_before_a_crash_are_never_given_again() {
         let hub = test_hub().await;
-        hub.publish("s", &run("r_a", RunStatus::Running, true));
+        hub.publish(&"s".into(), &run("r_a", RunStatus::Running, true));
         hub.flush().await;
         for seq in 1..=5 {
-            hub.publish("s", &delta(seq));
+            hub.publish(&"s".into(), &delta(seq));
         }
         let given = hub.last_id();
         let (again, _writer) = EventHub::start(hub.store().clone()).await.unwrap();
-        again.publish("s", &run("r_a", RunStatus::Failed, true));
+        again.publish(&"s".into(), &run("r_a", RunStatus::Failed, true));
         assert!(
             again.last_id() > given,
             "{} was given again",
@@ -382,11 +384,11 @@ mod tests {
         let hub = test_hub().await;
         let before = hub.last_id();
         let mark = hub.inner.lock().unwrap().reserved;
-        let mut sub = hub.subscribe("s", None);
+        let mut sub = hub.subscribe(&"s".into(), None);
         // The reserver cannot run meanwhile (this test's one thread never yields).
         let n = (mark - 1 - before) as u64 + 10;
         for seq in 1..=n {
-            hub.publish("s", &delta(seq));
+            hub.publish(&"s".into(), &delta(seq));
         }
         {
             let inner = hub.inner.lock().unwrap();
@@ -422,24 +424,24 @@ mod tests {
     async fn a_quiet_running_runs_deltas_stay_for_a_later_resume() {
         let hub = test_hub_idle(std::time::Duration::from_millis(20)).await;
         let before = hub.last_id();
-        hub.publish("s", &run("r_a", RunStatus::Running, true));
+        hub.publish(&"s".into(), &run("r_a", RunStatus::Running, true));
         for seq in 1..=3 {
-            hub.publish("s", &delta(seq));
+            hub.publish(&"s".into(), &delta(seq));
         }
         // A session whose run ended: its channel goes, which says the sweep ran.
-        hub.publish("ended", &run("r_b", RunStatus::Completed, true));
+        hub.publish(&"ended".into(), &run("r_b", RunStatus::Completed, true));
         hub.flush().await;
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
         while hub.inner.lock().unwrap().channels.contains_key("ended") {
             assert!(tokio::time::Instant::now() < deadline, "no sweep ran");
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        let sub = hub.subscribe("s", Some(before));
+        let sub = hub.subscribe(&"s".into(), Some(before));
         let mut names: Vec<&str> = Vec::new();
         if let Some((after, below)) = sub.from_store {
             let logged = hub
                 .store()
-                .events_between("s", after, below, 100)
+                .events_between(&"s".into(), after, below, 100)
                 .await
                 .unwrap();
             names.extend(logged.iter().map(|e| e.name));
@@ -471,7 +473,7 @@ mod tests {
             hub.store().append_events(&batch).await.unwrap();
             let logged = hub
                 .store()
-                .events_between("s", 0, i64::MAX, 1000)
+                .events_between(&"s".into(), 0, i64::MAX, 1000)
                 .await
                 .unwrap();
             let ids: Vec<i64> = logged.iter().map(|e| e.id).collect();
@@ -485,13 +487,13 @@ mod tests {
     async fn a_queued_runs_end_never_prunes_the_streaming_runs_deltas() {
         let hub = test_hub().await;
         let before = hub.last_id();
-        hub.publish("s", &run("r_a", RunStatus::Running, true));
-        hub.publish("s", &delta(1));
+        hub.publish(&"s".into(), &run("r_a", RunStatus::Running, true));
+        hub.publish(&"s".into(), &delta(1));
         // A delta's row is written when it leaves the window (here, by hand).
         hub.flush().await;
         let rows = hub
             .store()
-            .events_between("s", before, i64::MAX, 1000)
+            .events_between(&"s".into(), before, i64::MAX, 1000)
             .await
             .unwrap();
         let spilled = crate::store::LoggedEvent {
@@ -503,13 +505,13 @@ mod tests {
         assert_eq!(rows.len(), 1, "only the run's row");
         hub.store().append_events(&[&spilled]).await.unwrap();
         assert_eq!(logged(&hub, before).await, ["run", "delta"]);
-        hub.publish("s", &run("r_b", RunStatus::Cancelled, false));
+        hub.publish(&"s".into(), &run("r_b", RunStatus::Cancelled, false));
         assert_eq!(
             logged(&hub, before).await,
             ["run", "delta", "run"],
             "a queued run's end pruned the streaming run's delta"
         );
-        hub.publish("s", &run("r_a", RunStatus::Completed, true));
+        hub.publish(&"s".into(), &run("r_a", RunStatus::Completed, true));
         assert_eq!(logged(&hub, before).await, ["run", "run", "run"]);
     }
 }

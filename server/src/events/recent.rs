@@ -128,8 +128,8 @@ struct DeltaFields<'a> {
 impl Kept {
     fn render(&self) -> (Frame, std::ops::Range<usize>) {
         let delta = Event::Delta(Delta {
-            run_id: self.run.run_id.to_string(),
-            message_id: self.run.message_id.to_string(),
+            run_id: self.run.run_id.to_string().into(),
+            message_id: self.run.message_id.to_string().into(),
             seq: self.seq,
             text: self.text.to_string(),
             step: self.step,
@@ -160,7 +160,7 @@ mod tests {
     fn delta(run: &str, seq: u64, text: &str) -> Event {
         Event::Delta(Delta {
             run_id: run.into(),
-            message_id: format!("m_{run}"),
+            message_id: format!("m_{run}").into(),
             seq,
             text: text.into(),
             step: 2,

@@ -81,7 +81,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
 
 /// The session whose agent token this is: looked up by the token's hash (indexed), the
 /// stored hash compared again in constant time.
-async fn agent_of(engine: &Engine, token: &str) -> Result<Option<String>> {
+async fn agent_of(engine: &Engine, token: &str) -> Result<Option<app::wire::SessionId>> {
     let hash = hex_sha256(token);
     Ok(engine
         .store()

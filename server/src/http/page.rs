@@ -4,7 +4,7 @@
 use super::auth::{presented_token, token_matches};
 use super::AppState;
 use app::page_data::{Loaded, PageData};
-use app::wire::SessionList;
+use app::wire::{SessionId, SessionList};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, Request};
@@ -22,7 +22,7 @@ pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Respon
         .path()
         .strip_prefix("/s/")
         .filter(|id| !id.is_empty() && !id.contains('/'))
-        .map(str::to_string);
+        .map(SessionId::from);
     let data = match signed_in {
         true => load(&state, session_id).await,
         false => PageData {
@@ -47,7 +47,7 @@ pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Respon
 }
 
 /// The list, and the snapshot of the session whose page it is.
-async fn load(state: &AppState, session_id: Option<String>) -> PageData {
+async fn load(state: &AppState, session_id: Option<SessionId>) -> PageData {
     let engine = &state.engine;
     let sessions: Loaded<SessionList> = async {
         let page = crate::store::SessionPage::new(None, None).map_err(explain)?;

@@ -2,13 +2,13 @@
 use super::error::ApiPath;
 use super::AppState;
 use crate::error::Result;
-use app::wire::{Run, RunDetail};
+use app::wire::{Run, RunDetail, RunId, SessionId};
 use axum::extract::State;
 use axum::Json;
 
 pub async fn detail(
     State(state): State<AppState>,
-    ApiPath(rid): ApiPath<String>,
+    ApiPath(rid): ApiPath<RunId>,
 ) -> Result<Json<RunDetail>> {
     let store = state.engine.store();
     let run = store.run(&rid).await?;
@@ -18,7 +18,7 @@ pub async fn detail(
 
 pub async fn cancel(
     State(state): State<AppState>,
-    ApiPath((sid, rid)): ApiPath<(String, String)>,
+    ApiPath((sid, rid)): ApiPath<(SessionId, RunId)>,
 ) -> Result<Json<Run>> {
     Ok(Json(state.engine.cancel(&sid, &rid).await?))
 }
@@ -26,7 +26,7 @@ pub async fn cancel(
 /// `POST /sessions/:sid/runs/:rid/dismiss-retry`: the operator cancelled Tier 2 for this run.
 pub async fn dismiss_retry(
     State(state): State<AppState>,
-    ApiPath((sid, rid)): ApiPath<(String, String)>,
+    ApiPath((sid, rid)): ApiPath<(SessionId, RunId)>,
 ) -> Result<Json<Run>> {
     Ok(Json(state.engine.dismiss_retry(&sid, &rid).await?))
 }

@@ -3,8 +3,8 @@ use super::error::{ApiJson, ApiPath, ApiQuery};
 use super::AppState;
 use crate::error::{Error, Result};
 use app::wire::{
-    CreateSession, CreatedSession, PatchSession, PostMessage, Receipt, Session, SessionDetail,
-    SessionList,
+    CreateSession, CreatedSession, MessageId, PatchSession, PostMessage, Receipt, Session,
+    SessionDetail, SessionId, SessionList,
 };
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -55,7 +55,7 @@ pub struct DetailQuery {
 
 pub async fn detail(
     State(state): State<AppState>,
-    ApiPath(sid): ApiPath<String>,
+    ApiPath(sid): ApiPath<SessionId>,
     ApiQuery(q): ApiQuery<DetailQuery>,
 ) -> Result<Json<SessionDetail>> {
     let include_superseded = match q.include_superseded.as_deref() {
@@ -73,7 +73,7 @@ pub async fn detail(
 /// `PATCH /sessions/:sid`: its title, retry setting or tools.
 pub async fn patch(
     State(state): State<AppState>,
-    ApiPath(sid): ApiPath<String>,
+    ApiPath(sid): ApiPath<SessionId>,
     ApiJson(body): ApiJson<PatchSession>,
 ) -> Result<Json<Session>> {
     Ok(Json(state.engine.patch_session(&sid, body).await?))
@@ -81,7 +81,7 @@ pub async fn patch(
 
 pub async fn post_message(
     State(state): State<AppState>,
-    ApiPath(sid): ApiPath<String>,
+    ApiPath(sid): ApiPath<SessionId>,
     ApiJson(body): ApiJson<PostMessage>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
     let receipt = state.engine.post_message(&sid, &body.content).await?;
@@ -90,7 +90,7 @@ pub async fn post_message(
 
 pub async fn release(
     State(state): State<AppState>,
-    ApiPath(sid): ApiPath<String>,
+    ApiPath(sid): ApiPath<SessionId>,
 ) -> Result<Json<app::wire::Released>> {
     let released = state.engine.release(&sid).await?;
     Ok(Json(app::wire::Released { released }))
@@ -98,20 +98,20 @@ pub async fn release(
 
 pub async fn regenerate(
     State(state): State<AppState>,
-    ApiPath((sid, mid)): ApiPath<(String, String)>,
+    ApiPath((sid, mid)): ApiPath<(SessionId, MessageId)>,
     body: Option<ApiJson<app::wire::Regenerate>>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
     let body = body.map(|ApiJson(b)| b).unwrap_or_default();
     let receipt = state
         .engine
-        .regenerate(&sid, &mid, body.if_last_run.as_deref(), body.manual)
+        .regenerate(&sid, &mid, body.if_last_run.as_ref(), body.manual)
         .await?;
     Ok((StatusCode::ACCEPTED, Json(receipt)))
 }
 
 pub async fn retry(
     State(state): State<AppState>,
-    ApiPath(sid): ApiPath<String>,
+    ApiPath(sid): ApiPath<SessionId>,
 ) -> Result<Json<app::wire::RetryReceipt>> {
     Ok(Json(state.engine.retry(&sid, None).await?))
 }
@@ -119,7 +119,7 @@ pub async fn retry(
 /// `DELETE /sessions/:sid/waiting-retry`: ends the waiting background retry.
 pub async fn cancel_waiting_retry(
     State(state): State<AppState>,
-    ApiPath(sid): ApiPath<String>,
+    ApiPath(sid): ApiPath<SessionId>,
 ) -> Result<Json<app::wire::Session>> {
     Ok(Json(state.engine.cancel_waiting_retry(&sid).await?))
 }

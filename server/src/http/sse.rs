@@ -27,7 +27,7 @@ pub struct ResumeQuery {
 
 pub async fn events(
     State(state): State<AppState>,
-    ApiPath(sid): ApiPath<String>,
+    ApiPath(sid): ApiPath<app::wire::SessionId>,
     ApiQuery(q): ApiQuery<ResumeQuery>,
     headers: HeaderMap,
 ) -> Result<Response> {
@@ -123,7 +123,7 @@ struct Live {
     /// Fell behind the ring: catch up before the next frame.
     lagged: bool,
     hub: EventHub,
-    sid: String,
+    sid: app::wire::SessionId,
 }
 
 impl Live {
@@ -290,7 +290,7 @@ mod tests {
             .unwrap();
         // A restart: nothing of the session in memory.
         let (hub, _writer) = EventHub::start(store).await.unwrap();
-        let sid = "s_long".to_string();
+        let sid = app::wire::SessionId::from("s_long");
         let (rx, owed) = owed_by(&hub, hub.subscribe(&sid, Some(from))).await;
         let live = Live {
             rx,
@@ -326,7 +326,7 @@ mod tests {
     #[tokio::test]
     async fn a_lagging_subscriber_catches_up_in_place() {
         let hub = crate::events::test_hub().await;
-        let sid = "s_slow".to_string();
+        let sid = app::wire::SessionId::from("s_slow");
         let sub = hub.subscribe(&sid, None);
         let delta = |seq: u64| {
             Event::Delta(Delta {

@@ -167,7 +167,7 @@ impl RunTask {
             let found = offered.iter().find(|o| o.model_name == a.name);
             let arguments = parse_arguments(&a.arguments);
             let mut call = ToolCall {
-                id: new_id("tc"),
+                id: new_id("tc").into(),
                 step,
                 server: found.map(|o| o.server.clone()).unwrap_or_default(),
                 tool: found.map_or_else(|| limited(&a.name, 128), |o| o.tool().to_string()),
@@ -340,7 +340,7 @@ mod tests {
     fn recorded(step: u32, offset: usize, id: &str, status: ToolCallStatus) -> RecordedCall {
         RecordedCall {
             call: ToolCall {
-                id: format!("tc_{id}"),
+                id: format!("tc_{id}").into(),
                 step,
                 server: "fs".into(),
                 tool: "write_file".into(),

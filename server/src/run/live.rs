@@ -40,7 +40,7 @@ pub fn overlay_mirrored(hub: &crate::events::EventHub, mut m: Message) -> Messag
         let stored = m.delta_seq.unwrap_or(0);
         let mirrored = m
             .run_id
-            .as_deref()
+            .as_ref()
             .and_then(|r| hub.mirrored_text(r))
             .filter(|(_, seq)| *seq > stored);
         if let Some((text, seq)) = mirrored {

@@ -200,7 +200,7 @@ impl RunTask {
             (live.text.clone(), live.seq)
         };
         self.ctx.saver.save(Save {
-            message_id: self.reply.id.clone(),
+            message_id: self.reply.id.to_string(),
             text,
             seq,
         });

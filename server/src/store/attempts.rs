@@ -1,11 +1,12 @@
 //! A run's Tier 1 attempts (`run_attempts` rows): each one's start, failure and wait.
 use super::*;
+use app::wire::RunId;
 
 impl Store {
-    pub async fn attempts(&self, run_id: &str) -> Result<Vec<Attempt>> {
+    pub async fn attempts(&self, run_id: &RunId) -> Result<Vec<Attempt>> {
         with_pool!(self, |pool| {
             let rows = sqlx::query("SELECT * FROM run_attempts WHERE run_id = $1 ORDER BY n")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .fetch_all(pool)
                 .await?;
             Ok(rows
@@ -22,7 +23,7 @@ impl Store {
 
     /// Tier 1 attempt `n` of a run started, opening model step `step` (also recorded: the
     /// run's steps count on with its attempts, in the same write).
-    pub async fn attempt_started(&self, run_id: &str, n: u32, step: u32) -> Result<()> {
+    pub async fn attempt_started(&self, run_id: &RunId, n: u32, step: u32) -> Result<()> {
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             sqlx::query(
@@ -30,7 +31,7 @@ impl Store {
              ON CONFLICT (run_id, n) DO UPDATE
              SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL",
             )
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(n as i64)
             .bind(now_ms())
             .execute(&mut *tx)
@@ -41,7 +42,7 @@ impl Store {
              WHERE id = $2",
             )
             .bind(n as i64)
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(i64::from(step))
             .execute(&mut *tx)
             .await?;
@@ -53,7 +54,7 @@ impl Store {
     /// Tier 1 attempt `n` of a run failed; `retry_in_ms` when another follows after that wait.
     pub async fn attempt_failed(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         n: u32,
         error: &str,
         retry_in_ms: Option<i64>,
@@ -64,7 +65,7 @@ impl Store {
             )
             .bind(self.storable(error))
             .bind(retry_in_ms)
-            .bind(run_id)
+            .bind(run_id.as_str())
             .bind(n as i64)
             .execute(pool)
             .await?;

@@ -1,5 +1,6 @@
 //! The event log: appended in batches, read back for SSE resumes, pruned of deltas.
 use super::*;
+use app::wire::SessionId;
 
 /// One event as logged: its id, session and pre-rendered name and JSON data.
 #[derive(Clone, Debug)]
@@ -135,7 +136,7 @@ impl Store {
     /// of them (a caller reads a long range page by page, from the last id it got).
     pub async fn events_between(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         after: i64,
         before: i64,
         limit: i64,
@@ -145,7 +146,7 @@ impl Store {
                 "SELECT id, name, data FROM events
                  WHERE session_id = $1 AND id > $2 AND id < $3 ORDER BY id LIMIT $4",
             )
-            .bind(session_id)
+            .bind(session_id.as_str())
             .bind(after)
             .bind(before)
             .bind(limit)

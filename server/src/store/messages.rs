@@ -1,6 +1,8 @@
 //! Messages: a session's messages, one message, a run's conversation (its history), and
 //! the batched saves of streaming replies.
 use super::*;
+use app::wire::MessageId;
+use app::wire::SessionId;
 
 /// One message of a run's conversation, as [`Store::history`] reads it.
 #[derive(Clone, Debug, PartialEq)]
@@ -15,14 +17,14 @@ pub struct HistoryEntry {
 impl Store {
     pub async fn messages(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         include_superseded: bool,
     ) -> Result<Vec<Message>> {
         with_pool!(self, |pool| {
             let rows = sqlx::query(&format!(
                 "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = $1 ORDER BY m.seq"
             ))
-            .bind(session_id)
+            .bind(session_id.as_str())
             .fetch_all(pool)
             .await?;
             Ok(rows
@@ -34,25 +36,25 @@ impl Store {
     }
 
     /// The session's reply that is streaming now, if any (as last saved, with its `delta_seq`).
-    pub async fn streaming_reply(&self, session_id: &str) -> Result<Option<Message>> {
+    pub async fn streaming_reply(&self, session_id: &SessionId) -> Result<Option<Message>> {
         with_pool!(self, |pool| {
             let row = sqlx::query(&format!(
                 "SELECT {MESSAGE_COLUMNS} FROM messages m
                  WHERE m.session_id = $1 AND m.status = 'streaming' ORDER BY m.seq DESC LIMIT 1"
             ))
-            .bind(session_id)
+            .bind(session_id.as_str())
             .fetch_optional(pool)
             .await?;
             Ok(row.as_ref().map(rows::message))
         })
     }
 
-    pub async fn message(&self, id: &str) -> Result<Message> {
+    pub async fn message(&self, id: &MessageId) -> Result<Message> {
         with_pool!(self, |pool| {
             let row = sqlx::query(&format!(
                 "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = $1"
             ))
-            .bind(id)
+            .bind(id.as_str())
             .fetch_optional(pool)
             .await?
             .ok_or_else(|| StoreError::not_found("message", id))?;
@@ -63,7 +65,7 @@ impl Store {
     /// The conversation a run sends: every visible message up to and including its anchor,
     /// as `(role, content)`; operator prompts that have not run yet and empty or still
     /// streaming replies are left out. One statement.
-    pub async fn history(&self, anchor_message_id: &str) -> Result<Vec<HistoryEntry>> {
+    pub async fn history(&self, anchor_message_id: &MessageId) -> Result<Vec<HistoryEntry>> {
         with_pool!(self, |pool| {
             let rows: Vec<(String, String, String, bool)> = sqlx::query_as(
                 "SELECT m.id, m.role, m.content,
@@ -81,7 +83,7 @@ impl Store {
                              OR EXISTS (SELECT 1 FROM tool_calls t WHERE t.message_id = m.id)) END
              ORDER BY m.seq",
             )
-            .bind(anchor_message_id)
+            .bind(anchor_message_id.as_str())
             .fetch_all(pool)
             .await?;
             if rows.is_empty() {

@@ -153,13 +153,13 @@ pub fn provenance_json(p: &Option<Provenance>) -> Option<String> {
 pub fn message(row: &impl Get) -> Message {
     let status = opt_word(row, "status", MessageStatus::Failed);
     Message {
-        id: row.text("id"),
-        session_id: row.text("session_id"),
+        id: row.text("id").into(),
+        session_id: row.text("session_id").into(),
         role: word(row, "role", Role::Agent),
         content: row.text("content"),
         created_at: row.int("created_at"),
         superseded: row.flag("superseded"),
-        run_id: row.opt_text("run_id"),
+        run_id: row.opt_text("run_id").map(app::wire::RunId::from),
         delta_seq: match status {
             Some(MessageStatus::Streaming) => Some(row.int("delta_seq") as u64),
             _ => None,
@@ -197,15 +197,17 @@ pub fn session_call(row: &impl Get) -> super::SessionCall {
 /// Columns: runs.*.
 pub fn run(row: &impl Get) -> Run {
     Run {
-        id: row.text("id"),
-        session_id: row.text("session_id"),
-        anchor_message_id: row.text("anchor_message_id"),
-        reply_message_id: row.opt_text("reply_message_id"),
+        id: row.text("id").into(),
+        session_id: row.text("session_id").into(),
+        anchor_message_id: row.text("anchor_message_id").into(),
+        reply_message_id: row
+            .opt_text("reply_message_id")
+            .map(app::wire::MessageId::from),
         status: word(row, "status", RunStatus::Failed),
         kind: word(row, "kind", RunKind::Prompt),
         attempt: row.int("attempt") as u32,
         tier1_attempts: row.int("tier1_attempts") as u32,
-        held_by: row.opt_text("held_by"),
+        held_by: row.opt_text("held_by").map(app::wire::RunId::from),
         error_message: row.opt_text("error_message"),
         retry: retry(row),
         retry_dismissed_at: row.opt_int("retry_dismissed_at"),

@@ -1,12 +1,14 @@
 //! Reads of runs: a session's runs and queue state, a prompt's tries, the held prompts, and
 //! the runs left running by a stop or by another instance.
 use super::*;
+use app::wire::MessageId;
+use app::wire::SessionId;
 
 impl Store {
-    pub async fn runs(&self, session_id: &str) -> Result<Vec<Run>> {
+    pub async fn runs(&self, session_id: &SessionId) -> Result<Vec<Run>> {
         with_pool!(self, |pool| {
             let rows = sqlx::query("SELECT * FROM runs WHERE session_id = $1 ORDER BY seq")
-                .bind(session_id)
+                .bind(session_id.as_str())
                 .fetch_all(pool)
                 .await?;
             Ok(rows.iter().map(rows::run).collect())
@@ -25,12 +27,12 @@ impl Store {
     }
 
     /// The latest run anchored on a message.
-    pub async fn latest_run_for(&self, anchor_message_id: &str) -> Result<Option<Run>> {
+    pub async fn latest_run_for(&self, anchor_message_id: &MessageId) -> Result<Option<Run>> {
         with_pool!(self, |pool| {
             let row = sqlx::query(
                 "SELECT * FROM runs WHERE anchor_message_id = $1 ORDER BY seq DESC LIMIT 1",
             )
-            .bind(anchor_message_id)
+            .bind(anchor_message_id.as_str())
             .fetch_optional(pool)
             .await?;
             Ok(row.as_ref().map(rows::run))
@@ -65,12 +67,12 @@ impl Store {
     }
 
     /// The session's last turn: its latest run not held behind a failure.
-    pub async fn last_turn(&self, session_id: &str) -> Result<Option<Run>> {
+    pub async fn last_turn(&self, session_id: &SessionId) -> Result<Option<Run>> {
         with_pool!(self, |pool| {
             let row = sqlx::query(
             "SELECT * FROM runs WHERE session_id = $1 AND held_by IS NULL ORDER BY seq DESC LIMIT 1",
         )
-        .bind(session_id)
+        .bind(session_id.as_str())
         .fetch_optional(pool)
         .await?;
             Ok(row.as_ref().map(rows::run))
@@ -78,25 +80,25 @@ impl Store {
     }
 
     /// Whether the session has a run running or queued (held prompts excepted).
-    pub async fn has_active_run(&self, session_id: &str) -> Result<bool> {
+    pub async fn has_active_run(&self, session_id: &SessionId) -> Result<bool> {
         with_pool!(self, |pool| {
             Ok(sqlx::query_scalar(
                 "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1
                 AND (status = 'running' OR (status = 'queued' AND held_by IS NULL)))",
             )
-            .bind(session_id)
+            .bind(session_id.as_str())
             .fetch_one(pool)
             .await?)
         })
     }
 
     /// The session's prompts held behind a failed turn (`finish_run` holds them), in order.
-    pub async fn held_runs(&self, session_id: &str) -> Result<Vec<Run>> {
+    pub async fn held_runs(&self, session_id: &SessionId) -> Result<Vec<Run>> {
         with_pool!(self, |pool| {
             let rows = sqlx::query(
             "SELECT * FROM runs WHERE session_id = $1 AND status = 'queued' AND held_by IS NOT NULL ORDER BY seq",
         )
-        .bind(session_id)
+        .bind(session_id.as_str())
         .fetch_all(pool)
         .await?;
             Ok(rows.iter().map(rows::run).collect())
@@ -128,28 +130,32 @@ impl Store {
 
     /// Sessions with a queued run (not held) and none running: a run that should have
     /// started. One query on the runs by status.
-    pub async fn sessions_waiting_to_start(&self) -> Result<Vec<String>> {
+    pub async fn sessions_waiting_to_start(&self) -> Result<Vec<SessionId>> {
         with_pool!(self, |pool| {
-            Ok(sqlx::query_scalar(
+            let ids: Vec<String> = sqlx::query_scalar(
                 "SELECT DISTINCT q.session_id FROM runs q
                  WHERE q.status = 'queued' AND q.held_by IS NULL
                    AND NOT EXISTS (SELECT 1 FROM runs r
                                    WHERE r.session_id = q.session_id AND r.status = 'running')",
             )
             .fetch_all(pool)
-            .await?)
+            .await?;
+            Ok(ids.into_iter().map(SessionId::from).collect())
         })
     }
 
     /// Sessions with a queued run that is free to start.
-    pub async fn sessions_with_queued_runs(&self) -> Result<Vec<String>> {
+    pub async fn sessions_with_queued_runs(&self) -> Result<Vec<SessionId>> {
         with_pool!(self, |pool| {
             let rows = sqlx::query(
                 "SELECT DISTINCT session_id FROM runs WHERE status = 'queued' AND held_by IS NULL",
             )
             .fetch_all(pool)
             .await?;
-            Ok(rows.iter().map(|r| r.get("session_id")).collect())
+            Ok(rows
+                .iter()
+                .map(|r| SessionId::from(r.get::<String, _>("session_id")))
+                .collect())
         })
     }
 }

@@ -3,18 +3,21 @@
 use super::script::{Arg, Run as _, Script};
 use super::starts::{self, Started};
 use super::*;
+use app::wire::MessageId;
+use app::wire::RunId;
+use app::wire::SessionId;
 use std::sync::LazyLock;
 
 /// A run to queue: on a new operator message (a prompt, a continuation) or on an existing one.
 pub struct NewRun<'a> {
-    pub session_id: &'a str,
+    pub session_id: &'a SessionId,
     /// Let the prompts held behind an earlier failure go first (an operator's new prompt).
     pub release_held: bool,
     /// The content of a new operator message to anchor on.
     pub new_message: Option<&'a str>,
     pub message_provenance: Option<Provenance>,
     /// The existing anchor, when there is no new message.
-    pub anchor_id: Option<&'a str>,
+    pub anchor_id: Option<&'a MessageId>,
     pub kind: RunKind,
     pub attempt: u32,
     pub provenance: Option<Provenance>,
@@ -24,7 +27,7 @@ pub struct NewRun<'a> {
 
 impl<'a> NewRun<'a> {
     /// An operator's prompt: a new message, answered by its first run.
-    pub fn prompt(session_id: &'a str, content: &'a str) -> NewRun<'a> {
+    pub fn prompt(session_id: &'a SessionId, content: &'a str) -> NewRun<'a> {
         NewRun {
             session_id,
             release_held: true,
@@ -49,7 +52,7 @@ pub struct Dispatched {
     /// The queued run.
     pub run: Run,
     /// The ids of the messages it superseded.
-    pub superseded: Vec<String>,
+    pub superseded: Vec<MessageId>,
     /// The run it started (maybe not the queued one).
     pub started: Option<Started>,
     /// Whether it ended the session's waiting background retry (a newer turn, or that
@@ -198,7 +201,7 @@ pub struct Outcome {
 
 /// A foreign-key violation on a row of `session_id` is its session missing (the one key such
 /// an insert refers to that no caller has checked); anything else is the database failing.
-fn missing_session(e: sqlx::Error, session_id: &str) -> StoreError {
+fn missing_session(e: sqlx::Error, session_id: &SessionId) -> StoreError {
     match StoreError::from(e) {
         e if e.constraint() == Some(Constraint::ForeignKey) => {
             StoreError::not_found("session", session_id)
@@ -220,10 +223,10 @@ fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>
 
 impl Store {
     /// Records that a run's conversation was compacted after a context overflow.
-    pub async fn mark_compacted(&self, run_id: &str) -> Result<()> {
+    pub async fn mark_compacted(&self, run_id: &RunId) -> Result<()> {
         with_writer!(self, |pool| {
             sqlx::query("UPDATE runs SET compacted = TRUE WHERE id = $1")
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .execute(pool)
                 .await?;
             Ok(())
@@ -313,7 +316,7 @@ impl Store {
                 superseded: supersede
                     .and_then(|i| rows.get(i))
                     .map_or_else(Vec::new, |r| {
-                        r.iter().map(|r| r.text("message_id")).collect()
+                        r.iter().map(|r| r.text("message_id").into()).collect()
                     }),
                 started: start.and_then(|s| s.read(&rows)),
                 waiting_retry_ended: first(waiting).is_some(),
@@ -326,7 +329,7 @@ impl Store {
     /// [`Store::end_run`] starting nothing: the ended run and its reply.
     pub async fn finish_run(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         o: &Outcome,
         by: EndBy,
     ) -> Result<Option<(Run, Option<Message>)>> {
@@ -343,10 +346,10 @@ impl Store {
     /// (returns `None`, nothing starts).
     pub async fn end_run(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         o: &Outcome,
         by: EndBy,
-        start: Option<(&str, &str)>,
+        start: Option<(&SessionId, &str)>,
     ) -> Result<Option<Finished>> {
         let now = now_ms();
         let (retryable, class, until) = retry_columns(&o.retry);
@@ -424,7 +427,7 @@ impl Store {
 
     /// Records the operator's cancel of Tier 2 on a failed run (the first time wins; a repeat
     /// answers the run as it is). `None` when the run is not `failed`.
-    pub async fn dismiss_retry(&self, run_id: &str) -> Result<Option<Run>> {
+    pub async fn dismiss_retry(&self, run_id: &RunId) -> Result<Option<Run>> {
         with_writer!(self, |pool| {
             let row = sqlx::query(
                 "UPDATE runs SET retry_dismissed_at = COALESCE(retry_dismissed_at, $1)
@@ -432,7 +435,7 @@ impl Store {
              RETURNING *",
             )
             .bind(now_ms())
-            .bind(run_id)
+            .bind(run_id.as_str())
             .fetch_optional(pool)
             .await?;
             Ok(row.as_ref().map(rows::run))
@@ -440,10 +443,10 @@ impl Store {
     }
 
     /// Lets every held prompt of the session go on; answers the released runs, in order.
-    pub async fn release_held(&self, session_id: &str) -> Result<Vec<Run>> {
+    pub async fn release_held(&self, session_id: &SessionId) -> Result<Vec<Run>> {
         with_writer!(self, |pool| {
             let rows = sqlx::query(RELEASE_HELD)
-                .bind(session_id)
+                .bind(session_id.as_str())
                 .fetch_all(pool)
                 .await?;
             Ok(released_in_order(&rows))

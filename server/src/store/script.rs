@@ -13,6 +13,24 @@ pub enum Arg {
     Bool(Option<bool>),
 }
 
+impl From<&app::wire::SessionId> for Arg {
+    fn from(v: &app::wire::SessionId) -> Arg {
+        Arg::Text(Some(v.to_string()))
+    }
+}
+
+impl From<&app::wire::RunId> for Arg {
+    fn from(v: &app::wire::RunId) -> Arg {
+        Arg::Text(Some(v.to_string()))
+    }
+}
+
+impl From<&app::wire::MessageId> for Arg {
+    fn from(v: &app::wire::MessageId) -> Arg {
+        Arg::Text(Some(v.to_string()))
+    }
+}
+
 impl From<&str> for Arg {
     fn from(v: &str) -> Arg {
         Arg::Text(Some(v.to_string()))

@@ -1,6 +1,8 @@
 //! Sessions: create, read, list (paged, with each one's last run), rename, tool sources,
 //! and the waiting background retry.
 use super::*;
+use app::wire::RunId;
+use app::wire::SessionId;
 
 /// A session row as the server sees it (the wire `Session` plus what never leaves it).
 pub struct SessionRecord {
@@ -10,7 +12,7 @@ pub struct SessionRecord {
     /// The last background retry's number (kept after it fires).
     pub retry_attempt: u32,
     /// The failed run the waiting background retry is for (`None` when none waits).
-    pub retry_run_id: Option<String>,
+    pub retry_run_id: Option<RunId>,
 }
 
 /// Ends session $1's waiting background retry, if one waits (its attempt number stays).
@@ -82,10 +84,10 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
         .map(|_| rows::run(&rows::Prefixed(row, "lr_")).summary());
     SessionRecord {
         session: Session {
-            id: row.text("id"),
+            id: row.text("id").into(),
             title: row.text("title"),
             model: row.text("model"),
-            parent_id: row.opt_text("parent_id"),
+            parent_id: row.opt_text("parent_id").map(SessionId::from),
             status: if row.flag("busy") {
                 SessionStatus::Running
             } else {
@@ -104,7 +106,7 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
         agent_token_hash: row.text("agent_token_hash"),
         tokens_used: row.int("tokens_used"),
         retry_attempt: row.int("retry_attempt") as u32,
-        retry_run_id: row.opt_text("retry_run_id"),
+        retry_run_id: row.opt_text("retry_run_id").map(RunId::from),
     }
 }
 
@@ -120,12 +122,12 @@ impl Store {
     ) -> Result<Session> {
         let tools = serde_json::to_string(tools).unwrap_or_else(|_| "[]".into());
         with_writer!(self, |pool| {
-            let id = new_id("s");
+            let id = SessionId::from(new_id("s"));
             sqlx::query(
             "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry, tools)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
-        .bind(&id)
+        .bind(id.as_str())
         .bind(self.storable(title))
         .bind(model)
         .bind(parent_id)
@@ -139,10 +141,10 @@ impl Store {
         })
     }
 
-    pub async fn session(&self, id: &str) -> Result<SessionRecord> {
+    pub async fn session(&self, id: &SessionId) -> Result<SessionRecord> {
         with_pool!(self, |pool| {
             let row = sqlx::query(&format!("{} WHERE s.id = $1", session_select()))
-                .bind(id)
+                .bind(id.as_str())
                 .fetch_optional(pool)
                 .await?
                 .ok_or_else(|| StoreError::not_found("session", id))?;
@@ -151,10 +153,10 @@ impl Store {
     }
 
     /// `not_found` unless the session exists (one indexed lookup, no summary).
-    pub async fn session_exists(&self, id: &str) -> Result<()> {
+    pub async fn session_exists(&self, id: &SessionId) -> Result<()> {
         with_pool!(self, |pool| {
             sqlx::query("SELECT 1 FROM sessions WHERE id = $1")
-                .bind(id)
+                .bind(id.as_str())
                 .fetch_optional(pool)
                 .await?
                 .map(|_| ())
@@ -225,14 +227,15 @@ impl Store {
     }
 
     /// The session whose agent token has this hash (an indexed lookup).
-    pub async fn session_by_token_hash(&self, hash: &str) -> Result<Option<(String, String)>> {
+    pub async fn session_by_token_hash(&self, hash: &str) -> Result<Option<(SessionId, String)>> {
         with_pool!(self, |pool| {
             Ok(sqlx::query_as(
                 "SELECT id, agent_token_hash FROM sessions WHERE agent_token_hash = $1",
             )
             .bind(hash)
             .fetch_optional(pool)
-            .await?)
+            .await?
+            .map(|(id, hash): (String, String)| (SessionId::from(id), hash)))
         })
     }
 
@@ -241,7 +244,7 @@ impl Store {
     /// Whether `id` descends from `ancestor` (a child, grandchild, …; never itself): walks up
     /// from `id` by the primary key, so the cost follows the depth, not the server's sessions.
     /// `UNION` ends the walk even on a cycle of parent links.
-    pub async fn is_descendant(&self, ancestor: &str, id: &str) -> Result<bool> {
+    pub async fn is_descendant(&self, ancestor: &SessionId, id: &SessionId) -> Result<bool> {
         with_pool!(self, |pool| {
             let found: Option<i64> = sqlx::query_scalar(
                 "WITH RECURSIVE up(id, parent_id) AS (
@@ -249,8 +252,8 @@ impl Store {
                  UNION SELECT s.id, s.parent_id FROM sessions s JOIN up ON s.id = up.parent_id)
              SELECT CAST(1 AS BIGINT) FROM up WHERE parent_id = $2 AND id <> $2 LIMIT 1",
             )
-            .bind(id)
-            .bind(ancestor)
+            .bind(id.as_str())
+            .bind(ancestor.as_str())
             .fetch_optional(pool)
             .await?;
             Ok(found.is_some())
@@ -259,7 +262,7 @@ impl Store {
 
     pub async fn update_session(
         &self,
-        id: &str,
+        id: &SessionId,
         title: Option<&str>,
         auto_retry: Option<AutoRetry>,
         tools: Option<&[String]>,
@@ -274,7 +277,7 @@ impl Store {
         .bind(self.storable_opt(title))
         .bind(auto_retry.map(|a| a.as_str()))
         .bind(tools)
-        .bind(id)
+        .bind(id.as_str())
         .execute(pool)
         .await?;
             Ok(self.session(id).await?.session)
@@ -284,8 +287,8 @@ impl Store {
     /// Sets the session's waiting background retry, for its failed run `run_id`.
     pub async fn set_waiting_retry(
         &self,
-        session_id: &str,
-        run_id: &str,
+        session_id: &SessionId,
+        run_id: &RunId,
         w: &WaitingRetry,
     ) -> Result<()> {
         with_writer!(self, |pool| {
@@ -297,8 +300,8 @@ impl Store {
             .bind(w.attempt as i64)
             .bind(w.fires_at)
             .bind(w.reason.as_str())
-            .bind(run_id)
-            .bind(session_id)
+            .bind(run_id.as_str())
+            .bind(session_id.as_str())
             .execute(pool)
             .await?;
             if done.rows_affected() == 0 {
@@ -310,10 +313,10 @@ impl Store {
 
     /// Ends the session's waiting background retry, if one waits (answers whether one did);
     /// its attempt number stays. One statement: no read-then-write race.
-    pub async fn clear_waiting_retry(&self, session_id: &str) -> Result<bool> {
+    pub async fn clear_waiting_retry(&self, session_id: &SessionId) -> Result<bool> {
         with_writer!(self, |pool| {
             let ended = sqlx::query(END_WAITING_RETRY)
-                .bind(session_id)
+                .bind(session_id.as_str())
                 .fetch_optional(pool)
                 .await?;
             Ok(ended.is_some())
@@ -332,15 +335,16 @@ impl Store {
     }
 
     /// Sessions whose waiting background retry is due at `now`, soonest first.
-    pub async fn due_waiting_retries(&self, now: i64) -> Result<Vec<String>> {
+    pub async fn due_waiting_retries(&self, now: i64) -> Result<Vec<SessionId>> {
         with_pool!(self, |pool| {
-            Ok(sqlx::query_scalar(
+            let ids: Vec<String> = sqlx::query_scalar(
                 "SELECT id FROM sessions WHERE retry_fires_at IS NOT NULL AND retry_fires_at <= $1
                  ORDER BY retry_fires_at",
             )
             .bind(now)
             .fetch_all(pool)
-            .await?)
+            .await?;
+            Ok(ids.into_iter().map(SessionId::from).collect())
         })
     }
 }

@@ -4,6 +4,8 @@
 use super::{rows, LoggedEvent, Pool, Store};
 use super::{Result, StoreError};
 use app::wire::Run;
+use app::wire::RunId;
+use app::wire::SessionId;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::Row;
 use std::time::Duration;
@@ -150,7 +152,7 @@ async fn try_lock(pool: &PgPool, session_id: &str, holder: &str) -> sqlx::Result
 
 /// A try whose waiter may be dropped at any point (a client hanging up): the statement runs
 /// in a task of its own, and a lock it took for a waiter who is gone is released at once.
-async fn try_lock_detached(pool: &PgPool, session_id: &str, holder: &str) -> Result<bool> {
+async fn try_lock_detached(pool: &PgPool, session_id: &SessionId, holder: &str) -> Result<bool> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (pool, sid, who) = (pool.clone(), session_id.to_string(), holder.to_string());
     tokio::spawn(async move {
@@ -201,7 +203,7 @@ impl Store {
     /// statement, polled with a backoff (2 ms doubling to 50 ms).
     pub async fn lock_session(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         deadline: tokio::time::Instant,
     ) -> Result<Option<SessionLock>> {
         let Pool::Postgres(pool) = &self.pool else {
@@ -374,7 +376,7 @@ impl Store {
     /// Whether run `run_id` is still `running` as `owner`'s, under the epoch it was started
     /// with: its lease may have lapsed for a while, but no one took it over (always true on
     /// SQLite, where nothing fences).
-    pub async fn still_owned(&self, run_id: &str, owner: &str) -> Result<bool> {
+    pub async fn still_owned(&self, run_id: &RunId, owner: &str) -> Result<bool> {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(true);
         };
@@ -383,7 +385,7 @@ impl Store {
              WHERE r.id = $1 AND r.owner = $2 AND r.status = 'running'
                AND i.epoch = COALESCE(r.owner_epoch, 0)",
         )
-        .bind(run_id)
+        .bind(run_id.as_str())
         .bind(owner)
         .fetch_optional(pool)
         .await?;
@@ -408,18 +410,18 @@ impl Store {
     }
 
     /// Asks the instance executing a run to stop it: a flag it polls and a notification.
-    pub async fn request_cancel(&self, run_id: &str) -> Result<()> {
+    pub async fn request_cancel(&self, run_id: &RunId) -> Result<()> {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(());
         };
         let mut tx = pool.begin().await?;
         sqlx::query("UPDATE runs SET cancel_requested = TRUE WHERE id = $1")
-            .bind(run_id)
+            .bind(run_id.as_str())
             .execute(&mut *tx)
             .await?;
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CANCEL_CHANNEL)
-            .bind(run_id)
+            .bind(run_id.as_str())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -427,15 +429,16 @@ impl Store {
     }
 
     /// Running runs of `owner` that someone asked to stop.
-    pub async fn cancels_requested(&self, owner: &str) -> Result<Vec<String>> {
+    pub async fn cancels_requested(&self, owner: &str) -> Result<Vec<RunId>> {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(Vec::new());
         };
-        Ok(sqlx::query_scalar(
+        let ids: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM runs WHERE owner = $1 AND status = 'running' AND cancel_requested",
         )
         .bind(owner)
         .fetch_all(pool)
-        .await?)
+        .await?;
+        Ok(ids.into_iter().map(RunId::from).collect())
     }
 }

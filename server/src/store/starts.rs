@@ -2,6 +2,7 @@
 //! a dispatch's or a run end's transaction, or on their own), and what a start answers.
 use super::script::{Run as _, Script};
 use super::*;
+use app::wire::SessionId;
 
 /// A run the store just started: `running`, its empty streaming reply, and what its provider
 /// request needs of the session (read in the same statement).
@@ -56,11 +57,20 @@ pub(super) struct Start {
 /// records the later ones). Three statements, all keyed by the reply's id, chosen here; the
 /// run comes back with its session's model, spend and tools. A dispatch, a run's end and
 /// [`Store::start_next`] each add them to their own transaction's script.
-pub(super) fn push_start(script: &mut Script, session_id: &str, owner: &str, now: i64) -> Start {
+pub(super) fn push_start(
+    script: &mut Script,
+    session_id: &SessionId,
+    owner: &str,
+    now: i64,
+) -> Start {
     let reply_id = new_id("m");
     let reply = script.push(
         START_REPLY,
-        vec![reply_id.as_str().into(), session_id.into(), now.into()],
+        vec![
+            reply_id.as_str().into(),
+            session_id.as_str().into(),
+            now.into(),
+        ],
     );
     script.push(START_ATTEMPT, vec![reply_id.as_str().into(), now.into()]);
     let run = script.push(
@@ -87,7 +97,7 @@ impl Store {
     /// In one transaction: starts the session's next run (see [`push_start`]) unless one
     /// is running or none waits. `owner` is the instance that executes it (its heartbeat is
     /// the run's lease).
-    pub async fn start_next(&self, session_id: &str, owner: &str) -> Result<Option<Started>> {
+    pub async fn start_next(&self, session_id: &SessionId, owner: &str) -> Result<Option<Started>> {
         let mut script = Script::default();
         let start = push_start(&mut script, session_id, owner, now_ms());
         with_writer!(self, |pool| {

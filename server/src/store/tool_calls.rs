@@ -5,6 +5,9 @@ use super::rows::Get;
 use super::{with_pool, with_writer, Pool, Store};
 use super::{Result, StoreError};
 use crate::clock::now_ms;
+use app::wire::MessageId;
+use app::wire::RunId;
+use app::wire::SessionId;
 use app::wire::{Message, Part, Role, ToolCall, ToolCallStatus};
 use std::collections::HashMap;
 
@@ -35,7 +38,7 @@ fn recorded(row: &impl Get) -> RecordedCall {
     let arguments = serde_json::from_str(&row.text("arguments")).unwrap_or(serde_json::Value::Null);
     RecordedCall {
         call: ToolCall {
-            id: row.text("id"),
+            id: row.text("id").into(),
             step: u32::try_from(row.int("step")).unwrap_or(0),
             server: row.text("server"),
             tool: row.text("tool"),
@@ -84,7 +87,7 @@ impl Store {
                      finished_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
             )
-            .bind(&c.call.id)
+            .bind(c.call.id.as_str())
             .bind(c.run_id)
             .bind(c.message_id)
             .bind(c.session_id)
@@ -120,7 +123,7 @@ impl Store {
     pub async fn tool_call_ended(
         &self,
         call: &ToolCall,
-        run_id: &str,
+        run_id: &RunId,
         not_sent: bool,
     ) -> Result<()> {
         let sql: &'static str = if self.is_shared() {
@@ -135,7 +138,7 @@ impl Store {
                 .bind(self.storable_opt(call.result.as_deref()))
                 .bind(call.finished_at.unwrap_or_else(now_ms))
                 .bind(i64::from(not_sent))
-                .bind(&call.id)
+                .bind(call.id.as_str())
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
@@ -152,7 +155,7 @@ impl Store {
                     "UPDATE runs SET tools_executed = tools_executed - 1
                      WHERE id = $1 AND tools_executed > 0",
                 )
-                .bind(run_id)
+                .bind(run_id.as_str())
                 .execute(&mut *tx)
                 .await?;
             }
@@ -164,11 +167,11 @@ impl Store {
     /// Every recorded call of a session's messages, by message, in the order asked for.
     pub async fn tool_calls_of_session(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<HashMap<String, Vec<RecordedCall>>> {
         let rows: Vec<RecordedCall> = with_pool!(self, |pool| {
             sqlx::query("SELECT * FROM tool_calls WHERE session_id = $1 ORDER BY message_id, ord")
-                .bind(session_id)
+                .bind(session_id.as_str())
                 .fetch_all(pool)
                 .await?
                 .iter()
@@ -183,10 +186,10 @@ impl Store {
     }
 
     /// The recorded calls of one message, in the order asked for.
-    pub async fn tool_calls_of_message(&self, message_id: &str) -> Result<Vec<RecordedCall>> {
+    pub async fn tool_calls_of_message(&self, message_id: &MessageId) -> Result<Vec<RecordedCall>> {
         Ok(with_pool!(self, |pool| {
             sqlx::query("SELECT * FROM tool_calls WHERE message_id = $1 ORDER BY ord")
-                .bind(message_id)
+                .bind(message_id.as_str())
                 .fetch_all(pool)
                 .await?
                 .iter()
@@ -196,13 +199,13 @@ impl Store {
     }
 
     /// Fills `parts` of the agent messages that made tool calls (one query per session).
-    pub async fn with_parts(&self, session_id: &str, messages: &mut [Message]) -> Result<()> {
+    pub async fn with_parts(&self, session_id: &SessionId, messages: &mut [Message]) -> Result<()> {
         if !messages.iter().any(|m| m.role == Role::Agent) {
             return Ok(());
         }
         let mut calls = self.tool_calls_of_session(session_id).await?;
         for m in messages.iter_mut() {
-            if let Some(calls) = calls.remove(&m.id) {
+            if let Some(calls) = calls.remove(m.id.as_str()) {
                 m.parts = Some(parts(&m.content, &calls));
             }
         }

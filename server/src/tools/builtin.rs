@@ -4,6 +4,7 @@
 //! as the caller. The commands come in through [`Commands`], so this module needs no engine.
 use crate::error::{Error, Result};
 use crate::store::{SessionPage, Store};
+use app::wire::SessionId;
 use app::wire::{ErrorCode, Receipt, RetryReceipt, Run, SessionList, ToolInfo};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde::de::DeserializeOwned;
@@ -16,15 +17,15 @@ use std::sync::Arc;
 pub enum Caller {
     Operator,
     /// The holder of this session's agent token (or a turn of this session).
-    Agent(String),
+    Agent(SessionId),
 }
 
 /// The session commands the tools act through (the run engine implements them).
 pub(crate) trait Commands {
     fn store(&self) -> &Store;
-    async fn post_message(&self, session: &str, content: &str) -> Result<Receipt>;
-    async fn retry(&self, session: &str, from: Option<&str>) -> Result<RetryReceipt>;
-    async fn stop(&self, session: &str) -> Result<Run>;
+    async fn post_message(&self, session: &SessionId, content: &str) -> Result<Receipt>;
+    async fn retry(&self, session: &SessionId, from: Option<&str>) -> Result<RetryReceipt>;
+    async fn stop(&self, session: &SessionId) -> Result<Run>;
 }
 
 /// `list_sessions`: an optional page.
@@ -39,14 +40,14 @@ struct ListSessions {
 /// `send_message`.
 #[derive(Debug, Deserialize)]
 struct SendMessage {
-    session: String,
+    session: SessionId,
     content: String,
 }
 
 /// `retry_session` and `stop_session`: the session acted on.
 #[derive(Debug, Deserialize)]
 struct Target {
-    session: String,
+    session: SessionId,
 }
 
 /// One call of a built-in tool, its input parsed.
@@ -81,10 +82,10 @@ impl Call {
 
 /// Whether `caller` may act on `session`: `Ok(from)`, the provenance to record (the calling
 /// session for an agent), or `subsessions.not_family`.
-async fn authorize(store: &Store, caller: &Caller, session: &str) -> Result<Option<String>> {
+async fn authorize(store: &Store, caller: &Caller, session: &SessionId) -> Result<Option<String>> {
     match caller {
         Caller::Operator => Ok(None),
-        Caller::Agent(me) if store.is_descendant(me, session).await? => Ok(Some(me.clone())),
+        Caller::Agent(me) if store.is_descendant(me, session).await? => Ok(Some(me.to_string())),
         Caller::Agent(me) => Err(Error::refused(
             ErrorCode::SubsessionsNotFamily,
             format!("session {session:?} is not a descendant of {me:?}: an agent token acts only on its own session's sub-sessions"),
