@@ -115,24 +115,26 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
         EngineConfig {
             instance,
             default_model: config.default_model(),
-            stream_idle: Duration::from_millis(config.stream_idle_ms),
-            save_every: Duration::from_millis(250),
-            tier1: retry::policy::Policy {
-                max_attempts: config.tier1_max_attempts.max(1),
-                base: Duration::from_millis(config.tier1_base_ms),
-                cap: Duration::from_millis(config.tier1_cap_ms),
-            },
-            spend_limit_tokens: config.spend_limit_tokens,
-            context_tokens: config.context_tokens,
-            max_reply_bytes: config.max_reply_bytes,
-            max_run: Duration::from_millis(config.max_run_ms.max(1)),
             background: app::wire::Backoff {
                 base_ms: config.tier2_base_ms,
                 cap_ms: config.tier2_cap_ms,
             },
             reconcile_every: Duration::from_millis(config.reconcile_ms.max(10)),
-            max_steps: config.max_steps.max(1),
-            tool_timeout: Duration::from_millis(config.tool_timeout_ms.max(1)),
+            run: crate::run::RunConfig {
+                stream_idle: Duration::from_millis(config.stream_idle_ms),
+                save_every: Duration::from_millis(250),
+                tier1: retry::policy::Policy {
+                    max_attempts: config.tier1_max_attempts.max(1),
+                    base: Duration::from_millis(config.tier1_base_ms),
+                    cap: Duration::from_millis(config.tier1_cap_ms),
+                },
+                spend_limit_tokens: config.spend_limit_tokens,
+                context_tokens: config.context_tokens,
+                max_reply_bytes: config.max_reply_bytes,
+                max_run: Duration::from_millis(config.max_run_ms.max(1)),
+                max_steps: config.max_steps.max(1),
+                tool_timeout: Duration::from_millis(config.tool_timeout_ms.max(1)),
+            },
         },
     );
     // The first heartbeat goes out before any recovered run starts, so no other instance

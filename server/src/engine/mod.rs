@@ -76,7 +76,7 @@ impl Engine {
             hub,
             provider,
             tools,
-            cfg: cfg.run(),
+            cfg: cfg.run.clone(),
             stopping: stopping.clone(),
         };
         Engine {

@@ -62,21 +62,23 @@ async fn engine_at(background: app::wire::Backoff) -> (Engine, String) {
     let cfg = EngineConfig {
         instance: crate::clock::new_id("i"),
         default_model: "demo".into(),
-        stream_idle: Duration::from_secs(5),
-        save_every: Duration::from_millis(250),
-        tier1: crate::retry::policy::Policy {
-            max_attempts: 1,
-            base: Duration::from_millis(10),
-            cap: Duration::from_secs(1),
-        },
-        spend_limit_tokens: None,
-        context_tokens: None,
-        max_reply_bytes: 1 << 20,
-        max_run: Duration::from_secs(60),
         reconcile_every: Duration::from_secs(30),
-        max_steps: 20,
-        tool_timeout: Duration::from_secs(120),
         background,
+        run: crate::run::RunConfig {
+            stream_idle: Duration::from_secs(5),
+            save_every: Duration::from_millis(250),
+            tier1: crate::retry::policy::Policy {
+                max_attempts: 1,
+                base: Duration::from_millis(10),
+                cap: Duration::from_secs(1),
+            },
+            spend_limit_tokens: None,
+            context_tokens: None,
+            max_reply_bytes: 1 << 20,
+            max_run: Duration::from_secs(60),
+            max_steps: 20,
+            tool_timeout: Duration::from_secs(120),
+        },
     };
     let tools = crate::tools::Toolbox::new(crate::mcp_client::McpServers::empty(), vec![]);
     let engine = Engine::new(store, hub, Arc::new(Panicking::default()), tools, cfg);

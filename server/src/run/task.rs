@@ -110,11 +110,10 @@ impl RunTask {
         match end {
             End::Completed => outcome(RunStatus::Completed, content, None, None, tokens),
             End::Cancelled => outcome(RunStatus::Cancelled, content, None, None, tokens),
-            End::Stopping => outcome(
-                RunStatus::Failed,
+            End::Stopping => failed(
                 content,
-                Some("the server stopped while this reply was being written".into()),
-                Some(classify::of(RetryClass::Interrupted, None)),
+                "the server stopped while this reply was being written".into(),
+                classify::of(RetryClass::Interrupted, None),
                 tokens,
             ),
             End::Refused { class, message } => {
@@ -125,26 +124,13 @@ impl RunTask {
                         tracing::warn!(run = %run.id, error = %e, "could not record an attempt");
                     }
                 }
-                let class = classify::of(class, None);
-                outcome(
-                    RunStatus::Failed,
-                    content,
-                    Some(message),
-                    Some(class),
-                    tokens,
-                )
+                failed(content, message, classify::of(class, None), tokens)
             }
             End::Failed(err) => {
                 let class = classify::classify(&err, started, now_ms());
                 let message = limits::error_text(&err.to_string());
                 tracing::info!(run = %run.id, class = %class.retry_class, error = %message, "run failed");
-                outcome(
-                    RunStatus::Failed,
-                    content,
-                    Some(message),
-                    Some(class),
-                    tokens,
-                )
+                failed(content, message, class, tokens)
             }
         }
     }
@@ -157,6 +143,22 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "no message".into())
+}
+
+/// A failed run's outcome: why, and how it may be retried.
+fn failed(
+    content: String,
+    message: String,
+    class: app::wire::RetryClassification,
+    tokens: u64,
+) -> Outcome {
+    outcome(
+        RunStatus::Failed,
+        content,
+        Some(message),
+        Some(class),
+        tokens,
+    )
 }
 
 fn outcome(
