@@ -108,7 +108,7 @@ impl Metrics {
         bump(&self.runs, &RUN_STATUSES, "superseded", n);
     }
 
-    /// A run a cancel ended before it started (the runner counts the ones it executed).
+    /// A run a cancel ended before it started (the run's task counts the ones it executed).
     pub fn cancelled_before_start(&self, run: &Run) {
         if run.status == RunStatus::Cancelled && run.started_at.is_none() {
             self.run_ended(RunStatus::Cancelled);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 impl Engine {
     /// Stops a queued or running run; it ends `cancelled`, whatever the provider says after.
-    /// A run stopped before it started is counted here (the runner counts the ones it ran).
+    /// A run stopped before it started is counted here (the run's task counts the ones it ran).
     pub async fn cancel(&self, session_id: &SessionId, run_id: &RunId) -> Result<Run> {
         let engine = self.clone();
         let (session_id, run_id) = (session_id.clone(), run_id.clone());
@@ -57,7 +57,7 @@ impl Engine {
                 let stopped = active.ended.notified();
                 active.cancel.cancel();
                 drop(guard);
-                // The runner records `cancelled` and notifies; it never takes long.
+                // The run's task records `cancelled` and notifies; it never takes long.
                 let _ = tokio::time::timeout(Duration::from_secs(5), stopped).await;
                 let run = self.store().run(run_id).await?;
                 match run.status {

@@ -52,7 +52,7 @@ struct Inner {
     locks: locks::Locks,
     active: Mutex<HashMap<app::wire::RunId, Active>>,
     tasks: TaskTracker,
-    /// Cancelled when the server stops: runners record their run as interrupted.
+    /// Cancelled when the server stops: run tasks record their run as interrupted.
     stopping: CancellationToken,
     /// Wakes the background-retry loop when this instance leaves a waiting retry.
     background_wake: tokio::sync::Notify,
@@ -185,7 +185,7 @@ impl Engine {
     }
 
     /// Stops every run here (recorded `failed`/`interrupted`, partial text kept) and waits
-    /// until the runners and the event log are done.
+    /// until the run tasks and the event log are done.
     pub async fn shutdown(&self) {
         self.inner.stopping.cancel();
         self.inner.tasks.close();

@@ -1,5 +1,5 @@
 //! The periodic reconcile (every instance, SQLite and PostgreSQL): a run this instance
-//! recorded `running` but no longer executes — its runner ended without recording the end —
+//! recorded `running` but no longer executes — its task ended without recording the end —
 //! is ended `failed`/`interrupted`, and its session's queue moves on.
 use super::{Engine, LOOP_LOCK_WAIT};
 use crate::error::Result;

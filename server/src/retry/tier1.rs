@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use std::time::{Duration, Instant};
 
-/// What Tier 1 reports while it works; the runner records and announces it.
+/// What Tier 1 reports while it works; the run's task records and announces it.
 pub trait Observer: Send {
     /// Attempt `n` (1-based) starts now.
     fn started(&mut self, n: u32) -> BoxFuture<'_, ()>;

@@ -53,7 +53,7 @@ pub(super) struct Start {
 
 /// Adds the start of the session's next run to `script`: when no run of the session is
 /// running and an unheld run is queued, the run becomes `running` with an empty streaming
-/// reply, and its first Tier 1 attempt starts (the provider is called next; the runner
+/// reply, and its first Tier 1 attempt starts (the provider is called next; the run's task
 /// records the later ones). Three statements, all keyed by the reply's id, chosen here; the
 /// run comes back with its session's model, spend and tools. A dispatch, a run's end and
 /// [`Store::start_next`] each add them to their own transaction's script.
