@@ -2,7 +2,7 @@
 //! server before it renders the page and written into it as JSON, so the first HTML shows
 //! them and the browser hydrates from the same data without asking again. Each part is used
 //! once, by the view that opens with it; everything later comes over the API.
-use crate::wire::{SessionDetail, SessionList};
+use crate::wire::{ClientConfig, SessionDetail, SessionList};
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,9 @@ pub struct PageData {
     /// The open session, on a session's page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<Loaded<SessionDetail>>,
+    /// The server's settings the page works with (Tier 2's schedule), signed in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ClientConfig>,
 }
 
 impl PageData {
@@ -61,6 +64,12 @@ pub fn take_session(id: &str) -> Option<Loaded<SessionDetail>> {
         _ => d.session.take(),
     })
     .flatten()
+}
+
+/// The server's settings for the page, when it sent them (every view may read them).
+pub fn first_config() -> Option<ClientConfig> {
+    let FirstData(data) = use_context::<FirstData>()?;
+    data.try_with_value(|d| d.config.clone()).flatten()
 }
 
 /// The data the server wrote into the page (the browser's side).

@@ -6,7 +6,7 @@ use super::retry_banner::RetryBanner;
 use super::state::Chat;
 use crate::api;
 use crate::client::{fetch_json, EventStream, PageLocal};
-use crate::page_data::{snapshot_url, take_session};
+use crate::page_data::{first_config, snapshot_url, take_session};
 use crate::wire::{AutoRetry, ClientConfig, Session, SessionDetail};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
@@ -18,16 +18,25 @@ pub fn SessionView() -> impl IntoView {
     let chat = Chat::new();
     provide_context(chat);
     provide_context(chat.retrier);
-    Effect::new(move |_| {
-        leptos::task::spawn_local(async move {
-            let url = api::CONFIG.url(&[]);
-            let method = api::CONFIG.method();
-            if let Ok(c) = fetch_json::<ClientConfig>(method, &url, None).await {
-                chat.retrier.configure(&c);
-                chat.config.set(Some(c));
-            }
-        });
-    });
+    // Tier 2's schedule before Tier 2 hears of the last turn: from the page, else read.
+    match first_config() {
+        Some(c) => {
+            chat.retrier.configure(&c);
+            chat.config.set(Some(c));
+        }
+        None => {
+            Effect::new(move |_| {
+                leptos::task::spawn_local(async move {
+                    let url = api::CONFIG.url(&[]);
+                    let method = api::CONFIG.method();
+                    if let Ok(c) = fetch_json::<ClientConfig>(method, &url, None).await {
+                        chat.retrier.configure(&c);
+                        chat.config.set(Some(c));
+                    }
+                });
+            });
+        }
+    }
     // The first snapshot is in the page the server rendered; any other (moving to another
     // session, or a page without it) is read over the API into the same view.
     let first_id = sid.get_untracked();

@@ -151,12 +151,16 @@ async fn openapi_document() -> impl axum::response::IntoResponse {
 }
 
 async fn client_config(State(state): State<AppState>) -> Json<ClientConfig> {
-    let c = &state.config;
-    Json(ClientConfig {
+    Json(client_config_of(&state.config))
+}
+
+/// The settings a page works with (`GET /config`, and the page's first data).
+fn client_config_of(c: &Config) -> ClientConfig {
+    ClientConfig {
         tier2_base_ms: c.tier2_base_ms,
         tier2_cap_ms: c.tier2_cap_ms,
         tier1_max_attempts: c.tier1_max_attempts,
-    })
+    }
 }
 
 /// `GET /tools`: every tool source, its status and its tools (never a server's env or

@@ -28,6 +28,7 @@ pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Respon
         false => PageData {
             sessions: Some(Err(SIGNED_OUT.into())),
             session: session_id.map(|_| Err(SIGNED_OUT.into())),
+            config: None,
         },
     };
     let options = state.leptos.clone();
@@ -62,6 +63,7 @@ async fn load(state: &AppState, session_id: Option<SessionId>) -> PageData {
     PageData {
         sessions: Some(sessions),
         session,
+        config: Some(super::client_config_of(&state.config)),
     }
 }
 
