@@ -45,7 +45,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    page_data::provide_first_data(None);
+    page_data::provide_first_data();
     components::provide_sessions();
     let hydrated = components::provide_hydrated();
     // Effects run only in the browser: this marks the page as hydrated (tests wait for it),

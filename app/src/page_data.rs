@@ -42,9 +42,8 @@ impl PageData {
 pub struct FirstData(StoredValue<PageData>);
 
 /// Provides the first data: the server's for this request, or the one the page carries.
-pub fn provide_first_data(data: Option<PageData>) {
-    let data = data
-        .or_else(use_context::<PageData>)
+pub fn provide_first_data() {
+    let data = use_context::<PageData>()
         .or_else(read_from_page)
         .unwrap_or_default();
     provide_context(FirstData(StoredValue::new(data)));

@@ -66,9 +66,7 @@ fn follow(chat: Chat, sid: Memo<String>, first_id: String, first: Option<i64>) {
     // The first snapshot, until the chat leaves it for another session's.
     let first = StoredValue::new(first);
     let open = move |id: &str, after: i64| {
-        let browser = chat.browser_retries();
-        chat.runs
-            .with_untracked(|rs| chat.restore_tier2(rs, browser));
+        chat.restore_tier2();
         let url = format!("{}?last_event_id={after}", api::EVENTS.url(&[id]));
         stream.set_value(EventStream::open(&url, move |_, ev| chat.apply(ev)));
     };

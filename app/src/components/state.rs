@@ -73,19 +73,21 @@ impl Chat {
     /// Takes a snapshot's runs and tells Tier 2 about the last turn (restored, not live).
     pub(super) fn load_runs(&self, runs: Vec<Run>) {
         self.runs.set(runs);
-        let browser = self.browser_retries();
-        self.runs
-            .with_untracked(|rs| self.restore_tier2(rs, browser));
+        self.restore_tier2();
     }
 
-    /// Tells Tier 2 about the last turn of `runs` (restored from a snapshot, not live) when
-    /// this page retries the session's failures.
-    pub(super) fn restore_tier2(&self, runs: &[Run], browser_retries: bool) {
-        let last_turn = runs.iter().rev().find(|r| r.held_by.is_none());
-        if let Some(run) = last_turn.filter(|_| browser_retries) {
-            self.retrier
-                .observe(run, false, crate::tier2::failed_streak(runs));
+    /// Tells Tier 2 about the last turn of the shown runs (restored from a snapshot, not
+    /// live) when this page retries the session's failures.
+    pub(super) fn restore_tier2(&self) {
+        if !self.browser_retries() {
+            return;
         }
+        self.runs.with_untracked(|runs| {
+            if let Some(run) = runs.iter().rev().find(|r| r.held_by.is_none()) {
+                self.retrier
+                    .observe(run, false, crate::tier2::failed_streak(runs));
+            }
+        });
     }
 
     /// Reads the session again and brings this page up to it (after finding that another
