@@ -103,27 +103,31 @@ impl Engine {
     ) -> Result<Session> {
         let engine = self.clone();
         let session_id = session_id.clone();
-        let (title, tools) = (title.map(str::to_string), tools.map(<[String]>::to_vec));
-        self.carried(async move {
-            engine
-                .settings_changed(&session_id, title.as_deref(), auto_retry, tools.as_deref())
-                .await
-        })
-        .await
+        // Owned: the carried task outlives the caller's borrows.
+        let change = SettingsChange {
+            title: title.map(str::to_string),
+            auto_retry,
+            tools: tools.map(<[String]>::to_vec),
+        };
+        self.carried(async move { engine.settings_changed(&session_id, change).await })
+            .await
     }
 
     async fn settings_changed(
         &self,
         session_id: &SessionId,
-        title: Option<&str>,
-        auto_retry: Option<AutoRetry>,
-        tools: Option<&[String]>,
+        change: SettingsChange,
     ) -> Result<Session> {
         self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
         let session = self
             .store()
-            .update_session(session_id, title, auto_retry, tools)
+            .update_session(
+                session_id,
+                change.title.as_deref(),
+                change.auto_retry,
+                change.tools.as_deref(),
+            )
             .await?;
         if session.auto_retry != AutoRetry::Background
             && self.store().clear_waiting_retry(session_id).await?
@@ -133,4 +137,11 @@ impl Engine {
         }
         self.publish_session(session_id).await
     }
+}
+
+/// A change of a session's settings: what is given changes.
+struct SettingsChange {
+    title: Option<String>,
+    auto_retry: Option<AutoRetry>,
+    tools: Option<Vec<String>>,
 }
