@@ -13,8 +13,9 @@ mod browser;
 pub use browser::{fetch_json_with, parse_json, Abort, EventStream};
 
 /// Where a component keeps a browser object (a timer, a request's abort, an event stream): on
-/// the page's one thread in the browser; on the server, where these are inert and an async
-/// render may move between threads, in shared storage.
+/// the page's one thread in the browser; on the server, where these are inert placeholders,
+/// in shared storage, so a render's owner may be dropped on any of the runtime's threads (a
+/// thread-local value dropped elsewhere panics).
 #[cfg(feature = "hydrate")]
 pub type PageLocal = leptos::prelude::LocalStorage;
 #[cfg(not(feature = "hydrate"))]
