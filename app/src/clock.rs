@@ -115,6 +115,12 @@ pub fn at(ms: Millis) -> String {
     clock_text(&local(ms), &local(now_ms()))
 }
 
+/// A moment as the server writes it into a page, the same before hydration in the browser:
+/// UTC, marked so (the browser redraws it in its own zone once hydrated, see [`at`]).
+pub fn at_utc(ms: Millis) -> String {
+    format!("{} UTC", clock_text(&utc(ms), &utc(now_ms())))
+}
+
 /// [`at`] with the relative hint: `09:52 (in 49 min)`.
 pub fn at_with_hint(ms: Millis, now: Millis) -> String {
     format!(

@@ -116,3 +116,26 @@ test('moving between sessions in the list shows each one, live, with no page err
   await expect(page.locator('.messages li')).toHaveCount(4, { timeout: 20_000 });
   expect(problems).toEqual([]);
 });
+
+test('times the server wrote in UTC are redrawn in the browser\'s time zone', async ({ browser }) => {
+  // Half an hour off any whole-hour zone: a time left in UTC cannot match by chance.
+  const ctx = await browser.newContext({ timezoneId: 'Asia/Kolkata' });
+  const page = await ctx.newPage();
+  await page.goto(printedUrl());
+  const r = await page.request.post(`${origin()}/api/v1/sessions`, {
+    headers: { Origin: origin() },
+    data: { title: 'kolkata time', model: 'demo' },
+  });
+  const created = (await r.json()).created_at as number;
+  await page.reload();
+  await hydrated(page);
+  const local = await page.evaluate((t) => {
+    const d = new Date(t);
+    return `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
+  }, created);
+  const utc = new Date(created).toISOString().slice(11, 16);
+  expect(local).not.toBe(utc);
+  const time = page.locator('.sessions li', { hasText: 'kolkata time' }).locator('time.activity');
+  await expect(time).toHaveText(local);
+  await ctx.close();
+});

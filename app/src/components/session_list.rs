@@ -2,7 +2,7 @@
 use super::{use_hydrated, use_sessions};
 use crate::api;
 use crate::client::{fetch_json, ClientError};
-use crate::clock::{at, at_with_hint, now_ms};
+use crate::clock::{at, at_utc, at_with_hint, now_ms};
 use crate::page_data::take_sessions;
 use crate::wire::{CreateSession, RunStatus, Session, SessionList as List, SessionStatus};
 use leptos::prelude::*;
@@ -81,7 +81,8 @@ fn Entries(error: RwSignal<Option<String>>, loading: RwSignal<bool>) -> impl Int
                     };
                     let label = state_label(&s);
                     let active = last_activity(&s);
-                    // The server wrote these in UTC by its clock: redrawn by the browser's.
+                    // The server writes times in UTC; the browser redraws them in its zone
+                    // (a text that changes: hydration keeps the server's until it does).
                     let shown = {
                         let s = s.clone();
                         move || {
@@ -95,7 +96,7 @@ fn Entries(error: RwSignal<Option<String>>, loading: RwSignal<bool>) -> impl Int
                                 <span class="title" title=s.title.clone()>{s.title.clone()}</span>
                                 <span class="meta">
                                     <span class="model" title=s.model.clone()>{s.model.clone()}</span>
-                                    <time class="activity" title="Last activity">{move || { hydrated.track(); at(active) }}</time>
+                                    <time class="activity" title="Last activity">{move || if hydrated.get() { at(active) } else { at_utc(active) }}</time>
                                 </span>
                                 <span class=format!("state {}", label.0)>{shown}</span>
                             </a>
