@@ -168,6 +168,7 @@ fn NewSession() -> impl IntoView {
             model: Some(model.get_untracked()).filter(|m| !m.trim().is_empty()),
             parent_id: None,
             tools: None,
+            fallbacks: None,
         };
         let navigate = navigate.clone();
         leptos::task::spawn_local(async move {

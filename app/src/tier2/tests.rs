@@ -431,6 +431,7 @@ fn run(id: &str, status: RunStatus, held: bool) -> Run {
         finished_at: None,
         steps: 0,
         tools_executed: 0,
+        served: Vec::new(),
     }
 }
 

@@ -134,6 +134,9 @@ pub struct Run {
     /// Tool calls of this run that reached a tool server.
     #[serde(default)]
     pub tools_executed: u32,
+    /// Which model answered each step, and what it fell back from (CONTRACT §7).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub served: Vec<super::Served>,
 }
 
 impl Run {
@@ -205,6 +208,9 @@ pub struct Attempt {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<i64>,
+    /// The `<provider>/<model>` this attempt asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -58,6 +58,9 @@ pub struct Session {
     /// The tool sources this session's turns may use (CONTRACT §6).
     #[serde(default)]
     pub tools: Vec<String>,
+    /// This session's fallback chain, overriding the catalogue's (CONTRACT §7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallbacks: Option<Vec<String>>,
 }
 
 /// `POST /sessions` answers the session plus its agent token, shown this once.
@@ -102,6 +105,9 @@ pub struct CreateSession {
     /// Tool sources by name; default every configured source plus `mulligan`.
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// Models to fall back to, in order (default: the catalogue's chain for `model`).
+    #[serde(default)]
+    pub fallbacks: Option<Vec<String>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -113,4 +119,7 @@ pub struct PatchSession {
     pub auto_retry: Option<AutoRetry>,
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// A new fallback chain (`[]`: none).
+    #[serde(default)]
+    pub fallbacks: Option<Vec<String>>,
 }

@@ -16,6 +16,7 @@ impl Store {
                     started_at: r.get("started_at"),
                     error: r.get("error"),
                     retry_in_ms: r.get("retry_in_ms"),
+                    model: r.get("model"),
                 })
                 .collect())
         })

@@ -217,7 +217,20 @@ pub fn run(row: &impl Get) -> Run {
         finished_at: row.opt_int("finished_at"),
         steps: u32::try_from(row.int("steps")).unwrap_or(0),
         tools_executed: u32::try_from(row.int("tools_executed")).unwrap_or(0),
+        served: json_list(row, "served"),
     }
+}
+
+/// A JSON array kept in text column `column`; a value this build cannot read (an old or
+/// damaged row) is logged and read as empty, so one bad row never breaks a page.
+pub fn json_list<T: serde::de::DeserializeOwned>(row: &impl Get, column: &str) -> Vec<T> {
+    let Some(text) = row.opt_text(column) else {
+        return Vec::new();
+    };
+    serde_json::from_str(&text).unwrap_or_else(|e| {
+        tracing::warn!(column, error = %e, "a stored list could not be read; shown as empty");
+        Vec::new()
+    })
 }
 
 #[cfg(test)]

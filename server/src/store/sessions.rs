@@ -102,6 +102,9 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
                 reason: RetryClass::parse(&row.opt_text("retry_reason").unwrap_or_default()),
             }),
             tools: rows::tools(row),
+            fallbacks: row
+                .opt_text("fallbacks")
+                .map(|_| rows::json_list(row, "fallbacks")),
         },
         agent_token_hash: row.text("agent_token_hash"),
         tokens_used: row.int("tokens_used"),
