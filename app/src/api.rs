@@ -3,9 +3,9 @@
 //! (the browser, the CLI, the tests, the bench) builds its URLs from them, so the API is
 //! spelled out once. A native client over it is in [`native`] (feature `native`).
 use crate::wire::{
-    ClearCooldown, ClientConfig, CreateSession, CreatedSession, PatchSession, PostMessage,
-    ProvidersResponse, Receipt, Regenerate, Released, RetryReceipt, Run, RunDetail, Session,
-    SessionDetail, SessionList, ToolsResponse,
+    ClearCooldown, ClientConfig, CreateSession, CreatedSession, ModelList, PatchSession,
+    PostMessage, ProvidersResponse, Receipt, Regenerate, Released, RetryReceipt, Run, RunDetail,
+    Session, SessionDetail, SessionList, ToolsResponse,
 };
 use std::marker::PhantomData;
 
@@ -126,6 +126,8 @@ pub const RUN: Endpoint<(), RunDetail> = Endpoint::new(Method::Get, "/runs/{rid}
 pub const PROVIDERS: Endpoint<(), ProvidersResponse> = Endpoint::new(Method::Get, "/providers");
 pub const CLEAR_COOLDOWN: Endpoint<ClearCooldown, ProvidersResponse> =
     Endpoint::new(Method::Delete, "/providers/cooldowns");
+/// The catalogue's models with their status (CONTRACT §7).
+pub const MODELS: Endpoint<(), ModelList> = Endpoint::new(Method::Get, "/models");
 pub const CONFIG: Endpoint<(), ClientConfig> = Endpoint::new(Method::Get, "/config");
 /// The tool sources (CONTRACT §6): each configured MCP server and the built-in `mulligan`.
 pub const TOOLS: Endpoint<(), ToolsResponse> = Endpoint::new(Method::Get, "/tools");

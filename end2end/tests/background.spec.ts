@@ -45,7 +45,7 @@ test('background: the server retries with the tab closed, and the page counts do
 });
 
 test('background: Cancel on the page ends the server\'s waiting retry', async ({ page }) => {
-  const sid = await newSession(page, 'demo-overloaded', 'background cancel');
+  const sid = await newSession(page, 'demo-down', 'background cancel');
   await page.getByLabel('Auto retry').selectOption('background');
   await expect.poll(async () => (await detail(page.request, sid)).session.auto_retry).toBe('background');
   await send(page, 'stop it');

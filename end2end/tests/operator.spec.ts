@@ -25,7 +25,7 @@ async function staysAt(page: Page, sid: string, n: number, ms: number) {
 }
 
 test('cancel survives a reload: no provider request, "Automatic retry cancelled — Retry now"', async ({ page }) => {
-  const sid = await newSession(page, 'demo-overloaded', 'cancel sticks');
+  const sid = await newSession(page, 'demo-down', 'cancel sticks');
   await send(page, 'please fail');
   await expect(countdown(page)).toHaveText(/Retrying in \d s \(attempt 1\)/);
   await banner(page).getByRole('button', { name: 'Cancel' }).click();
@@ -47,7 +47,7 @@ test('cancel survives a reload: no provider request, "Automatic retry cancelled 
 
 test('cancel in one tab disarms the other tab at once', async ({ context }) => {
   const a = await context.newPage();
-  const sid = await newSession(a, 'demo-overloaded', 'cancel two tabs');
+  const sid = await newSession(a, 'demo-down', 'cancel two tabs');
   const b = await context.newPage();
   await open(b, sid);
   await send(a, 'fail in both');
@@ -62,7 +62,7 @@ test('cancel in one tab disarms the other tab at once', async ({ context }) => {
 });
 
 test('a reload mid-countdown resumes it from the time left, not from the start', async ({ page }) => {
-  const sid = await newSession(page, 'demo-overloaded', 'resume countdown');
+  const sid = await newSession(page, 'demo-down', 'resume countdown');
   await send(page, 'count on');
   await expect(countdown(page)).toHaveText(/Retrying in 1 s \(attempt 1\)/);
   // Attempt 1 fails too; attempt 2 counts down 6 s from that failure.
@@ -177,7 +177,7 @@ for (const height of [720, 600]) {
       });
       expect(r.status()).toBe(201);
     }
-    await newSession(page, 'demo-overloaded', `banner ${height}`);
+    await newSession(page, 'demo-down', `banner ${height}`);
     for (const text of ['one', 'two', 'three']) {
       await send(page, `turn ${text}: a message long enough to take a couple of lines in the conversation view`);
       await expect(countdown(page)).toHaveText(/Retrying in/, { timeout: 15_000 });

@@ -25,7 +25,11 @@ pub struct Config {
     /// Operator bearer token (default: generated once, kept in the data dir).
     #[arg(long, env = "MULLIGAN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Which provider runs the agent.
+    /// The provider catalogue (CONTRACT §7): a JSON file of several providers, their models
+    /// and fallback chains. Without it, the single-provider settings below are its one entry.
+    #[arg(long, env = "MULLIGAN_PROVIDERS")]
+    pub providers: Option<PathBuf>,
+    /// Which provider runs the agent (without a catalogue file).
     #[arg(long, env = "MULLIGAN_PROVIDER", value_enum, default_value = "demo")]
     pub provider: ProviderKind,
     /// Provider base URL, e.g. `http://127.0.0.1:8000/v1`.

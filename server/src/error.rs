@@ -121,6 +121,11 @@ pub enum StartError {
         path: std::path::PathBuf,
         source: crate::mcp_client::ConfigError,
     },
+    #[error("MULLIGAN_PROVIDERS {}: {message}", path.display())]
+    Providers {
+        path: std::path::PathBuf,
+        message: String,
+    },
     /// The event log, the first heartbeat or the recovery of interrupted runs failed.
     #[error("{0}")]
     Engine(#[from] Error),

@@ -18,7 +18,7 @@ pub mod store;
 pub mod tools;
 pub mod wake;
 
-use config::{Config, ProviderKind};
+use config::Config;
 use engine::{Engine, EngineConfig};
 pub use error::StartError;
 use events::EventHub;
@@ -88,20 +88,33 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
         })?,
         None => Vec::new(),
     };
+    let catalogued = match llm::setup::catalogue(&config) {
+        Ok(c) => c,
+        Err(message) => {
+            return Err(StartError::Providers {
+                path: config.providers.clone().unwrap_or_default(),
+                message,
+            })
+        }
+    };
+    let default_model = catalogued.default_model(&config);
     // What providers and tool servers send passes this before it is stored, logged or sent
     // to a model.
     let redactor = redact::Redactor::new(
-        config
-            .api_key
-            .iter()
-            .cloned()
-            .chain(mcp_specs.iter().flat_map(|s| s.transport.secrets())),
+        catalogued
+            .secrets()
+            .chain(config.api_key.iter().cloned())
+            .chain(mcp_specs.iter().flat_map(|s| s.transport.secrets()))
+            .collect::<Vec<_>>(),
     );
     let cooldowns: Arc<dyn retry::cooldown::Table> = Arc::new(store.clone());
-    let provider = Arc::new(llm::redacted::Redacted::new(
-        provider_for(&config, addr, cooldowns.clone()),
+    let providers = llm::setup::providers(
+        &config,
+        catalogued,
+        addr,
+        cooldowns.clone(),
         redactor.clone(),
-    ));
+    );
     let tools_stop = tokio_util::sync::CancellationToken::new();
     let toolbox = tools::Toolbox::new(
         mcp_client::McpServers::start(mcp_specs, redactor, tools_stop.clone()),
@@ -110,11 +123,11 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
     let engine = Engine::new(
         store.clone(),
         hub,
-        provider,
+        providers,
         toolbox,
         EngineConfig {
             instance,
-            default_model: config.default_model(),
+            default_model,
             background: app::wire::Backoff {
                 base_ms: config.tier2_base_ms,
                 cap_ms: config.tier2_cap_ms,
@@ -207,64 +220,6 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
         stop,
         task,
     })
-}
-
-/// The configured provider behind the cooldown gate (every request passes the gate).
-fn provider_for(
-    config: &Config,
-    addr: SocketAddr,
-    cooldowns: Arc<dyn retry::cooldown::Table>,
-) -> Arc<dyn llm::Provider> {
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .expect("the HTTP client builds");
-    let limits = config.provider_limits();
-    let (name, base, provider): (_, _, Arc<dyn llm::Provider>) = match config.provider {
-        ProviderKind::Demo => {
-            let host = if addr.ip().is_unspecified() {
-                "127.0.0.1".to_string()
-            } else {
-                addr.ip().to_string()
-            };
-            let base = config
-                .base_url
-                .clone()
-                .unwrap_or_else(|| format!("http://{host}:{}/demo/v1", addr.port()));
-            let provider = llm::openai::OpenAi::new(client, &base, None, false, limits);
-            ("demo", base, Arc::new(provider))
-        }
-        ProviderKind::Openai => {
-            let base = config
-                .base_url
-                .clone()
-                .unwrap_or_else(|| llm::openai::DEFAULT_BASE_URL.to_string());
-            let provider =
-                llm::openai::OpenAi::new(client, &base, config.api_key.clone(), true, limits);
-            ("openai", base, Arc::new(provider))
-        }
-        ProviderKind::Anthropic => {
-            let base = config
-                .base_url
-                .clone()
-                .unwrap_or_else(|| llm::anthropic::DEFAULT_BASE_URL.to_string());
-            let provider =
-                llm::anthropic::Anthropic::new(client, &base, config.api_key.clone(), limits);
-            ("anthropic", base, Arc::new(provider))
-        }
-    };
-    let api_key = match config.provider {
-        ProviderKind::Demo => None,
-        _ => config.api_key.as_deref(),
-    };
-    Arc::new(retry::gate::Gate::new(
-        provider,
-        cooldowns,
-        name,
-        &base,
-        api_key,
-        limits.max_advised_wait,
-    ))
 }
 
 async fn shutdown_signal() {

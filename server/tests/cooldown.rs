@@ -212,7 +212,7 @@ async fn providers_lists_it_without_the_key_and_clearing_it_lets_the_next_run_th
 
     let (status, body) = clear(&server, json!({"key": cooldown.key})).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body, json!({"cooldowns": []}));
+    assert_eq!(body, json!({"cooldowns": [], "models": []}));
     let (status, body) = clear(&server, json!({"key": cooldown.key})).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),

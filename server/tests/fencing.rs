@@ -7,7 +7,7 @@ use testkit as common;
 
 use app::wire::{AutoRetry, RunId, RunStatus, ToolCall, ToolCallStatus};
 use common::{fresh_postgres_database, on_postgres, postgres_url};
-use server::store::{EndBy, NewRun, NewToolCall, Outcome, Started, Store};
+use server::store::{EndBy, NewRun, NewSession, NewToolCall, Outcome, Started, Store};
 
 struct Db {
     store: Store,
@@ -30,7 +30,15 @@ impl Db {
     async fn started_run(&self, owner: &str) -> Started {
         let s = self
             .store
-            .create_session("t", "demo", None, "hash", AutoRetry::Off, &[])
+            .create_session(&NewSession {
+                title: "t",
+                model: "demo",
+                parent_id: None,
+                agent_token_hash: "hash",
+                auto_retry: AutoRetry::Off,
+                tools: &[],
+                fallbacks: None,
+            })
             .await
             .unwrap();
         self.store
@@ -122,6 +130,7 @@ fn outcome(status: RunStatus, text: &str) -> Outcome {
         retry: None,
         tokens_used: 1,
         tool_calls_recorded: true,
+        served: Vec::new(),
     }
 }
 

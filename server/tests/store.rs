@@ -2,7 +2,7 @@
 use testkit as common;
 
 use app::wire::{AutoRetry, MessageId, MessageStatus, ProvenanceKind, RunStatus, SessionId};
-use server::store::{EndBy, NewRun, Outcome, Started, Store};
+use server::store::{EndBy, NewRun, NewSession, Outcome, Started, Store};
 
 async fn open(tag: &str) -> Store {
     let dir = common::temp_dir(tag);
@@ -17,7 +17,15 @@ async fn open(tag: &str) -> Store {
 async fn a_late_or_stale_save_never_overwrites_the_reply() {
     let store = open("store-saves").await;
     let session = store
-        .create_session("t", "demo", None, "hash", AutoRetry::Off, &[])
+        .create_session(&NewSession {
+            title: "t",
+            model: "demo",
+            parent_id: None,
+            agent_token_hash: "hash",
+            auto_retry: AutoRetry::Off,
+            tools: &[],
+            fallbacks: None,
+        })
         .await
         .unwrap();
     let queued = store
@@ -52,6 +60,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         retry: None,
         tokens_used: 3,
         tool_calls_recorded: false,
+        served: Vec::new(),
     };
     let (ended, final_reply) = store
         .finish_run(&run.id, &outcome, EndBy::Settled)
@@ -95,7 +104,15 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
 async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
     let store = open("store-dispatch-start").await;
     let session = store
-        .create_session("t", "demo", None, "hash-start", AutoRetry::Off, &[])
+        .create_session(&NewSession {
+            title: "t",
+            model: "demo",
+            parent_id: None,
+            agent_token_hash: "hash-start",
+            auto_retry: AutoRetry::Off,
+            tools: &[],
+            fallbacks: None,
+        })
         .await
         .unwrap();
     let sid = &session.id;
@@ -138,6 +155,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         retry: None,
         tokens_used: 1,
         tool_calls_recorded: false,
+        served: Vec::new(),
     };
     store
         .finish_run(&first.run.id, &done, EndBy::Settled)
@@ -164,7 +182,15 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
 async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
     let store = open("store-tries").await;
     let session = store
-        .create_session("t", "demo", None, "hash-tries", AutoRetry::Off, &[])
+        .create_session(&NewSession {
+            title: "t",
+            model: "demo",
+            parent_id: None,
+            agent_token_hash: "hash-tries",
+            auto_retry: AutoRetry::Off,
+            tools: &[],
+            fallbacks: None,
+        })
         .await
         .unwrap();
     fn run<'a>(
@@ -226,7 +252,15 @@ async fn descent_is_found_by_walking_up_the_family() {
         let store = &store;
         async move {
             let s = store
-                .create_session("t", "demo", parent.as_deref(), hash, AutoRetry::Off, &[])
+                .create_session(&NewSession {
+                    title: "t",
+                    model: "demo",
+                    parent_id: parent.as_deref(),
+                    agent_token_hash: hash,
+                    auto_retry: AutoRetry::Off,
+                    tools: &[],
+                    fallbacks: None,
+                })
                 .await
                 .unwrap();
             s.id
@@ -262,7 +296,15 @@ async fn the_next_waiting_retry_is_the_earliest() {
     assert_eq!(store.next_waiting_retry().await.unwrap(), None);
     for (hash, fires_at) in [("h-late", 9_000), ("h-soon", 4_000)] {
         let s = store
-            .create_session("t", "demo", None, hash, AutoRetry::Background, &[])
+            .create_session(&NewSession {
+                title: "t",
+                model: "demo",
+                parent_id: None,
+                agent_token_hash: hash,
+                auto_retry: AutoRetry::Background,
+                tools: &[],
+                fallbacks: None,
+            })
             .await
             .unwrap();
         let waiting = WaitingRetry {

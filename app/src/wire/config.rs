@@ -31,6 +31,9 @@ pub struct Cooldown {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProvidersResponse {
     pub cooldowns: Vec<Cooldown>,
+    /// Each model not `ok`: its outage and the turns parked behind its probe (CONTRACT §7).
+    #[serde(default)]
+    pub models: Vec<super::ProviderHealth>,
 }
 
 /// `DELETE /providers/cooldowns`: which cooldown to end, by its shown key.

@@ -17,7 +17,7 @@ words! {
 }
 
 /// One model of the catalogue, as `GET /models` lists it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelInfo {
     /// `<provider>/<model>`: what a session's `model` and `fallbacks` name.
@@ -65,7 +65,7 @@ pub struct Served {
 }
 
 /// One model's outage as `GET /providers` reports it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProviderHealth {
     pub model: String,
@@ -80,11 +80,4 @@ pub struct ProviderHealth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub next_probe_at: Option<Millis>,
-}
-
-/// `GET /providers` answers this: every model not `ok`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ProviderReport {
-    pub models: Vec<ProviderHealth>,
 }

@@ -38,6 +38,7 @@ impl Engine {
                     retry: None,
                     tokens_used: 0,
                     tool_calls_recorded: false, // a queued run never called a tool
+                    served: Vec::new(),
                 };
                 let (run, _) = self
                     .store()

@@ -21,7 +21,6 @@ mod snapshot;
 
 use crate::error::{Error, Kind, Result};
 use crate::events::EventHub;
-use crate::llm::Provider;
 use crate::run::{Active, RunContext, Saver};
 use crate::store::{SessionLock, Store};
 use crate::tools::builtin::Caller;
@@ -65,7 +64,7 @@ impl Engine {
     pub fn new(
         store: Store,
         hub: EventHub,
-        provider: Arc<dyn Provider>,
+        providers: crate::llm::Providers,
         tools: crate::tools::Toolbox,
         cfg: EngineConfig,
     ) -> Engine {
@@ -74,7 +73,8 @@ impl Engine {
             saver: Saver::start(store.clone()),
             store,
             hub,
-            provider,
+            provider: providers.send,
+            models: providers.models,
             tools,
             cfg: cfg.run.clone(),
             stopping: stopping.clone(),
@@ -105,6 +105,11 @@ impl Engine {
     /// The tool sources of agent turns.
     pub fn tools(&self) -> &crate::tools::Toolbox {
         &self.inner.run.tools
+    }
+
+    /// The models the server can call: the catalogue, cooldowns, which take tools.
+    pub fn models(&self) -> &crate::llm::models::Models {
+        &self.inner.run.models
     }
 
     /// Runs `tick` every `period` until the server stops; a failed tick is logged

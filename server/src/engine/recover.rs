@@ -53,6 +53,7 @@ impl Engine {
             retry: Some(classify::of(RetryClass::Interrupted, None)),
             tokens_used: 0,
             tool_calls_recorded: true, // unknown after a restart
+            served: Vec::new(),
         };
         tracing::warn!(run = %run.id, "marking a run interrupted by a server stop");
         if let Some((run, reply)) = store.finish_run(&run.id, &outcome, by).await? {

@@ -5,6 +5,7 @@ use super::Engine;
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
 use crate::secrets::{hex_sha256, random_token};
+use crate::store::{NewSession, SessionChange};
 use app::wire::SessionId;
 use app::wire::{AutoRetry, CreateSession, CreatedSession, Event, PatchSession, Session};
 
@@ -37,9 +38,16 @@ impl Engine {
                     "model is longer than {MAX_MODEL_CHARS} characters"
                 )))
             }
-            Some(m) => m.to_string(),
+            Some(m) => {
+                self.models()
+                    .catalogue()
+                    .resolve(m)
+                    .map_err(|e| Error::invalid(format!("model: {e}")))?;
+                m.to_string()
+            }
             None => self.inner.cfg.default_model.clone(),
         };
+        let fallbacks = self.checked_fallbacks(new.fallbacks.as_deref())?;
         if let Some(parent) = &new.parent_id {
             store
                 .session(parent)
@@ -52,14 +60,15 @@ impl Engine {
         };
         let agent_token = random_token();
         let session = store
-            .create_session(
-                &title,
-                &model,
-                new.parent_id.as_deref(),
-                &hex_sha256(&agent_token),
-                new.auto_retry.unwrap_or_default(),
-                &tools,
-            )
+            .create_session(&NewSession {
+                title: &title,
+                model: &model,
+                parent_id: new.parent_id.as_deref(),
+                agent_token_hash: &hex_sha256(&agent_token),
+                auto_retry: new.auto_retry.unwrap_or_default(),
+                tools: &tools,
+                fallbacks: fallbacks.as_deref(),
+            })
             .await?;
         self.publish(&session.id, Event::Session(session.clone()));
         Ok(CreatedSession {
@@ -87,8 +96,27 @@ impl Engine {
             Some(chosen) => Some(self.tools().check_choice(chosen).map_err(Error::invalid)?),
             None => None,
         };
-        self.update_settings(session_id, title, patch.auto_retry, tools.as_deref())
-            .await
+        let change = SessionChange {
+            title: title.map(str::to_string),
+            auto_retry: patch.auto_retry,
+            tools,
+            fallbacks: self.checked_fallbacks(patch.fallbacks.as_deref())?,
+        };
+        self.update_settings(session_id, change).await
+    }
+
+    /// A session's own fallback chain, each model checked against the catalogue (kept as
+    /// the operator named them).
+    fn checked_fallbacks(&self, chain: Option<&[String]>) -> Result<Option<Vec<String>>> {
+        let Some(chain) = chain else {
+            return Ok(None);
+        };
+        let names: Vec<String> = chain.iter().map(|n| n.trim().to_string()).collect();
+        self.models()
+            .catalogue()
+            .resolve_chain(&names)
+            .map_err(|e| Error::invalid(format!("fallbacks: {e}")))?;
+        Ok(Some(names))
     }
 
     /// Changes what is given and answers the session. Leaving `background` ends the retry
@@ -97,18 +125,10 @@ impl Engine {
     pub async fn update_settings(
         &self,
         session_id: &SessionId,
-        title: Option<&str>,
-        auto_retry: Option<AutoRetry>,
-        tools: Option<&[String]>,
+        change: SessionChange,
     ) -> Result<Session> {
         let engine = self.clone();
         let session_id = session_id.clone();
-        // Owned: the carried task outlives the caller's borrows.
-        let change = SettingsChange {
-            title: title.map(str::to_string),
-            auto_retry,
-            tools: tools.map(<[String]>::to_vec),
-        };
         self.carried(async move { engine.settings_changed(&session_id, change).await })
             .await
     }
@@ -116,19 +136,11 @@ impl Engine {
     async fn settings_changed(
         &self,
         session_id: &SessionId,
-        change: SettingsChange,
+        change: SessionChange,
     ) -> Result<Session> {
         self.store().session_exists(session_id).await?;
         let _guard = self.lock(session_id).await?;
-        let session = self
-            .store()
-            .update_session(
-                session_id,
-                change.title.as_deref(),
-                change.auto_retry,
-                change.tools.as_deref(),
-            )
-            .await?;
+        let session = self.store().update_session(session_id, &change).await?;
         if session.auto_retry != AutoRetry::Background
             && self.store().clear_waiting_retry(session_id).await?
         {
@@ -137,11 +149,4 @@ impl Engine {
         }
         self.publish_session(session_id).await
     }
-}
-
-/// A change of a session's settings: what is given changes.
-struct SettingsChange {
-    title: Option<String>,
-    auto_retry: Option<AutoRetry>,
-    tools: Option<Vec<String>>,
 }

@@ -81,7 +81,13 @@ async fn engine_at(background: app::wire::Backoff) -> (Engine, String) {
         },
     };
     let tools = crate::tools::Toolbox::new(crate::mcp_client::McpServers::empty(), vec![]);
-    let engine = Engine::new(store, hub, Arc::new(Panicking::default()), tools, cfg);
+    let engine = Engine::new(
+        store,
+        hub,
+        crate::llm::setup::only(Arc::new(Panicking::default())),
+        tools,
+        cfg,
+    );
     (engine, url)
 }
 
@@ -102,7 +108,15 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
     let engine = engine().await;
     let session = engine
         .store()
-        .create_session("t", "m", None, "hash", AutoRetry::Off, &[])
+        .create_session(&crate::store::NewSession {
+            title: "t",
+            model: "m",
+            parent_id: None,
+            agent_token_hash: "hash",
+            auto_retry: AutoRetry::Off,
+            tools: &[],
+            fallbacks: None,
+        })
         .await
         .unwrap();
     let first = engine.post_message(&session.id, "one").await.unwrap();
@@ -157,7 +171,15 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
 async fn session(engine: &Engine, auto_retry: AutoRetry) -> SessionId {
     engine
         .store()
-        .create_session("t", "m", None, "hash", auto_retry, &[])
+        .create_session(&crate::store::NewSession {
+            title: "t",
+            model: "m",
+            parent_id: None,
+            agent_token_hash: "hash",
+            auto_retry,
+            tools: &[],
+            fallbacks: None,
+        })
         .await
         .unwrap()
         .id
@@ -379,11 +401,7 @@ async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it(
     let change = tokio::spawn({
         let engine = engine.clone();
         let sid = sid.clone();
-        async move {
-            engine
-                .update_settings(&sid, None, Some(AutoRetry::Off), None)
-                .await
-        }
+        async move { engine.update_settings(&sid, off()).await }
     });
     // Time for a change that does not wait for the lock to be done before the retry is left.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -410,7 +428,7 @@ async fn a_settings_change_whose_caller_hangs_up_is_carried_to_its_end() {
     leave_retry_waiting(&engine, &sid, &"r_failed".into()).await;
     let mut events = engine.hub().subscribe(&sid, None).live;
     let held = engine.lock(&sid).await.unwrap();
-    let change = engine.update_settings(&sid, None, Some(AutoRetry::Off), None);
+    let change = engine.update_settings(&sid, off());
     // The caller gives up while the change waits for the lock: its future is dropped.
     assert!(tokio::time::timeout(Duration::from_millis(100), change)
         .await
@@ -430,4 +448,12 @@ async fn a_settings_change_whose_caller_hangs_up_is_carried_to_its_end() {
         .expect("the change is announced")
         .unwrap();
     assert_eq!(announced.name, "session");
+}
+
+/// A change of a session's retry setting to `off`.
+fn off() -> crate::store::SessionChange {
+    crate::store::SessionChange {
+        auto_retry: Some(AutoRetry::Off),
+        ..Default::default()
+    }
 }

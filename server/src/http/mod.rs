@@ -62,6 +62,7 @@ fn api_routes() -> Vec<(Route, MethodRouter<AppState>)> {
         at(api::RUN.route, runs::detail),
         at(api::PROVIDERS.route, providers::list),
         at(api::CLEAR_COOLDOWN.route, providers::clear),
+        at(api::MODELS.route, providers::models),
         at(api::CONFIG.route, client_config),
         at(api::TOOLS.route, tools),
         at(api::OPENAPI, openapi_document),

@@ -80,7 +80,12 @@ pub fn document() -> OpenApi {
     endpoint!(
         PROVIDERS,
         200,
-        "The provider cooldowns in force (no secrets)"
+        "The provider cooldowns in force (no secrets) and each model's outage"
+    );
+    endpoint!(
+        MODELS,
+        200,
+        "The catalogue's models, their status and fallback chains"
     );
     endpoint!(
         CLEAR_COOLDOWN,

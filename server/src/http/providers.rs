@@ -1,17 +1,28 @@
-//! `/providers`: the provider-wide cooldowns (kept in the database), listed without secrets and
-//! ended by an operator (`DELETE /providers/cooldowns` with `{key}`).
+//! `/providers` and `/models`: the provider-wide cooldowns (kept in the database), listed
+//! without secrets and ended by an operator (`DELETE /providers/cooldowns` with `{key}`),
+//! and the catalogue's models with their status.
 use super::error::ApiJson;
 use super::AppState;
 use crate::clock::now_ms;
 use crate::error::{Error, Kind, Result};
-use app::wire::{ClearCooldown, ProvidersResponse};
+use app::wire::{ClearCooldown, ModelList, ProvidersResponse};
 use axum::extract::State;
 use axum::Json;
 
 pub async fn list(State(state): State<AppState>) -> Json<ProvidersResponse> {
-    Json(ProvidersResponse {
-        cooldowns: state.cooldowns.list(now_ms()).await,
-    })
+    Json(report(&state, now_ms()).await)
+}
+
+/// Every cooldown in force and each model not `ok`.
+async fn report(state: &AppState, now: i64) -> ProvidersResponse {
+    ProvidersResponse {
+        cooldowns: state.cooldowns.list(now).await,
+        models: state.engine.models().health(now).await,
+    }
+}
+
+pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
+    Json(state.engine.models().list(now_ms()).await)
 }
 
 /// Ends one cooldown; answers the ones still in force.
@@ -30,7 +41,5 @@ pub async fn clear(
         )
     })?;
     tracing::info!(key = %cleared.key, until = cleared.until, "provider cooldown cleared by an operator");
-    Ok(Json(ProvidersResponse {
-        cooldowns: state.cooldowns.list(now).await,
-    }))
+    Ok(Json(report(&state, now).await))
 }

@@ -12,7 +12,18 @@ pub async fn detail(
 ) -> Result<Json<RunDetail>> {
     let store = state.engine.store();
     let run = store.run(&rid).await?;
-    let attempts = store.attempts(&rid).await?;
+    let mut attempts = store.attempts(&rid).await?;
+    // An attempt on the session's own model is recorded without it: named here.
+    if attempts.iter().any(|a| a.model.is_none()) {
+        let model = store.session(&run.session_id).await?.session.model;
+        let model = match state.engine.models().catalogue().resolve(&model) {
+            Ok(m) => m.id(),
+            Err(_) => model,
+        };
+        for a in attempts.iter_mut().filter(|a| a.model.is_none()) {
+            a.model = Some(model.clone());
+        }
+    }
     Ok(Json(RunDetail { run, attempts }))
 }
 

@@ -16,7 +16,14 @@ use std::time::Duration;
 pub const SCENARIOS: &[(&str, &str)] = &[
     ("demo", "healthy: streams a readable reply"),
     ("demo-flaky", "503 twice for a conversation, then fine"),
-    ("demo-overloaded", "always 529 overloaded"),
+    (
+        "demo-overloaded",
+        "always 529 overloaded; its fallback chain goes on to demo",
+    ),
+    (
+        "demo-down",
+        "always 529 overloaded, with no model to fall back to",
+    ),
     (
         "demo-busy",
         "529 for a conversation's first three calls (one turn's Tier 1 attempts), then fine",
@@ -124,7 +131,7 @@ async fn chat(State(demo): State<Demo>, Json(body): Json<ChatBody>) -> Response 
             "server_error",
             "The demo provider is flaky: try again.",
         ),
-        "demo-overloaded" => error(
+        "demo-overloaded" | "demo-down" => error(
             529,
             &[],
             "overloaded_error",

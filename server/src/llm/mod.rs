@@ -1,13 +1,18 @@
 //! Providers: one trait, "open a streaming chat completion, then yield deltas".
 pub mod anthropic;
+pub mod catalogue;
 pub mod demo;
 pub mod limits;
+pub mod models;
 pub mod openai;
 pub mod redacted;
+pub mod router;
+pub mod setup;
 mod sse;
 pub mod tool_calls;
 
 pub use limits::Limits;
+pub use router::Providers;
 
 use app::wire::RetryClass;
 use futures::future::BoxFuture;

@@ -20,18 +20,17 @@ pub struct Gate {
 }
 
 impl Gate {
+    /// `endpoint`: the provider's cooldown key but for its model.
     pub fn new(
         inner: Arc<dyn Provider>,
         cooldowns: Arc<dyn Table>,
-        provider: &str,
-        endpoint: &str,
-        api_key: Option<&str>,
+        endpoint: Key,
         max_wait: std::time::Duration,
     ) -> Gate {
         Gate {
             inner,
             cooldowns,
-            endpoint: Key::new(provider, endpoint, api_key, ""),
+            endpoint,
             max_wait,
         }
     }
@@ -119,9 +118,7 @@ mod tests {
         let gate = Gate::new(
             inner.clone(),
             cooldowns.clone(),
-            "openai",
-            "https://api.example/v1",
-            Some("sk-secret"),
+            Key::new("openai", "https://api.example/v1", Some("sk-secret"), ""),
             Duration::from_secs(86_400),
         );
         let Err(first) = gate.open(request("m")).await else {

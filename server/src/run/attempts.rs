@@ -1,20 +1,160 @@
-//! Opens a model step through Tier 1: records each attempt of the run, announces each wait
-//! on SSE, and after a context overflow compacts the conversation once and tries again.
+//! Opens a model step: through Tier 1 on each model of the session's fallback chain in
+//! turn (CONTRACT §7: only before the step's first delta), recording each attempt of the run
+//! and announcing each wait on SSE; after a context overflow it compacts the conversation
+//! once and tries again.
 use super::{compact, RunContext, RunTask};
+use crate::clock::now_ms;
+use crate::llm::catalogue::ModelRef;
 use crate::llm::limits;
-use crate::llm::{ChatRequest, ProviderError};
+use crate::llm::{ChatRequest, ProviderError, RetryAfter};
 use crate::retry::{classify, tier1};
-use app::wire::{AttemptEvent, Event, RetryClass, Run};
+use app::wire::{AttemptEvent, Event, FellBack, RetryClass, Run, Served};
 use futures::future::BoxFuture;
 use std::time::Duration;
 
+/// Whether a step that failed with `class` opens on the next model of its chain: the
+/// provider could not take it now (an advised wait past Tier 1's window is one of these).
+fn falls_back(class: &RetryClass) -> bool {
+    matches!(
+        class,
+        RetryClass::Overloaded
+            | RetryClass::RateLimited
+            | RetryClass::ServerError
+            | RetryClass::Timeout
+            | RetryClass::Network
+    )
+}
+
+/// What a chain's failures add up to: the first model's failure, advising the earliest
+/// moment any model of the chain may be asked again (none when one may be asked now).
+struct ChainFailure {
+    first: Option<ProviderError>,
+    earliest: Option<i64>,
+    /// A model failed without advising a wait: it may be asked again at once.
+    free_now: bool,
+}
+
+impl ChainFailure {
+    fn note(&mut self, err: ProviderError, until: Option<i64>) {
+        match until {
+            Some(u) => self.earliest = Some(self.earliest.map_or(u, |e| e.min(u))),
+            None => self.free_now = true,
+        }
+        self.first.get_or_insert(err);
+    }
+
+    fn into_error(self, last: ProviderError) -> ProviderError {
+        let Some(mut first) = self.first else {
+            return last;
+        };
+        let earliest = self.earliest.filter(|_| !self.free_now);
+        match (&mut first, earliest) {
+            (ProviderError::Status { retry_after, .. }, Some(at)) => {
+                *retry_after = Some(RetryAfter::At(at))
+            }
+            (ProviderError::CoolingDown { until, .. }, Some(at)) => *until = at,
+            (ProviderError::Status { retry_after, .. }, None) => *retry_after = None,
+            _ => {}
+        }
+        first
+    }
+}
+
 impl RunTask {
-    /// Opens the provider stream through Tier 1; after a context overflow, compacts the
-    /// conversation once and tries again (a second overflow fails the run).
+    /// The models a step of this run tries, in order (one: no fallback).
+    fn chain(&self) -> Vec<ModelRef> {
+        let catalogue = self.ctx.models.catalogue();
+        let Ok(model) = catalogue.resolve(&self.session.model) else {
+            return Vec::new(); // the provider refuses it, with the reason
+        };
+        let own = self.session.fallbacks.as_deref().map(|names| {
+            names
+                .iter()
+                .filter_map(|n| catalogue.resolve(n).ok())
+                .collect::<Vec<_>>()
+        });
+        catalogue.chain(&model, own.as_deref())
+    }
+
+    /// Opens step `step` on the first model of the chain that takes it: a model whose
+    /// cooldown holds is passed over without a request, one whose Tier 1 ends on a class
+    /// that [`falls_back`] hands the step on. Records who answered.
     pub(super) async fn open(
+        &mut self,
+        request: ChatRequest,
+        step: u32,
+    ) -> Result<tier1::Opened, ProviderError> {
+        let chain = self.chain();
+        if chain.len() < 2 {
+            let opened = self.open_on(request, step, None).await;
+            if let (Ok(_), Some(model)) = (&opened, chain.first()) {
+                self.served(step, model, Vec::new());
+            }
+            return opened;
+        }
+        let mut after = Vec::new();
+        let mut failure = ChainFailure {
+            first: None,
+            earliest: None,
+            free_now: false,
+        };
+        for (i, model) in chain.iter().enumerate() {
+            let last = i + 1 == chain.len();
+            if !last {
+                if let Some(wait) = self.ctx.models.cooling(model, now_ms()).await {
+                    tracing::info!(run = %self.run.id, %model, until = wait.until, "cooling down: the step goes to the next model");
+                    after.push(FellBack {
+                        model: model.id(),
+                        retry_class: wait.reason.clone(),
+                    });
+                    failure.note(wait.refusal(), Some(wait.until));
+                    continue;
+                }
+            }
+            let mut attempt = request.clone();
+            attempt.model = model.id();
+            let on = (i > 0 || !after.is_empty()).then(|| model.id());
+            let err = match self.open_on(attempt, step, on.as_deref()).await {
+                Ok(opened) => {
+                    if !after.is_empty() {
+                        tracing::info!(run = %self.run.id, step, %model, "a fallback model answered");
+                    }
+                    self.served(step, model, after);
+                    return Ok(opened);
+                }
+                Err(e) => e,
+            };
+            let class = classify::classify(&err, false, now_ms());
+            if last || !falls_back(&class.retry_class) {
+                return Err(failure.into_error(err));
+            }
+            tracing::info!(run = %self.run.id, %model, class = %class.retry_class, "the model could not take the step: falling back");
+            after.push(FellBack {
+                model: model.id(),
+                retry_class: class.retry_class.clone(),
+            });
+            failure.note(err, class.retry_after_until);
+        }
+        unreachable!("the chain's last model returns")
+    }
+
+    /// Records that `model` answered step `step` after passing over `after`.
+    fn served(&mut self, step: u32, model: &ModelRef, after: Vec<FellBack>) {
+        self.tally.served.push(Served {
+            step,
+            model: model.id(),
+            after,
+        });
+    }
+
+    /// Opens the provider stream on one model through Tier 1; after a context overflow,
+    /// compacts the conversation once and tries again (a second overflow fails the run).
+    /// `model`: the model its attempts record (`None`: the session's own).
+    async fn open_on(
         &mut self,
         mut request: ChatRequest,
         step: u32,
+        model: Option<&str>,
     ) -> Result<tier1::Opened, ProviderError> {
         let ctx = &*self.ctx;
         let run = &self.run;
@@ -26,6 +166,7 @@ impl RunTask {
             offset: self.tally.attempts,
             made: &mut self.tally.attempts,
             step,
+            model,
         };
         let mut compacted = false;
         loop {
@@ -72,6 +213,8 @@ struct RunAttempts<'a> {
     made: &'a mut u32,
     /// The model step this round opens.
     step: u32,
+    /// The model it asks, when not the session's own.
+    model: Option<&'a str>,
 }
 
 impl tier1::Observer for RunAttempts<'_> {
@@ -79,10 +222,13 @@ impl tier1::Observer for RunAttempts<'_> {
         Box::pin(async move {
             let n = self.offset + n;
             *self.made = (*self.made).max(n);
-            if n == 1 {
+            if n == 1 && self.model.is_none() {
                 return; // recorded in the transaction that started the run (`Store::start_next`)
             }
-            let started = self.ctx.store.attempt_started(&self.run.id, n, self.step);
+            let started = self
+                .ctx
+                .store
+                .attempt_started(&self.run.id, n, self.step, self.model);
             if let Err(e) = started.await {
                 tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
             }

@@ -30,6 +30,8 @@ pub struct RunContext {
     pub store: Store,
     pub hub: EventHub,
     pub provider: Arc<dyn Provider>,
+    /// The catalogue's models: fallback chains, cooldowns, which take tools.
+    pub models: Arc<crate::llm::models::Models>,
     pub tools: Toolbox,
     pub cfg: RunConfig,
     /// Saves streaming replies' text in batches.
@@ -92,6 +94,8 @@ struct Tally {
     attempts: u32,
     /// The tool calls the model asked for (their order in the run).
     calls: u32,
+    /// Which model answered each step, and what it fell back from.
+    served: Vec<app::wire::Served>,
 }
 
 /// How a run's stream ended, before it is recorded.

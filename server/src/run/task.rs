@@ -66,6 +66,7 @@ impl RunTask {
             }
         };
         outcome.tool_calls_recorded = self.active.live().tool_calls > 0;
+        outcome.served = std::mem::take(&mut self.tally.served);
         crate::metrics::metrics().run_ended(outcome.status);
         (self.run, outcome)
     }
@@ -175,5 +176,6 @@ fn outcome(
         retry,
         tokens_used: i64::try_from(tokens).unwrap_or(i64::MAX),
         tool_calls_recorded: true,
+        served: Vec::new(),
     }
 }

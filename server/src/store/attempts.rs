@@ -22,19 +22,28 @@ impl Store {
         })
     }
 
-    /// Tier 1 attempt `n` of a run started, opening model step `step` (also recorded: the
-    /// run's steps count on with its attempts, in the same write).
-    pub async fn attempt_started(&self, run_id: &RunId, n: u32, step: u32) -> Result<()> {
+    /// Tier 1 attempt `n` of a run started, opening model step `step` on `model` (`None`:
+    /// the session's own; also recorded: the run's steps count on with its attempts, in the
+    /// same write).
+    pub async fn attempt_started(
+        &self,
+        run_id: &RunId,
+        n: u32,
+        step: u32,
+        model: Option<&str>,
+    ) -> Result<()> {
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             sqlx::query(
-                "INSERT INTO run_attempts (run_id, n, started_at) VALUES ($1, $2, $3)
+                "INSERT INTO run_attempts (run_id, n, started_at, model) VALUES ($1, $2, $3, $4)
              ON CONFLICT (run_id, n) DO UPDATE
-             SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL",
+             SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL,
+                 model = excluded.model",
             )
             .bind(run_id.as_str())
             .bind(n as i64)
             .bind(now_ms())
+            .bind(model)
             .execute(&mut *tx)
             .await?;
             sqlx::query(

@@ -36,7 +36,9 @@ pub use events::LoggedEvent;
 pub use messages::HistoryEntry;
 pub use notify::{decode as decode_notification, Notified};
 pub use runs::{Dispatched, EndBy, Finished, NewRun, Outcome};
-pub use sessions::{SessionCall, SessionPage, SessionRecord, MAX_SESSION_PAGE};
+pub use sessions::{
+    NewSession, SessionCall, SessionChange, SessionPage, SessionRecord, MAX_SESSION_PAGE,
+};
 pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL, LEASE_MS, SIDE_CONNECTIONS};
 pub use starts::Started;
 pub use tool_calls::{parts, NewToolCall, RecordedCall};

@@ -104,7 +104,7 @@ pub const LAST_RUN_COLUMNS: &str = "lr.id AS lr_id, lr.session_id AS lr_session_
     lr.created_at AS lr_created_at, lr.provenance AS lr_provenance,
     lr.started_at AS lr_started_at, lr.finished_at AS lr_finished_at,
     lr.retry_dismissed_at AS lr_retry_dismissed_at, lr.steps AS lr_steps,
-    lr.tools_executed AS lr_tools_executed";
+    lr.tools_executed AS lr_tools_executed, lr.served AS lr_served";
 
 /// A word column read as its enum (`status`, `kind`, `role`, `retry_class`, …), with the
 /// enum's own word table: the one mapping of every enum to its stored text. A word this build
@@ -185,12 +185,16 @@ fn tools_in(row: &impl Get, column: &str) -> Vec<String> {
         .unwrap_or_else(|| vec![crate::tools::BUILTIN.to_string()])
 }
 
-/// Columns: `session_model`, `session_tokens_used`, `session_tools` (a started run's row).
+/// Columns: `session_model`, `session_tokens_used`, `session_tools`, `session_fallbacks`
+/// (a started run's row).
 pub fn session_call(row: &impl Get) -> super::SessionCall {
     super::SessionCall {
         model: row.text("session_model"),
         tokens_used: row.int("session_tokens_used"),
         tools: tools_in(row, "session_tools"),
+        fallbacks: row
+            .opt_text("session_fallbacks")
+            .map(|_| json_list(row, "session_fallbacks")),
     }
 }
 

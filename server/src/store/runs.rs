@@ -102,7 +102,8 @@ const SUPERSEDE_AFTER: &str = "INSERT INTO supersessions (message_id, by_run_id,
 /// after, $6 now, $7 tokens, $8 run).
 const END_RUN: &str =
     "UPDATE runs SET status = $1, error_message = $2, retryable = $3, retry_class = $4,
-         retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7
+         retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7,
+         served = COALESCE($9, served)
      WHERE id = $8 AND status IN ('queued', 'running')
      RETURNING *";
 
@@ -197,6 +198,8 @@ pub struct Outcome {
     pub tokens_used: i64,
     /// Whether the run may have tool calls recorded (false: their end needs no write).
     pub tool_calls_recorded: bool,
+    /// Which model answered each step (empty: leave what is recorded).
+    pub served: Vec<app::wire::Served>,
 }
 
 /// A foreign-key violation on a row of `session_id` is its session missing (the one key such
@@ -363,6 +366,10 @@ impl Store {
         let mut args = vec![o.status.as_str().into(), o.error_message.clone().into()];
         args.extend(retry_args());
         args.extend([now.into(), o.tokens_used.into(), run_id.into()]);
+        let served = (!o.served.is_empty())
+            .then(|| serde_json::to_string(&o.served).ok())
+            .flatten();
+        args.push(served.into());
         let end_sql: &'static str = match (self.is_shared(), by) {
             (true, EndBy::Owner) => &END_RUN_OWNER,
             (true, EndBy::Takeover) => &END_RUN_TAKEOVER,

@@ -36,6 +36,28 @@ fn session_select() -> String {
     )
 }
 
+/// A session to create, as checked by the engine.
+pub struct NewSession<'a> {
+    pub title: &'a str,
+    pub model: &'a str,
+    pub parent_id: Option<&'a str>,
+    pub agent_token_hash: &'a str,
+    pub auto_retry: AutoRetry,
+    pub tools: &'a [String],
+    /// Its own fallback chain (`None`: the catalogue's).
+    pub fallbacks: Option<&'a [String]>,
+}
+
+/// A change of a session's settings: what is given changes.
+#[derive(Clone, Debug, Default)]
+pub struct SessionChange {
+    pub title: Option<String>,
+    pub auto_retry: Option<AutoRetry>,
+    pub tools: Option<Vec<String>>,
+    /// A new fallback chain (`Some(vec![])`: none at all).
+    pub fallbacks: Option<Vec<String>>,
+}
+
 /// What a run's provider request needs of its session, read as the run starts.
 #[derive(Debug)]
 pub struct SessionCall {
@@ -44,6 +66,8 @@ pub struct SessionCall {
     pub tokens_used: i64,
     /// The tool sources its turns may use.
     pub tools: Vec<String>,
+    /// Its own fallback chain (`None`: the catalogue's).
+    pub fallbacks: Option<Vec<String>>,
 }
 
 /// The largest page `GET /sessions?limit=` and MCP `list_sessions` give.
@@ -114,30 +138,24 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
 }
 
 impl Store {
-    pub async fn create_session(
-        &self,
-        title: &str,
-        model: &str,
-        parent_id: Option<&str>,
-        agent_token_hash: &str,
-        auto_retry: AutoRetry,
-        tools: &[String],
-    ) -> Result<Session> {
-        let tools = serde_json::to_string(tools).unwrap_or_else(|_| "[]".into());
+    pub async fn create_session(&self, new: &NewSession<'_>) -> Result<Session> {
+        let tools = serde_json::to_string(new.tools).unwrap_or_else(|_| "[]".into());
+        let fallbacks = new.fallbacks.and_then(|f| serde_json::to_string(f).ok());
         with_writer!(self, |pool| {
             let id = SessionId::from(new_id("s"));
             sqlx::query(
-            "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry, tools)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry, tools, fallbacks)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(id.as_str())
-        .bind(self.storable(title))
-        .bind(model)
-        .bind(parent_id)
-        .bind(agent_token_hash)
+        .bind(self.storable(new.title))
+        .bind(new.model)
+        .bind(new.parent_id)
+        .bind(new.agent_token_hash)
         .bind(now_ms())
-        .bind(auto_retry.as_str())
+        .bind(new.auto_retry.as_str())
         .bind(tools)
+        .bind(fallbacks)
         .execute(pool)
         .await?;
             Ok(self.session(&id).await?.session)
@@ -263,24 +281,21 @@ impl Store {
         })
     }
 
-    pub async fn update_session(
-        &self,
-        id: &SessionId,
-        title: Option<&str>,
-        auto_retry: Option<AutoRetry>,
-        tools: Option<&[String]>,
-    ) -> Result<Session> {
-        let tools = tools.map(|t| serde_json::to_string(t).unwrap_or_else(|_| "[]".into()));
+    pub async fn update_session(&self, id: &SessionId, change: &SessionChange) -> Result<Session> {
+        let json = |list: &Vec<String>| serde_json::to_string(list).unwrap_or_else(|_| "[]".into());
+        let tools = change.tools.as_ref().map(json);
+        let fallbacks = change.fallbacks.as_ref().map(json);
         with_writer!(self, |pool| {
             sqlx::query(
             "UPDATE sessions SET title = COALESCE($1, title), auto_retry = COALESCE($2, auto_retry),
-                 tools = COALESCE($3, tools)
+                 tools = COALESCE($3, tools), fallbacks = COALESCE($5, fallbacks)
              WHERE id = $4",
         )
-        .bind(self.storable_opt(title))
-        .bind(auto_retry.map(|a| a.as_str()))
+        .bind(self.storable_opt(change.title.as_deref()))
+        .bind(change.auto_retry.as_ref().map(|a| a.as_str()))
         .bind(tools)
         .bind(id.as_str())
+        .bind(fallbacks)
         .execute(pool)
         .await?;
             Ok(self.session(id).await?.session)

@@ -43,7 +43,8 @@ const START_RUN: &str =
      RETURNING *,
          (SELECT model FROM sessions s WHERE s.id = runs.session_id) AS session_model,
          (SELECT tokens_used FROM sessions s WHERE s.id = runs.session_id) AS session_tokens_used,
-         (SELECT tools FROM sessions s WHERE s.id = runs.session_id) AS session_tools";
+         (SELECT tools FROM sessions s WHERE s.id = runs.session_id) AS session_tools,
+         (SELECT fallbacks FROM sessions s WHERE s.id = runs.session_id) AS session_fallbacks";
 
 /// Where a start's statements are in a [`Script`].
 pub(super) struct Start {

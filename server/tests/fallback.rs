@@ -1,0 +1,283 @@
+//! Providers, plural (CONTRACT §7) over real HTTP with two fake providers in one catalogue:
+//! a step falls back to the next model of its chain before its first delta and never after,
+//! skips a cooling model without a request, continues a tool turn without re-running its
+//! tool, and `GET /models` lists the catalogue.
+use testkit as common;
+
+use app::wire::{FellBack, ModelList, RetryClass, RunDetail, RunStatus, Served};
+use common::fake::{FakeProvider, Script};
+use common::{config, temp_dir, TestServer};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// The primary (`a/big`) and the fallback (`b/small`, `b/plain` without tools) providers.
+struct Two {
+    a: FakeProvider,
+    b: FakeProvider,
+    server: TestServer,
+}
+
+async fn two(tag: &str) -> Two {
+    let (a, b) = (FakeProvider::start().await, FakeProvider::start().await);
+    let dir = temp_dir(tag);
+    let catalogue = json!({
+        "providers": {
+            "a": {"kind": "openai", "base_url": a.url, "models": [{"id": "big"}]},
+            "b": {"kind": "openai", "base_url": b.url,
+                  "models": [{"id": "small"}, {"id": "plain", "tools": false}]}
+        },
+        "default_model": "a/big",
+        "fallbacks": {"a/big": ["b/small"]}
+    });
+    let path = dir.join("providers.json");
+    std::fs::write(&path, catalogue.to_string()).unwrap();
+    let mut c = config(&dir, &a.url);
+    c.providers = Some(path);
+    let server = TestServer::start(c).await;
+    Two { a, b, server }
+}
+
+fn overloaded() -> Script {
+    Script::Status {
+        code: 529,
+        headers: vec![],
+        body: json!({"error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    }
+}
+
+fn limited_for(secs: u64) -> Script {
+    Script::Status {
+        code: 429,
+        headers: vec![("retry-after", secs.to_string())],
+        body: json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
+    }
+}
+
+async fn detail(server: &TestServer, rid: &str) -> RunDetail {
+    let (status, body) = server.get(&format!("/runs/{rid}")).await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_value(body).unwrap()
+}
+
+/// A turn on a new session of the default model; answers its ended run's detail.
+async fn turn(t: &Two, body: Value) -> RunDetail {
+    let (status, created) = t.server.post("/sessions", body).await;
+    assert_eq!(status, 201, "{created}");
+    let sid = created["id"].as_str().unwrap();
+    let receipt = t.server.send(sid, "hello").await;
+    t.server.wait_run_end(&receipt.run_id).await;
+    detail(&t.server, &receipt.run_id).await
+}
+
+fn served(step: u32, model: &str, after: &[(&str, RetryClass)]) -> Served {
+    Served {
+        step,
+        model: model.into(),
+        after: after
+            .iter()
+            .map(|(m, c)| FellBack {
+                model: m.to_string(),
+                retry_class: c.clone(),
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn an_overloaded_model_hands_the_step_to_the_next_one() {
+    let t = two("fallback-529").await;
+    t.a.set_default(overloaded());
+    t.b.set_default(Script::reply(&["from ", "b"]));
+    let d = turn(&t, json!({})).await;
+    assert_eq!(d.run.status, RunStatus::Completed, "{:?}", d.run);
+    assert_eq!(
+        d.run.served,
+        vec![served(1, "b/small", &[("a/big", RetryClass::Overloaded)])]
+    );
+    // Tier 1 tried the first model its three times, then the fallback once.
+    assert_eq!((t.a.seen().len(), t.b.seen().len()), (3, 1));
+    let models: Vec<_> = d.attempts.iter().map(|a| a.model.as_deref()).collect();
+    assert_eq!(
+        models,
+        vec![Some("a/big"), Some("a/big"), Some("a/big"), Some("b/small")]
+    );
+    assert_eq!(t.b.seen()[0].body["model"], "small");
+}
+
+#[tokio::test]
+async fn an_advised_wait_past_the_window_falls_back_at_once_and_the_cooldown_sends_nothing() {
+    let t = two("fallback-429").await;
+    t.a.set_default(limited_for(3000));
+    t.b.set_default(Script::reply(&["ok"]));
+    let first = turn(&t, json!({})).await;
+    assert_eq!(first.run.status, RunStatus::Completed);
+    assert_eq!(
+        first.run.served,
+        vec![served(1, "b/small", &[("a/big", RetryClass::RateLimited)])]
+    );
+    assert_eq!(
+        t.a.seen().len(),
+        1,
+        "no Tier 1 retry of a wait past its window"
+    );
+    // The cooldown now holds `a/big`: the next turn goes to `b/small` without a request.
+    let second = turn(&t, json!({})).await;
+    assert_eq!(second.run.status, RunStatus::Completed);
+    assert_eq!(
+        second.run.served,
+        vec![served(1, "b/small", &[("a/big", RetryClass::RateLimited)])]
+    );
+    assert_eq!(
+        t.a.seen().len(),
+        1,
+        "a cooling model is skipped without a request"
+    );
+    assert_eq!(t.b.seen().len(), 2);
+    let (_, models) = t.server.get("/models").await;
+    let models: ModelList = serde_json::from_value(models).unwrap();
+    let big = models.models.iter().find(|m| m.id == "a/big").unwrap();
+    assert_eq!(big.status.as_str(), "cooling");
+    assert!(big.cooling_until.is_some());
+    assert_eq!(big.fallbacks, vec!["b/small".to_string()]);
+}
+
+#[tokio::test]
+async fn no_fallback_after_the_first_delta() {
+    let t = two("fallback-after-delta").await;
+    t.a.set_default(Script::Stream {
+        deltas: vec!["half ".into(), "a reply".into()],
+        every: Duration::from_millis(5),
+        finish: false,
+    });
+    t.b.set_default(Script::reply(&["never"]));
+    let d = turn(&t, json!({})).await;
+    assert_eq!(d.run.status, RunStatus::Failed);
+    assert_eq!(
+        d.run.retry.as_ref().map(|r| r.retry_class.clone()),
+        Some(RetryClass::StreamInterrupted)
+    );
+    assert_eq!(
+        t.b.seen().len(),
+        0,
+        "nothing is sent to the fallback mid-reply"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_turn_continues_on_the_fallback_without_running_its_tool_again() {
+    let t = two("fallback-tool").await;
+    // Step 1 on `a/big` asks for a tool; step 2 finds `a/big` overloaded.
+    t.a.push(Script::call("", "c1", "mulligan__list_sessions", json!({})));
+    t.a.set_default(overloaded());
+    t.b.set_default(Script::reply(&["done"]));
+    let d = turn(&t, json!({})).await;
+    assert_eq!(d.run.status, RunStatus::Completed, "{:?}", d.run);
+    assert_eq!((d.run.steps, d.run.tools_executed), (2, 1));
+    assert_eq!(
+        d.run.served,
+        vec![
+            served(1, "a/big", &[]),
+            served(2, "b/small", &[("a/big", RetryClass::Overloaded)])
+        ]
+    );
+    // The fallback got the recorded call and its result.
+    let sent = &t.b.seen()[0].body["messages"];
+    let roles: Vec<_> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        roles.ends_with(&["assistant".into(), "tool".into()]),
+        "{roles:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_exhausted_chain_fails_as_its_first_model_did() {
+    let t = two("fallback-exhausted").await;
+    t.a.set_default(overloaded());
+    t.b.set_default(Script::unavailable());
+    let d = turn(&t, json!({})).await;
+    assert_eq!(d.run.status, RunStatus::Failed);
+    let retry = d.run.retry.unwrap();
+    assert_eq!(retry.retry_class, RetryClass::Overloaded);
+    assert!(retry.retryable);
+    assert_eq!(
+        retry.retry_after_until, None,
+        "one model may be asked again at once"
+    );
+    assert_eq!((t.a.seen().len(), t.b.seen().len()), (3, 3));
+}
+
+#[tokio::test]
+async fn a_session_chain_overrides_the_catalogue_and_a_tools_off_model_gets_none() {
+    let t = two("fallback-session").await;
+    t.a.set_default(overloaded());
+    t.b.set_default(Script::reply(&["plain"]));
+    let d = turn(&t, json!({"fallbacks": ["b/plain"]})).await;
+    assert_eq!(
+        d.run.served,
+        vec![served(1, "b/plain", &[("a/big", RetryClass::Overloaded)])]
+    );
+    let body = &t.b.seen()[0].body;
+    assert_eq!(body["model"], "plain");
+    assert!(
+        body.get("tools").is_none(),
+        "a tools: false model is sent no tools: {body}"
+    );
+    // The first model was sent the session's tools.
+    assert!(t.a.seen()[0].body.get("tools").is_some());
+    // No chain at all: the step fails on the first model.
+    let d = turn(&t, json!({"fallbacks": []})).await;
+    assert_eq!(d.run.status, RunStatus::Failed);
+    assert!(d.run.served.is_empty());
+}
+
+#[tokio::test]
+async fn models_the_catalogue_lacks_are_refused_with_what_to_write() {
+    let t = two("fallback-bad-input").await;
+    for (body, status_wanted, says) in [
+        (json!({"model": "c/big"}), 422, "GET /models"),
+        (json!({"model": "a/nope"}), 422, "has no model"),
+        (json!({"fallbacks": ["b/small", "zz"]}), 422, "fallbacks"),
+        (json!({"fallbacks": "b/small"}), 422, "expected a sequence"),
+    ] {
+        let (status, err) = t.server.post("/sessions", body.clone()).await;
+        assert_eq!(status, status_wanted, "{body} → {err}");
+        assert_eq!(err["error"]["code"], "invalid_request", "{err}");
+        assert!(
+            err["error"]["message"].as_str().unwrap().contains(says),
+            "{err}"
+        );
+    }
+    let (_, list) = t.server.get("/sessions").await;
+    assert_eq!(
+        list["sessions"].as_array().map(Vec::len),
+        Some(0),
+        "nothing created"
+    );
+    let sid = t.server.create_session().await;
+    let (status, err) = t
+        .server
+        .patch(&format!("/sessions/{sid}"), json!({"fallbacks": ["x/y"]}))
+        .await;
+    assert_eq!(status, 422, "{err}");
+    let (status, s) = t
+        .server
+        .patch(&format!("/sessions/{sid}"), json!({"fallbacks": ["small"]}))
+        .await;
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(s["fallbacks"], json!(["small"]));
+    let (_, models) = t.server.get("/models").await;
+    let models: ModelList = serde_json::from_value(models).unwrap();
+    assert_eq!(models.default_model, "a/big");
+    let ids: Vec<_> = models.models.iter().map(|m| m.id.as_str()).collect();
+    assert!(
+        ids.contains(&"b/plain") && ids.contains(&"demo/demo"),
+        "{ids:?}"
+    );
+    let plain = models.models.iter().find(|m| m.id == "b/plain").unwrap();
+    assert!(!plain.tools);
+}
