@@ -51,6 +51,10 @@ pub struct Config {
     pub tier2_base_ms: u64,
     #[arg(long, env = "MULLIGAN_TIER2_CAP_MS", default_value_t = app::wire::Backoff::CONTRACT.cap_ms)]
     pub tier2_cap_ms: u64,
+    /// Background retries parked behind a model that is out go at most this many per second
+    /// per model once its probe succeeded (the whole fleet together).
+    #[arg(long, env = "MULLIGAN_RELEASE_PER_S", default_value_t = 2)]
+    pub release_per_s: u32,
     /// Per-session token budget.
     #[arg(long, env = "MULLIGAN_SPEND_LIMIT_TOKENS")]
     pub spend_limit_tokens: Option<u64>,

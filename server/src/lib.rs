@@ -132,6 +132,13 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
                 base_ms: config.tier2_base_ms,
                 cap_ms: config.tier2_cap_ms,
             },
+            parking: retry::parking::Parking {
+                probe: app::wire::Backoff {
+                    base_ms: config.tier2_base_ms,
+                    cap_ms: config.tier2_cap_ms,
+                },
+                release_per_s: config.release_per_s.max(1),
+            },
             reconcile_every: Duration::from_millis(config.reconcile_ms.max(10)),
             run: crate::run::RunConfig {
                 stream_idle: Duration::from_millis(config.stream_idle_ms),

@@ -173,6 +173,16 @@ async fn a_tool_turn_continues_on_the_fallback_without_running_its_tool_again() 
     let d = turn(&t, json!({})).await;
     assert_eq!(d.run.status, RunStatus::Completed, "{:?}", d.run);
     assert_eq!((d.run.steps, d.run.tools_executed), (2, 1));
+    let tools: Vec<_> = d
+        .tool_calls
+        .iter()
+        .map(|c| (c.step, c.tool.as_str()))
+        .collect();
+    assert_eq!(
+        tools,
+        vec![(1, "list_sessions")],
+        "the run's detail has its call"
+    );
     assert_eq!(
         d.run.served,
         vec![

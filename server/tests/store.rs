@@ -313,7 +313,7 @@ async fn the_next_waiting_retry_is_the_earliest() {
             reason: RetryClass::Overloaded,
         };
         store
-            .set_waiting_retry(&s.id, &"r_failed".into(), &waiting)
+            .set_waiting_retry(&s.id, &"r_failed".into(), &waiting, None)
             .await
             .unwrap();
     }

@@ -218,6 +218,9 @@ pub struct Attempt {
 pub struct RunDetail {
     pub run: Run,
     pub attempts: Vec<Attempt>,
+    /// The tool calls of the run's reply, in the order asked for (its timeline's tools).
+    #[serde(default)]
+    pub tool_calls: Vec<super::ToolCall>,
 }
 
 /// `POST /sessions/:sid/retry` answers this.

@@ -37,16 +37,22 @@ impl Engine {
             1
         };
         let policy = self.inner.cfg.background;
-        let Some(waiting) = background::schedule(policy, attempt, run.retry.as_ref(), now_ms())
+        let Some(mut waiting) = background::schedule(policy, attempt, run.retry.as_ref(), now_ms())
         else {
             return Ok(());
         };
+        // A provider that cannot take turns: the retry parks behind its model's probe.
+        let parked = self.park_failure(run, &rec.session.model).await?;
+        if let Some((_, probe_at)) = &parked {
+            waiting.fires_at = *probe_at;
+        }
+        let parked_on = parked.as_ref().map(|(model, _)| model.as_str());
         tracing::info!(
             session = %run.session_id, run = %run.id, attempt, fires_at = waiting.fires_at,
-            "a background retry is waiting"
+            parked_on, "a background retry is waiting"
         );
         store
-            .set_waiting_retry(&run.session_id, &run.id, &waiting)
+            .set_waiting_retry(&run.session_id, &run.id, &waiting, parked_on)
             .await?;
         self.inner.background_wake.notify_one();
         metrics().background_retry("scheduled");
@@ -113,35 +119,55 @@ impl Engine {
     }
 
     async fn fire_due(&self) -> Result<()> {
-        let store = self.store();
-        for session_id in store.due_waiting_retries(now_ms()).await? {
-            let _guard = match self.lock_within(&session_id, LOOP_LOCK_WAIT).await {
-                Ok(guard) => guard,
-                // Held elsewhere for long: it fires on a later pass.
-                Err(e) => {
-                    tracing::warn!(session = %session_id, error = %e, "a due background retry waits for its session's lock");
-                    continue;
-                }
-            };
-            if let Err(e) = self.fire_locked(&session_id).await {
+        let mut free = Vec::new();
+        // Parked turns go by their model's outage, not one by one.
+        let mut parked: std::collections::BTreeMap<String, Vec<SessionId>> = Default::default();
+        for (session_id, model) in self.store().due_waiting_retries(now_ms()).await? {
+            match model {
+                Some(m) => parked.entry(m).or_default().push(session_id),
+                None => free.push(session_id),
+            }
+        }
+        for (model, due) in parked {
+            free.extend(self.fire_parked(&model, due).await?);
+        }
+        for session_id in free {
+            self.fire_one(&session_id).await;
+        }
+        Ok(())
+    }
+
+    /// Fires the session's due waiting retry under its lock; answers whether it fired.
+    pub(super) async fn fire_one(&self, session_id: &SessionId) -> bool {
+        let _guard = match self.lock_within(session_id, LOOP_LOCK_WAIT).await {
+            Ok(guard) => guard,
+            // Held elsewhere for long: it fires on a later pass.
+            Err(e) => {
+                tracing::warn!(session = %session_id, error = %e, "a due background retry waits for its session's lock");
+                return false;
+            }
+        };
+        match self.fire_locked(session_id).await {
+            Ok(fired) => fired,
+            Err(e) => {
                 // The waiting retry stays (its end is in the retry's own transaction): it is
                 // tried again on the next pass.
                 tracing::warn!(session = %session_id, error = %e, "a due background retry could not fire; it stays waiting");
+                false
             }
         }
-        Ok(())
     }
 
     /// Fires the session's due waiting retry, under its lock, if it still belongs to the
     /// session's last turn: that failed run, retryable. A waiting retry that no longer does
     /// (a newer turn came) ends without firing. Ending the wait and queueing the retry are
-    /// one transaction.
-    async fn fire_locked(&self, session_id: &SessionId) -> Result<()> {
+    /// one transaction. Answers whether it fired.
+    async fn fire_locked(&self, session_id: &SessionId) -> Result<bool> {
         let store = self.store();
         // Under the lock, again: another instance may have fired it, someone cancelled it.
         let rec = store.session(session_id).await?;
         let Some(waiting) = rec.session.waiting_retry.filter(|w| w.fires_at <= now_ms()) else {
-            return Ok(());
+            return Ok(false);
         };
         let last = store.last_turn(session_id).await?;
         let belongs = last.as_ref().is_some_and(|r| {
@@ -154,7 +180,7 @@ impl Engine {
                 session = %session_id, for_run = ?rec.retry_run_id, last_turn = ?last.map(|r| r.id),
                 "a waiting background retry outlived its turn; it ends without firing"
             );
-            return self.end_stale(session_id).await;
+            return self.end_stale(session_id).await.map(|()| false);
         }
         match self.retry_locked(session_id, None, false).await {
             Ok(r) => {
@@ -163,12 +189,12 @@ impl Engine {
                     session = %session_id, run = %r.run_id, attempt = waiting.attempt,
                     "a background retry fired"
                 );
-                Ok(())
+                Ok(true)
             }
             // Refused (busy, nothing failed): there is nothing for it to retry any more.
             Err(e) if matches!(e.kind, Kind::Refused(_)) => {
                 tracing::info!(session = %session_id, "a background retry found nothing to retry: {e}");
-                self.end_stale(session_id).await
+                self.end_stale(session_id).await.map(|()| false)
             }
             Err(e) => Err(e),
         }

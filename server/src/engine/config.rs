@@ -11,6 +11,8 @@ pub struct EngineConfig {
     pub default_model: String,
     /// Background retries' countdown (Tier 2's policy, served to the browser too).
     pub background: app::wire::Backoff,
+    /// Parking behind a model that is out: its probes' backoff and release rate.
+    pub parking: crate::retry::parking::Parking,
     /// How often this instance ends the runs it recorded `running` but no longer executes.
     pub reconcile_every: Duration,
     /// What a run works with.

@@ -131,6 +131,9 @@ impl Engine {
             }
             self.schedule_background(&run).await?;
         }
+        if run.status == RunStatus::Completed && run.provenance.is_some() {
+            self.parked_turn_completed(&run).await?;
+        }
         Ok(start.is_some())
     }
 }

@@ -13,6 +13,7 @@ mod dispatch;
 mod finish;
 mod lease;
 mod locks;
+mod parking;
 mod queue;
 mod reconcile;
 mod recover;

@@ -64,6 +64,10 @@ async fn engine_at(background: app::wire::Backoff) -> (Engine, String) {
         default_model: "demo".into(),
         reconcile_every: Duration::from_secs(30),
         background,
+        parking: crate::retry::parking::Parking {
+            probe: background,
+            release_per_s: 2,
+        },
         run: crate::run::RunConfig {
             stream_idle: Duration::from_secs(5),
             save_every: Duration::from_millis(250),
@@ -194,7 +198,7 @@ async fn leave_retry_waiting(engine: &Engine, sid: &SessionId, run_id: &RunId) {
     };
     engine
         .store()
-        .set_waiting_retry(sid, run_id, &waiting)
+        .set_waiting_retry(sid, run_id, &waiting, None)
         .await
         .unwrap();
 }
@@ -365,7 +369,7 @@ async fn a_waiting_retry_whose_run_is_no_longer_the_last_turn_ends_without_firin
     w.fires_at = crate::clock::now_ms();
     engine
         .store()
-        .set_waiting_retry(&sid, &one.run_id, &w)
+        .set_waiting_retry(&sid, &one.run_id, &w, None)
         .await
         .unwrap();
     engine.fire_background_retries();

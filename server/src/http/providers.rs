@@ -9,20 +9,20 @@ use app::wire::{ClearCooldown, ModelList, ProvidersResponse};
 use axum::extract::State;
 use axum::Json;
 
-pub async fn list(State(state): State<AppState>) -> Json<ProvidersResponse> {
-    Json(report(&state, now_ms()).await)
+pub async fn list(State(state): State<AppState>) -> Result<Json<ProvidersResponse>> {
+    Ok(Json(report(&state, now_ms()).await?))
 }
 
 /// Every cooldown in force and each model not `ok`.
-async fn report(state: &AppState, now: i64) -> ProvidersResponse {
-    ProvidersResponse {
+async fn report(state: &AppState, now: i64) -> Result<ProvidersResponse> {
+    Ok(ProvidersResponse {
         cooldowns: state.cooldowns.list(now).await,
-        models: state.engine.models().health(now).await,
-    }
+        models: state.engine.model_health().await?,
+    })
 }
 
-pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
-    Json(state.engine.models().list(now_ms()).await)
+pub async fn models(State(state): State<AppState>) -> Result<Json<ModelList>> {
+    Ok(Json(state.engine.models_now().await?))
 }
 
 /// Ends one cooldown; answers the ones still in force.
@@ -41,5 +41,5 @@ pub async fn clear(
         )
     })?;
     tracing::info!(key = %cleared.key, until = cleared.until, "provider cooldown cleared by an operator");
-    Ok(Json(report(&state, now).await))
+    Ok(Json(report(&state, now).await?))
 }

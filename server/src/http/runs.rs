@@ -24,7 +24,20 @@ pub async fn detail(
             a.model = Some(model.clone());
         }
     }
-    Ok(Json(RunDetail { run, attempts }))
+    let tool_calls = match &run.reply_message_id {
+        Some(reply) => store
+            .tool_calls_of_message(reply)
+            .await?
+            .into_iter()
+            .map(|c| c.call)
+            .collect(),
+        None => Vec::new(),
+    };
+    Ok(Json(RunDetail {
+        run,
+        attempts,
+        tool_calls,
+    }))
 }
 
 pub async fn cancel(

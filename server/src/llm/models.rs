@@ -2,7 +2,7 @@
 //! model's cooldown (by its provider's cooldown key) and whether its steps carry tools.
 use super::catalogue::{Catalogue, ModelRef};
 use crate::retry::cooldown::{Key, Table, Wait};
-use app::wire::{ModelInfo, ModelList, ModelStatus, ProviderHealth};
+use app::wire::{ModelInfo, ModelList, ModelStatus};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -100,22 +100,5 @@ impl Models {
             models,
             default_model: self.catalogue.default_model().id(),
         }
-    }
-
-    /// Each listed model not `ok`, as `GET /providers` reports it.
-    pub async fn health(&self, now: i64) -> Vec<ProviderHealth> {
-        self.list(now)
-            .await
-            .models
-            .into_iter()
-            .filter(|m| m.status != ModelStatus::Ok)
-            .map(|m| ProviderHealth {
-                model: m.id,
-                status: m.status,
-                since: None,
-                waiting_turns: 0,
-                next_probe_at: m.cooling_until,
-            })
-            .collect()
     }
 }

@@ -7,23 +7,11 @@ use crate::clock::now_ms;
 use crate::llm::catalogue::ModelRef;
 use crate::llm::limits;
 use crate::llm::{ChatRequest, ProviderError, RetryAfter};
+use crate::retry::parking::provider_unavailable;
 use crate::retry::{classify, tier1};
 use app::wire::{AttemptEvent, Event, FellBack, RetryClass, Run, Served};
 use futures::future::BoxFuture;
 use std::time::Duration;
-
-/// Whether a step that failed with `class` opens on the next model of its chain: the
-/// provider could not take it now (an advised wait past Tier 1's window is one of these).
-fn falls_back(class: &RetryClass) -> bool {
-    matches!(
-        class,
-        RetryClass::Overloaded
-            | RetryClass::RateLimited
-            | RetryClass::ServerError
-            | RetryClass::Timeout
-            | RetryClass::Network
-    )
-}
 
 /// What a chain's failures add up to: the first model's failure, advising the earliest
 /// moment any model of the chain may be asked again (none when one may be asked now).
@@ -78,7 +66,7 @@ impl RunTask {
 
     /// Opens step `step` on the first model of the chain that takes it: a model whose
     /// cooldown holds is passed over without a request, one whose Tier 1 ends on a class
-    /// that [`falls_back`] hands the step on. Records who answered.
+    /// the provider may lift ([`provider_unavailable`]) hands the step on. Records who answered.
     pub(super) async fn open(
         &mut self,
         request: ChatRequest,
@@ -125,7 +113,7 @@ impl RunTask {
                 Err(e) => e,
             };
             let class = classify::classify(&err, false, now_ms());
-            if last || !falls_back(&class.retry_class) {
+            if last || !provider_unavailable(&class.retry_class) {
                 return Err(failure.into_error(err));
             }
             tracing::info!(run = %self.run.id, %model, class = %class.retry_class, "the model could not take the step: falling back");

@@ -11,6 +11,7 @@ mod error;
 mod events;
 mod messages;
 mod notify;
+mod outages;
 mod rows;
 mod run_reads;
 mod runs;

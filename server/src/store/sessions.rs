@@ -13,6 +13,8 @@ pub struct SessionRecord {
     pub retry_attempt: u32,
     /// The failed run the waiting background retry is for (`None` when none waits).
     pub retry_run_id: Option<RunId>,
+    /// The model its waiting retry is parked behind (CONTRACT §7), if any.
+    pub parked_on: Option<String>,
 }
 
 /// Ends session $1's waiting background retry, if one waits (its attempt number stays).
@@ -134,6 +136,7 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
         tokens_used: row.int("tokens_used"),
         retry_attempt: row.int("retry_attempt") as u32,
         retry_run_id: row.opt_text("retry_run_id").map(RunId::from),
+        parked_on: row.opt_text("parked_on"),
     }
 }
 
@@ -308,11 +311,12 @@ impl Store {
         session_id: &SessionId,
         run_id: &RunId,
         w: &WaitingRetry,
+        parked_on: Option<&str>,
     ) -> Result<()> {
         with_writer!(self, |pool| {
             let done = sqlx::query(
                 "UPDATE sessions SET retry_attempt = $1, retry_fires_at = $2, retry_reason = $3,
-                     retry_run_id = $4
+                     retry_run_id = $4, parked_on = $6
                  WHERE id = $5",
             )
             .bind(w.attempt as i64)
@@ -320,6 +324,7 @@ impl Store {
             .bind(w.reason.as_str())
             .bind(run_id.as_str())
             .bind(session_id.as_str())
+            .bind(parked_on)
             .execute(pool)
             .await?;
             if done.rows_affected() == 0 {
@@ -352,17 +357,22 @@ impl Store {
         })
     }
 
-    /// Sessions whose waiting background retry is due at `now`, soonest first.
-    pub async fn due_waiting_retries(&self, now: i64) -> Result<Vec<SessionId>> {
+    /// Sessions whose waiting background retry is due at `now`, soonest first, with the
+    /// model each is parked behind.
+    pub async fn due_waiting_retries(&self, now: i64) -> Result<Vec<(SessionId, Option<String>)>> {
         with_pool!(self, |pool| {
-            let ids: Vec<String> = sqlx::query_scalar(
-                "SELECT id FROM sessions WHERE retry_fires_at IS NOT NULL AND retry_fires_at <= $1
+            let ids: Vec<(String, Option<String>)> = sqlx::query_as(
+                "SELECT id, parked_on FROM sessions
+                 WHERE retry_fires_at IS NOT NULL AND retry_fires_at <= $1
                  ORDER BY retry_fires_at",
             )
             .bind(now)
             .fetch_all(pool)
             .await?;
-            Ok(ids.into_iter().map(SessionId::from).collect())
+            Ok(ids
+                .into_iter()
+                .map(|(id, parked)| (SessionId::from(id), parked))
+                .collect())
         })
     }
 }

@@ -1,0 +1,197 @@
+//! Parking behind a model that is out (CONTRACT §7): a background session's turn that
+//! failed because its provider could not take it waits behind the model's outage instead of
+//! on its own countdown; the fire loop sends one probe per outage for the whole fleet, and
+//! once a probe succeeds releases the parked turns at `MULLIGAN_RELEASE_PER_S`.
+use super::Engine;
+use crate::clock::now_ms;
+use crate::error::Result;
+use crate::retry::parking::{provider_unavailable, Claim, Outage};
+use app::wire::{ModelList, ModelStatus, ProvenanceKind, ProviderHealth, Run, SessionId};
+
+impl Engine {
+    /// The model a session's turns start on, as the catalogue names it.
+    fn head_model(&self, session_model: &str) -> Option<String> {
+        self.models()
+            .catalogue()
+            .resolve(session_model)
+            .ok()
+            .map(|m| m.id())
+    }
+
+    /// After `run` failed in a background session: when its provider could not take it, the
+    /// turn parks behind its model's outage (opened, or extended when it was the probe).
+    /// Answers the model and when the parked turns are next looked at; `None`: no parking.
+    pub(super) async fn park_failure(
+        &self,
+        run: &Run,
+        session_model: &str,
+    ) -> Result<Option<(String, i64)>> {
+        let Some(retry) = run
+            .retry
+            .as_ref()
+            .filter(|r| provider_unavailable(&r.retry_class))
+        else {
+            return Ok(None);
+        };
+        let Some(model) = self.head_model(session_model) else {
+            return Ok(None);
+        };
+        let parking = self.inner.cfg.parking;
+        let (session, until, now) = (run.session_id.as_str(), retry.retry_after_until, now_ms());
+        let (outage, extended) = self
+            .store()
+            .change_outage(&model, |current| {
+                let before = current.as_ref().map(|o| o.failures);
+                let after = parking.failed(current, &model, session, until, now);
+                let extended = before.is_some_and(|b| after.failures > b);
+                (Some(after), extended)
+            })
+            .await?;
+        let Some(outage) = outage else {
+            return Ok(None);
+        };
+        if extended {
+            tracing::info!(%model, failures = outage.failures, next_probe_at = outage.next_probe_at, "the probe failed: the parked turns wait longer");
+            self.store()
+                .hold_parked(&model, outage.next_probe_at)
+                .await?;
+        }
+        Ok(Some((model, outage.next_probe_at)))
+    }
+
+    /// After a background retry's run completed: when it was its model's probe (or one of the
+    /// released turns), the turns parked behind the model go.
+    pub(super) async fn parked_turn_completed(&self, run: &Run) -> Result<()> {
+        let background = run
+            .provenance
+            .as_ref()
+            .is_some_and(|p| p.kind == ProvenanceKind::AutoResume && p.manual == Some(false));
+        if !background {
+            return Ok(());
+        }
+        let Some(model) = self.store().session(&run.session_id).await?.parked_on else {
+            return Ok(());
+        };
+        let (parking, now) = (self.inner.cfg.parking, now_ms());
+        let session = run.session_id.as_str();
+        let (outage, _) = self
+            .store()
+            .change_outage(&model, |current| {
+                (current.map(|o| parking.succeeded(o, session, now)), ())
+            })
+            .await?;
+        if outage.is_some_and(|o| o.releasing) {
+            tracing::info!(%model, "the model answered again: its parked turns are released");
+            self.store().release_parked(&model, now).await?;
+            self.inner.background_wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Fires what may fire of the turns parked behind `model` that are due (soonest first):
+    /// the probe, or the next released turn. Answers the sessions to fire as unparked (the
+    /// outage ended).
+    pub(super) async fn fire_parked(
+        &self,
+        model: &str,
+        due: Vec<SessionId>,
+    ) -> Result<Vec<SessionId>> {
+        let Some(first) = due.first().cloned() else {
+            return Ok(due);
+        };
+        let (parking, now) = (self.inner.cfg.parking, now_ms());
+        let (outage, claim) = self
+            .store()
+            .change_outage(model, |current| match current {
+                None => (None, None),
+                Some(o) => {
+                    let (claim, next) = parking.claim(&o, first.as_str(), now);
+                    (Some(next), Some(claim))
+                }
+            })
+            .await?;
+        let (Some(outage), Some(claim)) = (outage, claim) else {
+            return Ok(due);
+        };
+        match claim {
+            Claim::Wait(at) => {
+                if !outage.releasing {
+                    self.store().hold_parked(model, at).await?;
+                }
+            }
+            Claim::Probe | Claim::Release => {
+                tracing::info!(%model, session = %first, ?claim, "a parked turn goes");
+                let fired = self.fire_one(&first).await;
+                if claim == Claim::Release && due.len() == 1 {
+                    self.end_released(model).await?;
+                }
+                if claim == Claim::Probe && !fired {
+                    // Nothing was sent (the turn had ended meanwhile): the next one probes.
+                    self.store()
+                        .change_outage(model, |current| {
+                            (
+                                current.map(|o| Outage {
+                                    probe_session: None,
+                                    next_probe_at: now,
+                                    ..o
+                                }),
+                                (),
+                            )
+                        })
+                        .await?;
+                }
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// The last parked turn was released: the outage is over.
+    async fn end_released(&self, model: &str) -> Result<()> {
+        self.store()
+            .change_outage(model, |current| match current {
+                Some(o) if o.releasing => (None, ()),
+                other => (other, ()),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// The catalogue's models with their status: cooling by a provider's cooldown, down
+    /// while turns are parked behind an outage.
+    pub async fn models_now(&self) -> Result<ModelList> {
+        let now = now_ms();
+        let mut list = self.models().list(now).await;
+        for (outage, waiting) in self.store().outages().await? {
+            if waiting == 0 {
+                continue;
+            }
+            if let Some(m) = list.models.iter_mut().find(|m| m.id == outage.model) {
+                m.status = ModelStatus::Down;
+                m.cooling_until = m.cooling_until.max(Some(outage.next_probe_at));
+            }
+        }
+        Ok(list)
+    }
+
+    /// Each model not `ok`, as `GET /providers` reports it: since when, how many turns are
+    /// parked behind it, when its next probe goes.
+    pub async fn model_health(&self) -> Result<Vec<ProviderHealth>> {
+        let outages = self.store().outages().await?;
+        let list = self.models_now().await?;
+        Ok(list
+            .models
+            .into_iter()
+            .filter(|m| m.status != ModelStatus::Ok)
+            .map(|m| {
+                let outage = outages.iter().find(|(o, _)| o.model == m.id);
+                ProviderHealth {
+                    since: outage.map(|(o, _)| o.since),
+                    waiting_turns: outage.map_or(0, |(_, w)| *w),
+                    next_probe_at: outage.map(|(o, _)| o.next_probe_at).or(m.cooling_until),
+                    model: m.id,
+                    status: m.status,
+                }
+            })
+            .collect())
+    }
+}
