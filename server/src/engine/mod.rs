@@ -16,6 +16,7 @@ mod locks;
 mod queue;
 mod reconcile;
 mod recover;
+mod refusal;
 mod sessions;
 mod snapshot;
 
@@ -36,6 +37,7 @@ use tokio_util::task::TaskTracker;
 
 pub use crate::run::overlay_mirrored;
 pub use config::EngineConfig;
+pub use refusal::Refusal;
 
 #[derive(Clone)]
 pub struct Engine {
