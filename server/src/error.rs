@@ -1,5 +1,6 @@
-//! The engine's error type (the store's converts into it), which `http::error` maps to the
-//! contract's shape, and the typed reason a start failed.
+//! The engine's error type (the store's errors and the engine's refusals convert into it),
+//! which `http::error` maps to the contract's shape, and the typed reason a start failed.
+use crate::engine::Refusal;
 use app::wire::ErrorCode;
 use std::fmt;
 
@@ -11,8 +12,8 @@ pub enum Kind {
     Invalid,
     PayloadTooLarge,
     Conflict,
-    /// A typed refusal with its own code (`retry.busy`, `regenerate.stale`, …): 409.
-    Refused(ErrorCode),
+    /// One of the engine's refusals, with its own code (`retry.busy`, `regenerate.stale`, …): 409.
+    Refused(Refusal),
     /// The session's lock was not free within its bound (503 `session.busy`).
     Busy,
     Internal,
@@ -42,9 +43,6 @@ impl Error {
     pub fn conflict(message: impl Into<String>) -> Self {
         Error::new(Kind::Conflict, message)
     }
-    pub fn refused(code: ErrorCode, message: impl Into<String>) -> Self {
-        Error::new(Kind::Refused(code), message)
-    }
     /// The session's lock stayed taken past the wait's bound.
     pub fn busy(session_id: &str) -> Self {
         Error::new(
@@ -65,7 +63,7 @@ impl Error {
             Kind::Invalid => ErrorCode::InvalidRequest,
             Kind::PayloadTooLarge => ErrorCode::PayloadTooLarge,
             Kind::Conflict => ErrorCode::Conflict,
-            Kind::Refused(code) => code.clone(),
+            Kind::Refused(refusal) => refusal.code(),
             Kind::Busy => ErrorCode::SessionBusy,
             Kind::Internal => ErrorCode::Internal,
         }
@@ -79,6 +77,16 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// A refusal's message is its own: it says what to do.
+impl From<Refusal> for Error {
+    fn from(refusal: Refusal) -> Self {
+        Error {
+            message: refusal.to_string(),
+            kind: Kind::Refused(refusal),
+        }
+    }
+}
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {

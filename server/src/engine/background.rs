@@ -3,9 +3,9 @@
 //! every instance fires the due ones through retry-now's path, claimed under the session's
 //! lock. The database is the schedule, so a closed tab, a restart or a dead instance loses
 //! nothing, and a retry fires once however many instances see it due.
-use super::{Engine, LOOP_LOCK_WAIT};
+use super::{Engine, Refusal, LOOP_LOCK_WAIT};
 use crate::clock::now_ms;
-use crate::error::{Error, Kind, Result};
+use crate::error::{Kind, Result};
 use crate::metrics::metrics;
 use crate::retry::background;
 use app::wire::SessionId;
@@ -72,9 +72,7 @@ impl Engine {
         self.store().session(session_id).await?;
         let _guard = self.lock(session_id).await?;
         if !self.store().clear_waiting_retry(session_id).await? {
-            return Err(Error::conflict(
-                "this session has no waiting background retry",
-            ));
+            return Err(Refusal::NoWaitingRetry.into());
         }
         tracing::info!(session = %session_id, "the waiting background retry was cancelled");
         metrics().background_retry("cancelled");
@@ -192,7 +190,16 @@ impl Engine {
                 Ok(true)
             }
             // Refused (busy, nothing failed): there is nothing for it to retry any more.
-            Err(e) if matches!(e.kind, Kind::Refused(_)) => {
+            Err(e)
+                if matches!(
+                    e.kind,
+                    Kind::Refused(
+                        Refusal::RetryBusy
+                            | Refusal::LastTurnNotFailed { .. }
+                            | Refusal::NoTurnToRetry
+                    )
+                ) =>
+            {
                 tracing::info!(session = %session_id, "a background retry found nothing to retry: {e}");
                 self.end_stale(session_id).await.map(|()| false)
             }

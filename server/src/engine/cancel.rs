@@ -1,6 +1,6 @@
 //! Cancel and stop: ending a queued or running run `cancelled`, and stopping whatever a
 //! session is doing (its running run, else its next queued one, and its waiting retry).
-use super::Engine;
+use super::{Engine, Refusal};
 use crate::error::{Error, Kind, Result};
 use crate::store::{EndBy, Outcome};
 use app::wire::RunId;
@@ -44,7 +44,7 @@ impl Engine {
                     .store()
                     .finish_run(run_id, &outcome, EndBy::Settled)
                     .await?
-                    .ok_or_else(ended)?;
+                    .ok_or_else(|| ended(run_id))?;
                 self.publish(session_id, Event::Run(run.clone()));
                 Ok(run)
             }
@@ -63,11 +63,11 @@ impl Engine {
                 let run = self.store().run(run_id).await?;
                 match run.status {
                     // It ended some other way before the cancel reached it.
-                    RunStatus::Completed | RunStatus::Failed => Err(ended()),
+                    RunStatus::Completed | RunStatus::Failed => Err(ended(run_id)),
                     _ => Ok(run),
                 }
             }
-            _ => Err(ended()),
+            _ => Err(ended(run_id)),
         }
     }
 
@@ -79,7 +79,7 @@ impl Engine {
         self.store().session_exists(session_id).await?;
         let waited = match self.cancel_waiting_retry(session_id).await {
             Ok(_) => true,
-            Err(e) if matches!(e.kind, Kind::Conflict) => false,
+            Err(e) if e.kind == Kind::Refused(Refusal::NoWaitingRetry) => false,
             Err(e) => return Err(e),
         };
         let runs = self.store().runs(session_id).await?;
@@ -97,13 +97,14 @@ impl Engine {
                 .last_turn(session_id)
                 .await?
                 .ok_or_else(|| Error::internal("a waiting retry without a turn")),
-            None => Err(Error::conflict(
-                "nothing is running, queued or waiting to retry in this session",
-            )),
+            None => Err(Refusal::NothingToStop.into()),
         }
     }
 }
 
-fn ended() -> Error {
-    Error::conflict("that run has already ended")
+fn ended(run_id: &RunId) -> Error {
+    Refusal::RunEnded {
+        run: run_id.clone(),
+    }
+    .into()
 }

@@ -1,6 +1,6 @@
 //! Dismiss: the operator's cancel of Tier 2 for a failed run, recorded on the run and
 //! announced, so that no tab, reload or other browser arms that failure again.
-use super::Engine;
+use super::{Engine, Refusal};
 use crate::error::{Error, Result};
 use app::wire::RunId;
 use app::wire::SessionId;
@@ -24,10 +24,11 @@ impl Engine {
             return Err(Error::not_found("run", run_id));
         }
         let Some(run) = self.store().dismiss_retry(run_id).await? else {
-            let status = format!("{:?}", run.status).to_lowercase();
-            return Err(Error::conflict(format!(
-                "run {run_id} is {status}, not failed: there is no automatic retry to cancel"
-            )));
+            return Err(Refusal::NotFailed {
+                run: run_id.clone(),
+                status: run.status,
+            }
+            .into());
         };
         debug_assert_eq!(run.status, RunStatus::Failed);
         self.publish(session_id, Event::Run(run.clone()));

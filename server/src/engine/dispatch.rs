@@ -2,15 +2,14 @@
 //! Tier 2) and retry-now. Each takes the session's lock, checks its precondition and queues
 //! the run in one store transaction, then starts it if the session is free. The lock is what
 //! makes `if_last_run` and the retry claim atomic: N concurrent calls see one winner.
-use super::{validate_content, Engine};
+use super::{validate_content, Engine, Refusal};
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
 use crate::store::{Dispatched, NewRun};
 use app::wire::MessageId;
 use app::wire::SessionId;
 use app::wire::{
-    ErrorCode, Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunId, RunKind,
-    RunStatus,
+    Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunId, RunKind, RunStatus,
 };
 
 impl Engine {
@@ -164,10 +163,10 @@ impl Engine {
         // Read again under the lock: a regenerate of an earlier prompt may just have
         // superseded this one, and a model answering it would not see its own prompt.
         if self.store().message(mid).await?.superseded {
-            return Err(Error::refused(
-                ErrorCode::RegenerateStale,
-                format!("message {mid} is superseded: regenerate from a prompt still in the conversation"),
-            ));
+            return Err(Refusal::PromptSuperseded {
+                message: mid.clone(),
+            }
+            .into());
         }
         let latest = self.store().latest_run_for(mid).await?;
         if let Some(expected) = if_last_run {
@@ -180,13 +179,11 @@ impl Engine {
                     }
             });
             if !fresh {
-                let now = latest
-                    .map(|r| format!("{} ({:?})", r.id, r.status))
-                    .unwrap_or_else(|| "none".into());
-                return Err(Error::refused(
-                    ErrorCode::RegenerateStale,
-                    format!("run {expected} is no longer this prompt's latest ended run (latest: {now}); someone already retried it"),
-                ));
+                return Err(Refusal::NotLatestRun {
+                    expected: expected.clone(),
+                    latest: latest.map(|r| (r.id, r.status)),
+                }
+                .into());
             }
         }
         // Tier 2 over a turn whose tools ran continues it instead (CONTRACT §6): a retry never
@@ -261,25 +258,12 @@ impl Engine {
     ) -> Result<(RetryReceipt, Receipt)> {
         let store = self.store();
         if store.has_active_run(session_id).await? {
-            return Err(Error::refused(
-                ErrorCode::RetryBusy,
-                "a run is running or queued in this session: wait for it or cancel it",
-            ));
+            return Err(Refusal::RetryBusy.into());
         }
         let failed = match store.last_turn(session_id).await? {
             Some(r) if r.status == RunStatus::Failed => r,
-            Some(r) => {
-                return Err(Error::refused(
-                    ErrorCode::RetryNothingFailed,
-                    format!("the last turn did not fail (it is {:?})", r.status).to_lowercase(),
-                ))
-            }
-            None => {
-                return Err(Error::refused(
-                    ErrorCode::RetryNothingFailed,
-                    "this session has no turn to retry",
-                ))
-            }
+            Some(r) => return Err(Refusal::LastTurnNotFailed { status: r.status }.into()),
+            None => return Err(Refusal::NoTurnToRetry.into()),
         };
         let anchor = store.message(&failed.anchor_message_id).await?;
         // The prompt this turn answers: a continuation's origin, else its anchor.

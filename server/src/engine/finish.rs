@@ -1,7 +1,7 @@
 //! Finishing a run: recording its end (tried again while the database is busy), holding or
 //! releasing the prompts behind it, and starting the session's next run.
-use super::Engine;
-use crate::error::{Error, Result};
+use super::{Engine, Refusal};
+use crate::error::Result;
 use crate::run::{Active, RunTask};
 use crate::store::{EndBy, Finished, Outcome};
 use app::wire::RunId;
@@ -102,9 +102,10 @@ impl Engine {
                 && self.store().still_owned(&run.id, self.instance()).await?
             {
                 crate::metrics::metrics().fenced_write();
-                return Err(Error::conflict(
-                    "this instance's lease lapsed; the run's end waits for its next heartbeat",
-                ));
+                return Err(Refusal::LeaseLapsed {
+                    run: run.id.clone(),
+                }
+                .into());
             }
             return Ok(false);
         };

@@ -1,8 +1,8 @@
 //! Several instances on one database: each keeps a lease (a heartbeat) on the runs it
 //! executes, takes over the end of runs whose instance died (recorded `interrupted`), and
 //! stops its runs when another instance asks (`LISTEN`, with a polled flag behind it).
-use super::{Engine, LOOP_LOCK_WAIT};
-use crate::error::{Error, Result};
+use super::{Engine, Refusal, LOOP_LOCK_WAIT};
+use crate::error::Result;
 use crate::store::{EndBy, CANCEL_CHANNEL};
 use app::wire::RunId;
 use app::wire::{Run, RunStatus};
@@ -165,13 +165,17 @@ impl Engine {
                 RunStatus::Cancelled => return Ok(run),
                 // It ended some other way before the cancel reached it.
                 RunStatus::Completed | RunStatus::Failed => {
-                    return Err(Error::conflict("that run has already ended"))
+                    return Err(Refusal::RunEnded {
+                        run: run_id.clone(),
+                    }
+                    .into())
                 }
             }
             if Instant::now() >= deadline {
-                return Err(Error::conflict(
-                    "the instance executing this run has not stopped it yet; it will be stopped when that instance answers or its lease lapses",
-                ));
+                return Err(Refusal::CancelPending {
+                    run: run_id.clone(),
+                }
+                .into());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -17,6 +17,7 @@ mod parking;
 mod queue;
 mod reconcile;
 mod recover;
+mod refusal;
 mod sessions;
 mod snapshot;
 
@@ -37,6 +38,7 @@ use tokio_util::task::TaskTracker;
 
 pub use crate::run::overlay_mirrored;
 pub use config::EngineConfig;
+pub use refusal::Refusal;
 
 #[derive(Clone)]
 pub struct Engine {

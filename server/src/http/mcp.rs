@@ -198,11 +198,12 @@ mod tests {
             assert_eq!(t.input_schema["type"], "object", "{}", t.name);
             assert_eq!(t.output_schema.as_ref().unwrap()["type"], "object");
         }
-        let refused = refusal(&Error::refused(ErrorCode::RetryBusy, "wait"));
+        let busy = crate::engine::Refusal::RetryBusy;
+        let refused = refusal(&busy.clone().into());
         assert_eq!(refused.is_error, Some(true));
         assert_eq!(
             refused.structured_content,
-            Some(json!({"error": {"code": ErrorCode::RetryBusy.as_str(), "message": "wait"}}))
+            Some(json!({"error": {"code": "retry.busy", "message": busy.to_string()}}))
         );
     }
 }

@@ -2,10 +2,11 @@
 //! who may call them ([`Caller`], [`authorize`]), and what each does through the session
 //! commands. `http::mcp` serves them over MCP; an agent turn calls them with its own session
 //! as the caller. The commands come in through [`Commands`], so this module needs no engine.
+use crate::engine::Refusal;
 use crate::error::{Error, Result};
 use crate::store::{SessionPage, Store};
 use app::wire::SessionId;
-use app::wire::{ErrorCode, Receipt, RetryReceipt, Run, SessionList, ToolInfo};
+use app::wire::{Receipt, RetryReceipt, Run, SessionList, ToolInfo};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -86,10 +87,11 @@ async fn authorize(store: &Store, caller: &Caller, session: &SessionId) -> Resul
     match caller {
         Caller::Operator => Ok(None),
         Caller::Agent(me) if store.is_descendant(me, session).await? => Ok(Some(me.to_string())),
-        Caller::Agent(me) => Err(Error::refused(
-            ErrorCode::SubsessionsNotFamily,
-            format!("session {session:?} is not a descendant of {me:?}: an agent token acts only on its own session's sub-sessions"),
-        )),
+        Caller::Agent(me) => Err(Refusal::NotFamily {
+            session: session.clone(),
+            caller: me.clone(),
+        }
+        .into()),
     }
 }
 
@@ -219,6 +221,7 @@ pub fn infos() -> Vec<ToolInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use app::wire::ErrorCode;
 
     #[test]
     fn inputs_parse_into_their_calls_or_say_what_is_wrong() {
