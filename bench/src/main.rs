@@ -73,6 +73,12 @@ struct Opts {
     /// stream is `--b2-deltas` deltas `--b2-interval-ms` apart.
     #[arg(long, value_delimiter = ',', default_value = "80")]
     b7_sessions: Vec<usize>,
+    /// B8 sessions parked on one overloaded model.
+    #[arg(long, default_value_t = 200)]
+    b8_sessions: usize,
+    /// B8's `MULLIGAN_RELEASE_PER_S` (the server's default).
+    #[arg(long, default_value_t = 2)]
+    b8_release_per_s: u32,
     /// Run only these benchmarks, e.g. `--only b1,b3`.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -90,6 +96,8 @@ impl Opts {
         self.b4_wait_secs = 2;
         self.b6_turns = 2;
         self.b6_sessions = 2;
+        self.b8_sessions = 6;
+        self.b8_release_per_s = 10;
         self
     }
 
@@ -175,6 +183,11 @@ async fn run(opts: Opts) -> ExitCode {
                 }
             }
             None => eprintln!("B7 skipped: give --b7-postgres <url> to run it"),
+        }
+    }
+    if opts.wants("b8") {
+        if let Err(e) = benches::b8::run(&opts, &fake, &mut t).await {
+            t.fail("B8", e);
         }
     }
     println!();

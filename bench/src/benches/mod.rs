@@ -9,6 +9,7 @@ pub mod b4;
 pub mod b5;
 pub mod b6;
 pub mod b7;
+pub mod b8;
 
 use crate::client::{Events, Server};
 use crate::fake::{clock_us, parse_delta};
