@@ -33,6 +33,8 @@ async fn two(tag: &str) -> Two {
     std::fs::write(&path, catalogue.to_string()).unwrap();
     let mut c = config(&dir, &a.url);
     c.providers = Some(path);
+    // The demo provider setting (the default) serves the demo endpoint: its entry is in.
+    c.provider = server::config::ProviderKind::Demo;
     let server = TestServer::start(c).await;
     Two { a, b, server }
 }

@@ -1,6 +1,7 @@
 //! The provider catalogue (CONTRACT §7): which providers and models there are, how a
 //! session's `model` names one, and each model's fallback chain. Pure: read from the
-//! `MULLIGAN_PROVIDERS` file or made from the single-provider settings; the demo is always in.
+//! `MULLIGAN_PROVIDERS` file or made from the single-provider settings; the demo is in
+//! wherever its endpoint is served (`MULLIGAN_PROVIDER=demo`, the default).
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -133,8 +134,9 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 impl Catalogue {
-    /// The catalogue of a `MULLIGAN_PROVIDERS` file; the error says what to fix.
-    pub fn parse(text: &str) -> Result<Catalogue, String> {
+    /// The catalogue of a `MULLIGAN_PROVIDERS` file, with the demo entry when `demo` (its
+    /// endpoint is served); the error says what to fix.
+    pub fn parse(text: &str, demo: bool) -> Result<Catalogue, String> {
         let file: File = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let mut providers = file.providers;
         for (name, entry) in &providers {
@@ -162,7 +164,9 @@ impl Catalogue {
                 }
             }
         }
-        providers.insert(DEMO.to_string(), demo_entry());
+        if demo {
+            providers.insert(DEMO.to_string(), demo_entry());
+        }
         let mut catalogue = Catalogue {
             default_model: ModelRef {
                 provider: DEMO.into(),
@@ -204,7 +208,9 @@ impl Catalogue {
     /// `kind` `None` is the demo alone.
     pub fn single(kind: Option<Kind>, base_url: Option<String>, model: &str) -> Catalogue {
         let mut providers = BTreeMap::new();
-        providers.insert(DEMO.to_string(), demo_entry());
+        if kind.is_none() {
+            providers.insert(DEMO.to_string(), demo_entry());
+        }
         let default_model = match kind {
             None => {
                 // The demo alone takes every model name, as it always did (unknown names
@@ -252,6 +258,9 @@ impl Catalogue {
 
     /// `demo/demo-overloaded` falls back to `demo/demo`, so a newcomer sees a fallback offline.
     fn add_demo_chain(&mut self) {
+        if !self.providers.contains_key(DEMO) {
+            return;
+        }
         let overloaded = ModelRef {
             provider: DEMO.into(),
             model: "demo-overloaded".into(),
@@ -420,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_file_names_providers_models_and_chains() {
-        let c = Catalogue::parse(FILE).unwrap();
+        let c = Catalogue::parse(FILE, true).unwrap();
         assert_eq!(c.default_model(), &r("anthropic/claude-x"));
         assert_eq!(
             c.chain(&r("anthropic/claude-x"), None),
@@ -437,7 +446,7 @@ mod tests {
 
     #[test]
     fn bare_ids_resolve_when_one_entry_has_them() {
-        let c = Catalogue::parse(FILE).unwrap();
+        let c = Catalogue::parse(FILE, true).unwrap();
         assert_eq!(c.resolve("llama").unwrap(), r("local/llama"));
         let both = c.resolve("shared").unwrap_err();
         assert!(both.contains("anthropic/shared and local/shared"), "{both}");
@@ -450,7 +459,7 @@ mod tests {
 
     #[test]
     fn a_session_chain_overrides_and_no_model_repeats() {
-        let c = Catalogue::parse(FILE).unwrap();
+        let c = Catalogue::parse(FILE, true).unwrap();
         let own = [r("demo/demo"), r("anthropic/claude-x")];
         assert_eq!(
             c.chain(&r("anthropic/claude-x"), Some(&own)),
@@ -464,7 +473,7 @@ mod tests {
 
     #[test]
     fn bad_files_say_what_to_fix() {
-        let bad = |text: &str| Catalogue::parse(text).unwrap_err();
+        let bad = |text: &str| Catalogue::parse(text, true).unwrap_err();
         assert!(
             bad(r#"{"providers": {"Big": {"kind": "openai", "models": [{"id": "m"}]}}}"#)
                 .contains("names are")
@@ -496,7 +505,12 @@ mod tests {
         // An open entry takes any model id no entry lists, as one provider always did.
         assert_eq!(c.resolve("other-model").unwrap(), r("openai/other-model"));
         assert_eq!(c.resolve("demo-flaky").unwrap(), r("openai/demo-flaky"));
-        assert_eq!(c.resolve("demo/demo-flaky").unwrap(), r("demo/demo-flaky"));
+        // The demo's endpoint is not served beside a real provider: no demo entry, and the
+        // open entry takes ids with a slash (`org/model`) too.
+        assert_eq!(
+            c.resolve("demo/demo-flaky").unwrap(),
+            r("openai/demo/demo-flaky")
+        );
         let demo = Catalogue::single(None, None, "demo");
         assert_eq!(demo.default_model(), &r("demo/demo"));
         assert_eq!(demo.resolve("gpt-x").unwrap(), r("demo/gpt-x"));

@@ -58,7 +58,8 @@ pub fn catalogue(config: &Config) -> Result<Catalogued, String> {
         });
     };
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let catalogue = Catalogue::parse(&text)?;
+    // The demo endpoint is served only with the demo provider setting (the default).
+    let catalogue = Catalogue::parse(&text, config.provider == ProviderKind::Demo)?;
     let mut keys = BTreeMap::new();
     for (name, entry) in catalogue.providers() {
         let Some(var) = &entry.api_key_env else {
