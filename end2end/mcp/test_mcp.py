@@ -245,7 +245,7 @@ def test_stop_session_cancels_the_running_run(server):
 
 
 def test_stop_session_cancels_a_waiting_background_retry(server):
-    s = server.session("mcp stop waiting", model="demo-overloaded", auto_retry="background")
+    s = server.session("mcp stop waiting", model="demo-down", auto_retry="background")
     sent = call(server, server.token, "send_message", {"session": s["id"], "content": "try later"})
     detail = server.wait_last_run(s["id"], {"failed"})
     deadline = time.monotonic() + 10
