@@ -473,3 +473,43 @@ async fn new_creates_a_session_and_prints_its_id() {
         .len();
     assert_eq!(after, before, "nothing created");
 }
+
+#[tokio::test]
+async fn mcp_over_stdio_lists_the_models() {
+    let (_fake, server) = setup("cli-mcp-models").await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mulligan"))
+        .arg("mcp")
+        .env("MULLIGAN_URL", &server.base)
+        .env("MULLIGAN_TOKEN", &server.token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "list_models", "arguments": {}}});
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(format!("{call}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("the bridge ends when stdin closes")
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let result = &answer["result"];
+    assert_ne!(result["isError"], true, "{answer}");
+    let listed: app::wire::ModelList =
+        serde_json::from_value(result["structuredContent"].clone()).expect("a ModelList");
+    let (_, api) = server.get("/models").await;
+    assert_eq!(
+        serde_json::to_value(&listed).unwrap()["models"]
+            .as_array()
+            .map(Vec::len),
+        api["models"].as_array().map(Vec::len)
+    );
+    assert!(listed.models.iter().any(|m| m.id == "demo/demo"));
+}
