@@ -475,6 +475,54 @@ async fn new_creates_a_session_and_prints_its_id() {
 }
 
 #[tokio::test]
+async fn new_sets_or_clears_the_fallback_chain_and_an_unknown_model_is_refused() {
+    // A catalogue of the fake provider and the demo: it knows its models.
+    let (_fake, server) = setup("cli-fallbacks-set").await;
+    for (args, chain) in [
+        (
+            &[
+                "--fallbacks",
+                "demo/demo-busy,demo/demo",
+                "--fallbacks",
+                "demo/demo-long",
+            ][..],
+            vec!["demo/demo-busy", "demo/demo", "demo/demo-long"],
+        ),
+        (&["--no-fallbacks"][..], vec![]),
+        (&["--fallbacks", ""][..], vec![]),
+    ] {
+        let mut cmd = vec!["new", "--model", "demo/demo-overloaded"];
+        cmd.extend(args);
+        let out = mulligan(&server, &cmd).await;
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        let session = server.detail(out.stdout.trim()).await.session;
+        assert_eq!(
+            session.fallbacks,
+            Some(chain.iter().map(|m| m.to_string()).collect()),
+            "{args:?}"
+        );
+    }
+    let out = mulligan(&server, &["new"]).await;
+    let session = server.detail(out.stdout.trim()).await.session;
+    assert_eq!(session.fallbacks, None, "the catalogue's chain by default");
+
+    let out = mulligan(&server, &["new", "--fallbacks", "demo/nope"]).await;
+    assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.starts_with("invalid_request: "),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("nope"), "{}", out.stderr);
+    let out = mulligan(
+        &server,
+        &["new", "--fallbacks", "demo/demo", "--no-fallbacks"],
+    )
+    .await;
+    assert_ne!(out.code, 0, "contradictory flags are refused");
+}
+
+#[tokio::test]
 async fn mcp_over_stdio_lists_the_models() {
     let (_fake, server) = setup("cli-mcp-models").await;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mulligan"))

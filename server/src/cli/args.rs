@@ -24,9 +24,17 @@ pub enum Command {
         /// The session's title (default: from its first message).
         #[arg(long)]
         title: Option<String>,
-        /// The model its turns use (default: the server's).
+        /// The model its turns use, `<provider>/<model>` (see `mulligan models`; default: the
+        /// server's).
         #[arg(long)]
         model: Option<String>,
+        /// Models to fall back to, in order, before a step's first delta: `a/x,b/y` or the
+        /// flag repeated (default: the catalogue's chain for its model).
+        #[arg(long, value_delimiter = ',', value_name = "MODELS")]
+        fallbacks: Vec<String>,
+        /// No fallback at all, whatever the catalogue's chain.
+        #[arg(long, conflicts_with = "fallbacks")]
+        no_fallbacks: bool,
         /// Who retries a failed turn: browser (default), background or off.
         #[arg(long, value_parser = ["browser", "background", "off"])]
         auto_retry: Option<String>,

@@ -30,6 +30,8 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
         Command::New {
             title,
             model,
+            fallbacks,
+            no_fallbacks,
             auto_retry,
             ..
         } => {
@@ -40,10 +42,12 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
                 ),
                 None => None,
             };
+            let fallbacks = fallback_chain(fallbacks, *no_fallbacks);
             let body = CreateSession {
                 title: title.clone(),
                 model: model.clone(),
                 auto_retry,
+                fallbacks,
                 ..CreateSession::default()
             };
             let a = call(&client, &api::CREATE_SESSION, &[], Some(&body)).await?;
@@ -119,6 +123,18 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
         line
     };
     Ok(Printed { printed, run_id })
+}
+
+/// `--fallbacks` as the API takes it: `None` (the catalogue's chain) unless one was given or
+/// `--no-fallbacks` asked for none; blank entries (`--fallbacks ''`) are dropped.
+fn fallback_chain(given: &[String], none: bool) -> Option<Vec<String>> {
+    let chain: Vec<String> = given
+        .iter()
+        .map(|m| m.trim())
+        .filter(|m| !m.is_empty())
+        .map(str::to_string)
+        .collect();
+    (none || !given.is_empty()).then_some(chain)
 }
 
 /// `send --follow` / `retry --follow`: the command, its line, then the run it started, to
