@@ -474,6 +474,17 @@ async fn new_creates_a_session_and_prints_its_id() {
     assert_eq!(after, before, "nothing created");
 }
 
+/// A server on the built-in demo provider (the catalogue's `demo/<scenario>` models),
+/// streaming without its human pace.
+async fn quick_demo(tag: &str) -> TestServer {
+    let mut cfg = config(&temp_dir(tag), "http://unused.invalid");
+    cfg.provider = server::config::ProviderKind::Demo;
+    cfg.base_url = None;
+    cfg.model = None;
+    cfg.demo_delta_ms = 1;
+    TestServer::start(cfg).await
+}
+
 #[tokio::test]
 async fn new_sets_or_clears_the_fallback_chain_and_an_unknown_model_is_refused() {
     // A catalogue of the fake provider and the demo: it knows its models.
@@ -520,6 +531,60 @@ async fn new_sets_or_clears_the_fallback_chain_and_an_unknown_model_is_refused()
     )
     .await;
     assert_ne!(out.code, 0, "contradictory flags are refused");
+}
+
+#[tokio::test]
+async fn models_lists_the_catalogue_with_status_tools_and_fallbacks() {
+    let server = quick_demo("cli-models").await;
+    // An advised wait past Tier 1's window (429, Retry-After: 3000) cools its model.
+    let (status, created) = server
+        .post("/sessions", serde_json::json!({"model": "demo/demo-quota"}))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let r = server.send(created["id"].as_str().unwrap(), "hello").await;
+    assert_eq!(
+        server.wait_run_end(&r.run_id).await.status,
+        RunStatus::Failed
+    );
+
+    let out = mulligan(&server, &["models"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    for col in ["MODEL", "STATUS", "TOOLS", "FALLBACKS"] {
+        assert!(lines[0].contains(col), "{}", out.stdout);
+    }
+    let row = |id: &str| {
+        let id = format!("{id} ");
+        lines
+            .iter()
+            .find(|l| l.starts_with(&id))
+            .unwrap_or_else(|| panic!("a row for {id}: {}", out.stdout))
+            .to_string()
+    };
+    let demo = row("demo/demo");
+    assert!(demo.contains("(default)"), "the default: {demo}");
+    assert!(demo.contains(" ok ") && demo.contains(" on "), "{demo}");
+    assert!(
+        row("demo/demo-overloaded")
+            .trim_end()
+            .ends_with("demo/demo"),
+        "its fallback: {}",
+        out.stdout
+    );
+    let cooling = row("demo/demo-quota");
+    assert!(
+        cooling.contains("cooling until ") && cooling.contains(" UTC (in "),
+        "{cooling}"
+    );
+
+    let out = mulligan(&server, &["models", "--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let list: app::wire::ModelList = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(list.default_model, "demo/demo");
+    assert!(list.models.iter().any(|m| m.id == "demo/demo"));
+    let (_, api) = server.get("/models").await;
+    let printed: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(printed, api, "--json prints the API's answer as is");
 }
 
 #[tokio::test]

@@ -96,6 +96,11 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// List the models sessions can use: status, tools, fallback chain; marks the default.
+    Models {
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// MCP over stdio: bridges to the running server's `/mcp` with MULLIGAN_TOKEN (the
     /// operator's token, or a session's agent token to act on its sub-sessions).
     Mcp {
@@ -115,6 +120,7 @@ impl Command {
             | Command::Cancel { conn, .. }
             | Command::Retry { conn, .. }
             | Command::Tools { conn }
+            | Command::Models { conn }
             | Command::Mcp { conn } => conn,
         }
     }

@@ -115,6 +115,10 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
             let a = call(&client, &api::TOOLS, &[], None).await?;
             (a.raw, super::render::tools_table(&a.value.servers))
         }
+        Command::Models { .. } => {
+            let a = call(&client, &api::MODELS, &[], None).await?;
+            (a.raw, super::render::models_table(&a.value))
+        }
         Command::Mcp { .. } => return Err(Failure::Other("`mcp` speaks MCP on stdio".into())),
     };
     let printed = if cmd.conn().json {

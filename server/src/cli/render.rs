@@ -1,6 +1,7 @@
-//! How the client commands print: one human line per answer, the session table, and the
-//! API's JSON on one line for `--json`.
-use app::wire::{Session, ToolServer};
+//! How the client commands print: one human line per answer, the session, tool and model
+//! tables, and the API's JSON on one line for `--json`.
+use app::clock::{clock_text, relative, utc};
+use app::wire::{Millis, ModelInfo, ModelList, Session, ToolServer};
 use serde_json::Value;
 
 /// The answer as the server sent it, on one line (JSON strings never hold a raw newline).
@@ -116,6 +117,46 @@ pub fn tools_table(servers: &[ToolServer]) -> String {
     table(&rows)
 }
 
+/// One row per model: its id (the default marked), status (a cooldown's end in UTC), whether
+/// its steps get tools, and its fallback chain.
+pub fn models_table(list: &ModelList) -> String {
+    if list.models.is_empty() {
+        return "no models".into();
+    }
+    let now = server::clock::now_ms();
+    let mut rows = vec![["MODEL", "STATUS", "TOOLS", "FALLBACKS"].map(String::from)];
+    for m in &list.models {
+        rows.push([
+            if m.id == list.default_model {
+                format!("{} (default)", m.id)
+            } else {
+                m.id.clone()
+            },
+            model_status(m, now),
+            if m.tools { "on" } else { "off" }.into(),
+            if m.fallbacks.is_empty() {
+                "-".into()
+            } else {
+                m.fallbacks.join(", ")
+            },
+        ]);
+    }
+    table(&rows)
+}
+
+/// `ok`, or `cooling until 14:32 UTC (in 49 min)`.
+fn model_status(m: &ModelInfo, now: Millis) -> String {
+    match m.cooling_until {
+        Some(until) if until > now => format!(
+            "{} until {} UTC ({})",
+            m.status.as_str(),
+            clock_text(&utc(until), &utc(now)),
+            relative(until, now)
+        ),
+        _ => m.status.as_str().to_string(),
+    }
+}
+
 /// The first 200 characters of an answer that is not the API's, for an error message.
 pub fn snippet(raw: &str) -> String {
     let s: String = raw.trim().chars().take(200).collect();
@@ -123,5 +164,29 @@ pub fn snippet(raw: &str) -> String {
         "(empty body)".into()
     } else {
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn models_mark_the_default_and_a_cooldown() {
+        let now = server::clock::now_ms();
+        let list: ModelList = serde_json::from_value(json!({"default_model": "a/big", "models": [
+            {"id": "a/big", "provider": "a", "kind": "openai", "tools": true, "status": "ok",
+             "fallbacks": ["b/small"]},
+            {"id": "b/small", "provider": "b", "kind": "anthropic", "tools": false,
+             "status": "cooling", "cooling_until": now + 49 * 60_000 + 30_000}]}))
+        .unwrap();
+        let text = models_table(&list);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].starts_with("a/big (default)"), "{text}");
+        assert!(lines[1].ends_with("on     b/small"), "{text}");
+        assert!(lines[2].contains("cooling until "), "{text}");
+        assert!(lines[2].contains(" UTC (in 49 min)  off"), "{text}");
+        assert!(lines[2].ends_with('-'), "{text}");
     }
 }
