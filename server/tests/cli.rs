@@ -486,6 +486,75 @@ async fn quick_demo(tag: &str) -> TestServer {
 }
 
 #[tokio::test]
+async fn new_with_fallbacks_falls_back_and_runs_show_says_who_answered() {
+    let server = quick_demo("cli-fallbacks").await;
+    let out = mulligan(
+        &server,
+        &[
+            "new",
+            "--model",
+            "demo/demo-overloaded",
+            "--fallbacks",
+            "demo/demo",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let sid = out.stdout.trim().to_string();
+    let session = server.detail(&sid).await.session;
+    assert_eq!(session.model, "demo/demo-overloaded");
+    assert_eq!(session.fallbacks, Some(vec!["demo/demo".to_string()]));
+
+    let out = mulligan(&server, &["send", &sid, "hello", "--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let receipt: Receipt = serde_json::from_str(out.stdout.trim()).unwrap();
+    let run = server.wait_run_end(&receipt.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+
+    let out = mulligan(&server, &["runs", "show", &receipt.run_id]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text = &out.stdout;
+    assert!(
+        text.starts_with(&format!(
+            "run {} of session {sid}: completed, prompt",
+            receipt.run_id
+        )),
+        "{text}"
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| l.contains("attempt 1 on demo/demo-overloaded: "))
+        .unwrap_or_else(|| panic!("the first attempt and its model: {text}"));
+    assert!(lines[first].trim_start().starts_with("+0.0 s"), "{text}");
+    assert!(lines[first].contains("529"), "its error: {text}");
+    assert!(lines[first].contains("Tier 1 waits "), "its wait: {text}");
+    let step = lines
+        .iter()
+        .position(|l| {
+            l.contains("step 1: demo/demo answered")
+                && l.ends_with("fell back from demo/demo-overloaded (overloaded)")
+        })
+        .unwrap_or_else(|| panic!("who answered, and the fallback: {text}"));
+    assert!(step > first, "in time order: {text}");
+    let end = lines.last().unwrap().trim_start();
+    assert!(
+        end.starts_with('+') && end.ends_with(" s  completed"),
+        "{text}"
+    );
+
+    let out = mulligan(&server, &["runs", "show", &receipt.run_id, "--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let printed: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let (_, api) = server.get(&format!("/runs/{}", receipt.run_id)).await;
+    assert_eq!(printed, api, "--json prints the API's answer as is");
+
+    let out = mulligan(&server, &["runs", "show", "r_nope"]).await;
+    assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
+    assert!(out.stderr.starts_with("not_found: "), "{}", out.stderr);
+}
+
+#[tokio::test]
 async fn new_sets_or_clears_the_fallback_chain_and_an_unknown_model_is_refused() {
     // A catalogue of the fake provider and the demo: it knows its models.
     let (_fake, server) = setup("cli-fallbacks-set").await;
@@ -585,6 +654,56 @@ async fn models_lists_the_catalogue_with_status_tools_and_fallbacks() {
     let (_, api) = server.get("/models").await;
     let printed: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(printed, api, "--json prints the API's answer as is");
+}
+
+#[tokio::test]
+async fn an_agent_lists_the_models_and_runs_show_shows_the_tool_call() {
+    let (fake, server) = setup("cli-list-models").await;
+    fake.push(Script::call(
+        "",
+        "c1",
+        "mulligan__list_models",
+        serde_json::json!({}),
+    ));
+    fake.push(Script::reply(&["Listed."]));
+    let sid = server.create_session().await;
+    let r = server.send(&sid, "which models?").await;
+    assert_eq!(
+        server.wait_run_end(&r.run_id).await.status,
+        RunStatus::Completed
+    );
+    let reply = server.detail(&sid).await.messages.pop().unwrap();
+    let call = reply
+        .parts
+        .iter()
+        .flatten()
+        .find_map(|p| match p {
+            app::wire::Part::ToolCall { call } => Some(call.clone()),
+            _ => None,
+        })
+        .expect("the tool call");
+    let listed: app::wire::ModelList = serde_json::from_str(call.result.as_deref().unwrap())
+        .expect("the tool answers a ModelList");
+    assert!(
+        listed.models.iter().any(|m| m.id == "demo/demo"),
+        "{listed:?}"
+    );
+
+    let out = mulligan(&server, &["runs", "show", &r.run_id]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let at = |part: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(part))
+            .unwrap_or_else(|| panic!("{part:?}: {}", out.stdout))
+    };
+    let (one, tool, two) = (
+        at("step 1: "),
+        at("[tool mulligan/list_models: ok"),
+        at("step 2: "),
+    );
+    assert!(one < tool && tool < two, "in order: {}", out.stdout);
 }
 
 #[tokio::test]

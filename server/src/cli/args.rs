@@ -101,9 +101,28 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Look at runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
     /// MCP over stdio: bridges to the running server's `/mcp` with MULLIGAN_TOKEN (the
     /// operator's token, or a session's agent token to act on its sub-sessions).
     Mcp {
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+/// `mulligan runs …`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum RunsCommand {
+    /// One run's timeline: each Tier 1 attempt with its model, error and wait, the model
+    /// that answered each step (and what it fell back from), each tool call; times from the
+    /// run's start.
+    Show {
+        /// The run's id.
+        run: String,
         #[command(flatten)]
         conn: Conn,
     },
@@ -121,6 +140,9 @@ impl Command {
             | Command::Retry { conn, .. }
             | Command::Tools { conn }
             | Command::Models { conn }
+            | Command::Runs {
+                command: RunsCommand::Show { conn, .. },
+            }
             | Command::Mcp { conn } => conn,
         }
     }

@@ -1,4 +1,5 @@
 //! Each client command as one typed call of `app::api` and the line it prints.
+use super::args::RunsCommand;
 use super::render::{one_line, sessions_table, snippet, started, to_wire};
 use super::{Command, Failure, Outcome};
 use app::api::native::{Answer, CallError, Client};
@@ -118,6 +119,20 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
         Command::Models { .. } => {
             let a = call(&client, &api::MODELS, &[], None).await?;
             (a.raw, super::render::models_table(&a.value))
+        }
+        Command::Runs {
+            command: RunsCommand::Show { run, conn },
+        } => {
+            let a = call(&client, &api::RUN, &[run], None).await?;
+            if conn.json {
+                (a.raw, String::new())
+            } else {
+                // The run's tool calls are in its reply's parts, which its session lists.
+                let sid = a.value.run.session_id.to_string();
+                let session = call(&client, &api::SESSION, &[&sid], None).await?.value;
+                let line = super::render::run_timeline(&a.value, &session.messages);
+                (a.raw, line)
+            }
         }
         Command::Mcp { .. } => return Err(Failure::Other("`mcp` speaks MCP on stdio".into())),
     };

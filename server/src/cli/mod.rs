@@ -1,5 +1,5 @@
 //! CONTRACT §4 client commands (`new`, `sessions`, `send`, `regenerate`, `cancel`, `retry`,
-//! `tools`, `models`, `mcp`): thin clients of a running server's HTTP API through
+//! `tools`, `models`, `runs show`, `mcp`): thin clients of a running server's HTTP API through
 //! the typed client of `app::api` (`mcp` bridges stdio to its `/mcp`). Exit codes: 0 success,
 //! 2 the server refused with the contract's error, 1 anything else; with `--follow`, 0
 //! completed, 3 failed, 4 cancelled.
