@@ -24,7 +24,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = {"list_sessions", "send_message", "retry_session", "stop_session"}
+TOOLS = {"list_sessions", "send_message", "retry_session", "stop_session", "list_models"}
 
 
 def binary() -> str:
@@ -140,7 +140,7 @@ def refusal(result) -> str:
     return body["error"]["code"]
 
 
-def test_lists_the_four_tools_with_schemas(server):
+def test_lists_the_tools_with_schemas(server):
     tools = over_http(server, server.token, lambda s: s.list_tools()).tools
     assert {t.name for t in tools} == TOOLS
     by_name = {t.name: t for t in tools}
@@ -148,6 +148,16 @@ def test_lists_the_four_tools_with_schemas(server):
     for name in ("retry_session", "stop_session"):
         assert by_name[name].input_schema["required"] == ["session"]
     assert all(t.output_schema and t.output_schema["type"] == "object" for t in tools)
+    assert by_name["list_models"].annotations.read_only_hint is True
+
+
+def test_list_models_answers_the_apis_model_list(server):
+    _, api = server.api("GET", "/models")
+    for token in (server.token, server.session("mcp models")["agent_token"]):
+        listed = call(server, token, "list_models")
+        assert not listed.is_error
+        assert listed.structured_content["default_model"] == api["default_model"]
+        assert [m["id"] for m in listed.structured_content["models"]] == [m["id"] for m in api["models"]]
 
 
 def test_no_or_unknown_token_is_401_in_the_contract_shape(server):
@@ -245,7 +255,7 @@ def test_stop_session_cancels_the_running_run(server):
 
 
 def test_stop_session_cancels_a_waiting_background_retry(server):
-    s = server.session("mcp stop waiting", model="demo-overloaded", auto_retry="background")
+    s = server.session("mcp stop waiting", model="demo-down", auto_retry="background")
     sent = call(server, server.token, "send_message", {"session": s["id"], "content": "try later"})
     detail = server.wait_last_run(s["id"], {"failed"})
     deadline = time.monotonic() + 10

@@ -473,3 +473,275 @@ async fn new_creates_a_session_and_prints_its_id() {
         .len();
     assert_eq!(after, before, "nothing created");
 }
+
+/// A server on the built-in demo provider (the catalogue's `demo/<scenario>` models),
+/// streaming without its human pace.
+async fn quick_demo(tag: &str) -> TestServer {
+    let mut cfg = config(&temp_dir(tag), "http://unused.invalid");
+    cfg.provider = server::config::ProviderKind::Demo;
+    cfg.base_url = None;
+    cfg.model = None;
+    cfg.demo_delta_ms = 1;
+    TestServer::start(cfg).await
+}
+
+#[tokio::test]
+async fn new_with_fallbacks_falls_back_and_runs_show_says_who_answered() {
+    let server = quick_demo("cli-fallbacks").await;
+    let out = mulligan(
+        &server,
+        &[
+            "new",
+            "--model",
+            "demo/demo-overloaded",
+            "--fallbacks",
+            "demo/demo",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let sid = out.stdout.trim().to_string();
+    let session = server.detail(&sid).await.session;
+    assert_eq!(session.model, "demo/demo-overloaded");
+    assert_eq!(session.fallbacks, Some(vec!["demo/demo".to_string()]));
+
+    let out = mulligan(&server, &["send", &sid, "hello", "--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let receipt: Receipt = serde_json::from_str(out.stdout.trim()).unwrap();
+    let run = server.wait_run_end(&receipt.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+
+    let out = mulligan(&server, &["runs", "show", &receipt.run_id]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let text = &out.stdout;
+    assert!(
+        text.starts_with(&format!(
+            "run {} of session {sid}: completed, prompt",
+            receipt.run_id
+        )),
+        "{text}"
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| l.contains("attempt 1 on demo/demo-overloaded: "))
+        .unwrap_or_else(|| panic!("the first attempt and its model: {text}"));
+    assert!(lines[first].trim_start().starts_with("+0.0 s"), "{text}");
+    assert!(lines[first].contains("529"), "its error: {text}");
+    assert!(lines[first].contains("Tier 1 waits "), "its wait: {text}");
+    let step = lines
+        .iter()
+        .position(|l| {
+            l.contains("step 1: demo/demo answered")
+                && l.ends_with("fell back from demo/demo-overloaded (overloaded)")
+        })
+        .unwrap_or_else(|| panic!("who answered, and the fallback: {text}"));
+    assert!(step > first, "in time order: {text}");
+    let end = lines.last().unwrap().trim_start();
+    assert!(
+        end.starts_with('+') && end.ends_with(" s  completed"),
+        "{text}"
+    );
+
+    let out = mulligan(&server, &["runs", "show", &receipt.run_id, "--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let printed: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let (_, api) = server.get(&format!("/runs/{}", receipt.run_id)).await;
+    assert_eq!(printed, api, "--json prints the API's answer as is");
+
+    let out = mulligan(&server, &["runs", "show", "r_nope"]).await;
+    assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
+    assert!(out.stderr.starts_with("not_found: "), "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn new_sets_or_clears_the_fallback_chain_and_an_unknown_model_is_refused() {
+    // A catalogue of the fake provider and the demo: it knows its models.
+    let (_fake, server) = setup("cli-fallbacks-set").await;
+    for (args, chain) in [
+        (
+            &[
+                "--fallbacks",
+                "demo/demo-busy,demo/demo",
+                "--fallbacks",
+                "demo/demo-long",
+            ][..],
+            vec!["demo/demo-busy", "demo/demo", "demo/demo-long"],
+        ),
+        (&["--no-fallbacks"][..], vec![]),
+        (&["--fallbacks", ""][..], vec![]),
+    ] {
+        let mut cmd = vec!["new", "--model", "demo/demo-overloaded"];
+        cmd.extend(args);
+        let out = mulligan(&server, &cmd).await;
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        let session = server.detail(out.stdout.trim()).await.session;
+        assert_eq!(
+            session.fallbacks,
+            Some(chain.iter().map(|m| m.to_string()).collect()),
+            "{args:?}"
+        );
+    }
+    let out = mulligan(&server, &["new"]).await;
+    let session = server.detail(out.stdout.trim()).await.session;
+    assert_eq!(session.fallbacks, None, "the catalogue's chain by default");
+
+    let out = mulligan(&server, &["new", "--fallbacks", "demo/nope"]).await;
+    assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.starts_with("invalid_request: "),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("nope"), "{}", out.stderr);
+    let out = mulligan(
+        &server,
+        &["new", "--fallbacks", "demo/demo", "--no-fallbacks"],
+    )
+    .await;
+    assert_ne!(out.code, 0, "contradictory flags are refused");
+}
+
+#[tokio::test]
+async fn models_lists_the_catalogue_with_status_tools_and_fallbacks() {
+    let server = quick_demo("cli-models").await;
+    // An advised wait past Tier 1's window (429, Retry-After: 3000) cools its model.
+    let (status, created) = server
+        .post("/sessions", serde_json::json!({"model": "demo/demo-quota"}))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let r = server.send(created["id"].as_str().unwrap(), "hello").await;
+    assert_eq!(
+        server.wait_run_end(&r.run_id).await.status,
+        RunStatus::Failed
+    );
+
+    let out = mulligan(&server, &["models"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    for col in ["MODEL", "STATUS", "TOOLS", "FALLBACKS"] {
+        assert!(lines[0].contains(col), "{}", out.stdout);
+    }
+    let row = |id: &str| {
+        let id = format!("{id} ");
+        lines
+            .iter()
+            .find(|l| l.starts_with(&id))
+            .unwrap_or_else(|| panic!("a row for {id}: {}", out.stdout))
+            .to_string()
+    };
+    let demo = row("demo/demo");
+    assert!(demo.contains("(default)"), "the default: {demo}");
+    assert!(demo.contains(" ok ") && demo.contains(" on "), "{demo}");
+    assert!(
+        row("demo/demo-overloaded")
+            .trim_end()
+            .ends_with("demo/demo"),
+        "its fallback: {}",
+        out.stdout
+    );
+    let cooling = row("demo/demo-quota");
+    assert!(
+        cooling.contains("cooling until ") && cooling.contains(" UTC (in "),
+        "{cooling}"
+    );
+
+    let out = mulligan(&server, &["models", "--json"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let list: app::wire::ModelList = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(list.default_model, "demo/demo");
+    assert!(list.models.iter().any(|m| m.id == "demo/demo"));
+    let (_, api) = server.get("/models").await;
+    let printed: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(printed, api, "--json prints the API's answer as is");
+}
+
+#[tokio::test]
+async fn an_agent_lists_the_models_and_runs_show_shows_the_tool_call() {
+    let (fake, server) = setup("cli-list-models").await;
+    fake.push(Script::call(
+        "",
+        "c1",
+        "mulligan__list_models",
+        serde_json::json!({}),
+    ));
+    fake.push(Script::reply(&["Listed."]));
+    let sid = server.create_session().await;
+    let r = server.send(&sid, "which models?").await;
+    assert_eq!(
+        server.wait_run_end(&r.run_id).await.status,
+        RunStatus::Completed
+    );
+    let reply = server.detail(&sid).await.messages.pop().unwrap();
+    let call = reply
+        .parts
+        .iter()
+        .flatten()
+        .find_map(|p| match p {
+            app::wire::Part::ToolCall { call } => Some(call.clone()),
+            _ => None,
+        })
+        .expect("the tool call");
+    let listed: app::wire::ModelList = serde_json::from_str(call.result.as_deref().unwrap())
+        .expect("the tool answers a ModelList");
+    assert!(
+        listed.models.iter().any(|m| m.id == "demo/demo"),
+        "{listed:?}"
+    );
+
+    let out = mulligan(&server, &["runs", "show", &r.run_id]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let at = |part: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(part))
+            .unwrap_or_else(|| panic!("{part:?}: {}", out.stdout))
+    };
+    let (one, tool, two) = (
+        at("step 1: "),
+        at("[tool mulligan/list_models: ok"),
+        at("step 2: "),
+    );
+    assert!(one < tool && tool < two, "in order: {}", out.stdout);
+}
+
+#[tokio::test]
+async fn mcp_over_stdio_lists_the_models() {
+    let (_fake, server) = setup("cli-mcp-models").await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mulligan"))
+        .arg("mcp")
+        .env("MULLIGAN_URL", &server.base)
+        .env("MULLIGAN_TOKEN", &server.token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "list_models", "arguments": {}}});
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(format!("{call}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("the bridge ends when stdin closes")
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let result = &answer["result"];
+    assert_ne!(result["isError"], true, "{answer}");
+    let listed: app::wire::ModelList =
+        serde_json::from_value(result["structuredContent"].clone()).expect("a ModelList");
+    let (_, api) = server.get("/models").await;
+    assert_eq!(
+        serde_json::to_value(&listed).unwrap()["models"]
+            .as_array()
+            .map(Vec::len),
+        api["models"].as_array().map(Vec::len)
+    );
+    assert!(listed.models.iter().any(|m| m.id == "demo/demo"));
+}

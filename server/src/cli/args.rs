@@ -24,9 +24,17 @@ pub enum Command {
         /// The session's title (default: from its first message).
         #[arg(long)]
         title: Option<String>,
-        /// The model its turns use (default: the server's).
+        /// The model its turns use, `<provider>/<model>` (see `mulligan models`; default: the
+        /// server's).
         #[arg(long)]
         model: Option<String>,
+        /// Models to fall back to, in order, before a step's first delta: `a/x,b/y` or the
+        /// flag repeated (default: the catalogue's chain for its model).
+        #[arg(long, value_delimiter = ',', value_name = "MODELS")]
+        fallbacks: Vec<String>,
+        /// No fallback at all, whatever the catalogue's chain.
+        #[arg(long, conflicts_with = "fallbacks")]
+        no_fallbacks: bool,
         /// Who retries a failed turn: browser (default), background or off.
         #[arg(long, value_parser = ["browser", "background", "off"])]
         auto_retry: Option<String>,
@@ -88,9 +96,33 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// List the models sessions can use: status, tools, fallback chain; marks the default.
+    Models {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Look at runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
     /// MCP over stdio: bridges to the running server's `/mcp` with MULLIGAN_TOKEN (the
     /// operator's token, or a session's agent token to act on its sub-sessions).
     Mcp {
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+/// `mulligan runs …`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum RunsCommand {
+    /// One run's timeline: each Tier 1 attempt with its model, error and wait, the model
+    /// that answered each step (and what it fell back from), each tool call; times from the
+    /// run's start.
+    Show {
+        /// The run's id.
+        run: String,
         #[command(flatten)]
         conn: Conn,
     },
@@ -107,6 +139,10 @@ impl Command {
             | Command::Cancel { conn, .. }
             | Command::Retry { conn, .. }
             | Command::Tools { conn }
+            | Command::Models { conn }
+            | Command::Runs {
+                command: RunsCommand::Show { conn, .. },
+            }
             | Command::Mcp { conn } => conn,
         }
     }

@@ -1,4 +1,5 @@
 //! Each client command as one typed call of `app::api` and the line it prints.
+use super::args::RunsCommand;
 use super::render::{one_line, sessions_table, snippet, started, to_wire};
 use super::{Command, Failure, Outcome};
 use app::api::native::{Answer, CallError, Client};
@@ -30,6 +31,8 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
         Command::New {
             title,
             model,
+            fallbacks,
+            no_fallbacks,
             auto_retry,
             ..
         } => {
@@ -40,10 +43,12 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
                 ),
                 None => None,
             };
+            let fallbacks = fallback_chain(fallbacks, *no_fallbacks);
             let body = CreateSession {
                 title: title.clone(),
                 model: model.clone(),
                 auto_retry,
+                fallbacks,
                 ..CreateSession::default()
             };
             let a = call(&client, &api::CREATE_SESSION, &[], Some(&body)).await?;
@@ -111,6 +116,24 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
             let a = call(&client, &api::TOOLS, &[], None).await?;
             (a.raw, super::render::tools_table(&a.value.servers))
         }
+        Command::Models { .. } => {
+            let a = call(&client, &api::MODELS, &[], None).await?;
+            (a.raw, super::render::models_table(&a.value))
+        }
+        Command::Runs {
+            command: RunsCommand::Show { run, conn },
+        } => {
+            let a = call(&client, &api::RUN, &[run], None).await?;
+            if conn.json {
+                (a.raw, String::new())
+            } else {
+                // The run's tool calls are in its reply's parts, which its session lists.
+                let sid = a.value.run.session_id.to_string();
+                let session = call(&client, &api::SESSION, &[&sid], None).await?.value;
+                let line = super::render::run_timeline(&a.value, &session.messages);
+                (a.raw, line)
+            }
+        }
         Command::Mcp { .. } => return Err(Failure::Other("`mcp` speaks MCP on stdio".into())),
     };
     let printed = if cmd.conn().json {
@@ -119,6 +142,18 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
         line
     };
     Ok(Printed { printed, run_id })
+}
+
+/// `--fallbacks` as the API takes it: `None` (the catalogue's chain) unless one was given or
+/// `--no-fallbacks` asked for none; blank entries (`--fallbacks ''`) are dropped.
+fn fallback_chain(given: &[String], none: bool) -> Option<Vec<String>> {
+    let chain: Vec<String> = given
+        .iter()
+        .map(|m| m.trim())
+        .filter(|m| !m.is_empty())
+        .map(str::to_string)
+        .collect();
+    (none || !given.is_empty()).then_some(chain)
 }
 
 /// `send --follow` / `retry --follow`: the command, its line, then the run it started, to

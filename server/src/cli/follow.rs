@@ -2,10 +2,11 @@
 //! text, each tool call with its status, Tier 1's waits — and ends with the run: exit 0 when
 //! it completed, 3 when it failed (with its class and what a retry would do), 4 when it was
 //! cancelled. Ctrl-C asks whether to cancel the run.
+use super::render::tool_line;
 use super::{Failure, Outcome};
 use app::api::native::Client;
 use app::api::{self};
-use app::wire::{Event, Run, RunStatus, ToolCall, ToolCallStatus};
+use app::wire::{Event, Run, RunStatus};
 use futures::StreamExt;
 use server::sse_lines::owned_events;
 use std::io::Write;
@@ -104,26 +105,6 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// One line per call event: `[tool mulligan/list_sessions: ok, 12 ms]`.
-fn tool_line(call: &ToolCall) -> String {
-    let status = match call.status {
-        ToolCallStatus::Running => "running".to_string(),
-        other => {
-            let took = call
-                .finished_at
-                .map(|f| format!(", {} ms", f.saturating_sub(call.started_at).max(0)))
-                .unwrap_or_default();
-            format!("{}{took}", super::render::to_wire(&other))
-        }
-    };
-    let server = if call.server.is_empty() {
-        "?"
-    } else {
-        call.server.as_str()
-    };
-    format!("[tool {server}/{}: {status}]", call.tool)
 }
 
 /// The last line and the exit code of a run that ended.

@@ -1,7 +1,8 @@
-//! CONTRACT §4 client commands (`sessions`, `send`, `regenerate`, `cancel`, `retry`, `mcp`):
-//! thin clients of a running server's HTTP API through the typed client of `app::api`
-//! (`mcp` bridges stdio to its `/mcp`). Exit codes: 0 success, 2 the server refused with the
-//! contract's error, 1 anything else; with `--follow`, 0 completed, 3 failed, 4 cancelled.
+//! CONTRACT §4 client commands (`new`, `sessions`, `send`, `regenerate`, `cancel`, `retry`,
+//! `tools`, `models`, `runs show`, `mcp`): thin clients of a running server's HTTP API through
+//! the typed client of `app::api` (`mcp` bridges stdio to its `/mcp`). Exit codes: 0 success,
+//! 2 the server refused with the contract's error, 1 anything else; with `--follow`, 0
+//! completed, 3 failed, 4 cancelled.
 mod args;
 mod commands;
 mod follow;

@@ -234,6 +234,9 @@ impl crate::tools::builtin::Commands for Engine {
     async fn stop(&self, session: &SessionId) -> Result<app::wire::Run> {
         Engine::stop(self, session).await
     }
+    async fn model_list(&self) -> app::wire::ModelList {
+        self.models().list(crate::clock::now_ms()).await
+    }
 }
 
 /// The built-in tools a run's model calls act through the same session commands.

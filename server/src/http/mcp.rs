@@ -1,6 +1,6 @@
 //! MCP (CONTRACT §5), with the official Rust SDK `rmcp`: the tools `list_sessions`,
-//! `send_message`, `retry_session` and `stop_session`, served over streamable HTTP at `/mcp`,
-//! and `mulligan mcp`, which carries MCP over stdio to that same endpoint.
+//! `send_message`, `retry_session`, `stop_session` and `list_models`, served over streamable
+//! HTTP at `/mcp`, and `mulligan mcp`, which carries MCP over stdio to that same endpoint.
 //!
 //! One implementation of the tools' semantics, in `tools::builtin`; this module only adapts
 //! it to `rmcp`. The tools call the engine directly (the code path of the HTTP API:
@@ -182,7 +182,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn four_tools_each_with_object_schemas() {
+    fn five_tools_each_with_object_schemas() {
         let tools = tools();
         let names: Vec<_> = tools.iter().map(|t| t.name.as_ref()).collect();
         assert_eq!(
@@ -191,9 +191,15 @@ mod tests {
                 "list_sessions",
                 "send_message",
                 "retry_session",
-                "stop_session"
+                "stop_session",
+                "list_models"
             ]
         );
+        let read_only = |name: &str| {
+            let t = tools.iter().find(|t| t.name == name).unwrap();
+            t.annotations.as_ref().and_then(|a| a.read_only_hint)
+        };
+        assert_eq!(read_only("list_models"), Some(true));
         for t in &tools {
             assert_eq!(t.input_schema["type"], "object", "{}", t.name);
             assert_eq!(t.output_schema.as_ref().unwrap()["type"], "object");

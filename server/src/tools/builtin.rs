@@ -6,7 +6,7 @@ use crate::engine::Refusal;
 use crate::error::{Error, Result};
 use crate::store::{SessionPage, Store};
 use app::wire::SessionId;
-use app::wire::{Receipt, RetryReceipt, Run, SessionList, ToolInfo};
+use app::wire::{ModelList, Receipt, RetryReceipt, Run, SessionList, ToolInfo};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -27,6 +27,8 @@ pub(crate) trait Commands {
     async fn post_message(&self, session: &SessionId, content: &str) -> Result<Receipt>;
     async fn retry(&self, session: &SessionId, from: Option<&str>) -> Result<RetryReceipt>;
     async fn stop(&self, session: &SessionId) -> Result<Run>;
+    /// The catalogue's models with their status now, as `GET /models` answers them.
+    async fn model_list(&self) -> ModelList;
 }
 
 /// `list_sessions`: an optional page.
@@ -51,6 +53,10 @@ struct Target {
     session: SessionId,
 }
 
+/// `list_models`: no input.
+#[derive(Debug, Deserialize)]
+struct NoInput {}
+
 /// One call of a built-in tool, its input parsed.
 #[derive(Debug)]
 enum Call {
@@ -58,6 +64,7 @@ enum Call {
     SendMessage(SendMessage),
     RetrySession(Target),
     StopSession(Target),
+    ListModels(NoInput),
 }
 
 impl Call {
@@ -76,6 +83,7 @@ impl Call {
             "send_message" => Call::SendMessage(input(name, args)?),
             "retry_session" => Call::RetrySession(input(name, args)?),
             "stop_session" => Call::StopSession(input(name, args)?),
+            "list_models" => Call::ListModels(input(name, args)?),
             other => return Err(Error::not_found("tool", other)),
         })
     }
@@ -125,6 +133,8 @@ pub(crate) async fn run(
             authorize(store, caller, &session).await?;
             serde_json::to_value(commands.stop(&session).await?)
         }
+        // Read-only and secret-free: anyone who may call a tool may list the models.
+        Call::ListModels(NoInput {}) => serde_json::to_value(commands.model_list().await),
     };
     value.map_err(|e| Error::internal(format!("cannot encode the answer: {e}")))
 }
@@ -137,7 +147,7 @@ pub fn refusal_json(e: &Error) -> Value {
     json!({"error": {"code": e.code(), "message": e.message}})
 }
 
-/// The four tools, with their input and output schemas.
+/// The tools, with their input and output schemas.
 pub fn tools() -> Vec<Tool> {
     let session = json!({"type": "string", "description": "The session's id (see list_sessions)."});
     let schema = |v: Value| -> Arc<JsonObject> {
@@ -201,6 +211,21 @@ pub fn tools() -> Vec<Tool> {
             &["id", "session_id", "status"],
         ))
         .with_annotations(ToolAnnotations::new().destructive(true)),
+        Tool::new(
+            "list_models",
+            "List the models a session can use: each `<provider>/<model>` id with its status (ok; cooling until `cooling_until`, ms since the epoch; down), whether its steps are sent tools, and the chain it falls back to before a step's first delta; and the default model.",
+            input(json!({}), &[]),
+        )
+        .with_raw_output_schema(output(
+            json!({"models": {"type": "array", "items": {"type": "object", "properties": {
+                       "id": string, "provider": string, "kind": string,
+                       "tools": {"type": "boolean"}, "status": string,
+                       "cooling_until": {"type": "integer"},
+                       "fallbacks": {"type": "array", "items": string}}}},
+                   "default_model": string}),
+            &["models", "default_model"],
+        ))
+        .with_annotations(ToolAnnotations::new().read_only(true)),
     ]
 }
 
@@ -243,6 +268,10 @@ mod tests {
         assert!(wrong.message.contains("retry_session"), "{}", wrong.message);
         let limit = Call::parse("list_sessions", json!({"limit": -1})).unwrap_err();
         assert_eq!(limit.code(), ErrorCode::InvalidRequest);
+        assert!(matches!(
+            Call::parse("list_models", Value::Null),
+            Ok(Call::ListModels(NoInput {}))
+        ));
         let unknown = Call::parse("rm_rf", json!({})).unwrap_err();
         assert_eq!(unknown.code(), ErrorCode::NotFound);
     }
