@@ -556,7 +556,6 @@ async fn new_with_fallbacks_falls_back_and_runs_show_says_who_answered() {
 
 #[tokio::test]
 async fn new_sets_or_clears_the_fallback_chain_and_an_unknown_model_is_refused() {
-    // A catalogue of the fake provider and the demo: it knows its models.
     let (_fake, server) = setup("cli-fallbacks-set").await;
     for (args, chain) in [
         (
@@ -586,14 +585,15 @@ async fn new_sets_or_clears_the_fallback_chain_and_an_unknown_model_is_refused()
     let session = server.detail(out.stdout.trim()).await.session;
     assert_eq!(session.fallbacks, None, "the catalogue's chain by default");
 
-    let out = mulligan(&server, &["new", "--fallbacks", "demo/nope"]).await;
+    // Nine models: a chain has at most eight.
+    let out = mulligan(&server, &["new", "--fallbacks", "a,b,c,d,e,f,g,h,i"]).await;
     assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
     assert!(
         out.stderr.starts_with("invalid_request: "),
         "{}",
         out.stderr
     );
-    assert!(out.stderr.contains("nope"), "{}", out.stderr);
+    assert!(out.stderr.contains("at most 8"), "{}", out.stderr);
     let out = mulligan(
         &server,
         &["new", "--fallbacks", "demo/demo", "--no-fallbacks"],
@@ -685,7 +685,7 @@ async fn an_agent_lists_the_models_and_runs_show_shows_the_tool_call() {
     let listed: app::wire::ModelList = serde_json::from_str(call.result.as_deref().unwrap())
         .expect("the tool answers a ModelList");
     assert!(
-        listed.models.iter().any(|m| m.id == "demo/demo"),
+        listed.models.iter().any(|m| m.id == "openai/fake-model"),
         "{listed:?}"
     );
 
@@ -743,5 +743,5 @@ async fn mcp_over_stdio_lists_the_models() {
             .map(Vec::len),
         api["models"].as_array().map(Vec::len)
     );
-    assert!(listed.models.iter().any(|m| m.id == "demo/demo"));
+    assert!(listed.models.iter().any(|m| m.id == "openai/fake-model"));
 }
