@@ -47,6 +47,7 @@ pub fn App() -> impl IntoView {
     provide_meta_context();
     page_data::provide_first_data();
     components::provide_sessions();
+    components::catalogue::provide_catalogue();
     let hydrated = components::provide_hydrated();
     // Effects run only in the browser: this marks the page as hydrated (tests wait for it),
     // and the times the server wrote in UTC are redrawn in the browser's time zone.

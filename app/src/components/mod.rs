@@ -1,4 +1,5 @@
 //! The operator UI: the session list, the chat view and its parts.
+pub mod catalogue;
 pub mod chat;
 pub mod composer;
 pub mod cooldown_note;

@@ -201,19 +201,9 @@ fn NewSession() -> impl IntoView {
             <input id="new-title" placeholder="New session title" prop:value=title
                 on:input=move |ev| title.set(event_target_value(&ev))/>
             <label class="sr-only" for="new-model">"Model"</label>
-            <input id="new-model" placeholder="model (default)" list="demo-models" prop:value=model
+            <input id="new-model" placeholder=super::catalogue::placeholder list="models" prop:value=model
                 on:input=move |ev| model.set(event_target_value(&ev))/>
-            <datalist id="demo-models">
-                <option value="demo"/>
-                <option value="demo-flaky"/>
-                <option value="demo-overloaded"/>
-                <option value="demo-busy"/>
-                <option value="demo-quota"/>
-                <option value="demo-drop"/>
-                <option value="demo-auth"/>
-                <option value="demo-overflow"/>
-                <option value="demo-long"/>
-            </datalist>
+            <super::catalogue::ModelOptions list_id="models"/>
             <button type="submit" disabled=move || busy.get()>"New session"</button>
             <Show when=move || error.get().is_some()>
                 <p class="error" role="alert">{move || error.get()}</p>
