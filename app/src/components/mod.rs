@@ -6,6 +6,7 @@ pub mod cooldown_note;
 pub mod reply;
 pub mod retrier;
 pub mod retry_banner;
+pub mod served;
 pub mod session_list;
 pub mod state;
 pub mod tool_call;

@@ -1,0 +1,180 @@
+//! Who answered a reply, in plain words under it: the fallback its run took ("answered by
+//! demo/demo — demo/demo-overloaded was overloaded") and a model that is sent no tools.
+use super::catalogue::use_catalogue;
+use super::state::Chat;
+use crate::wire::{FellBack, Message, RetryClass, Served};
+use leptos::prelude::*;
+
+/// What a model that was passed over did, after its id: "was overloaded".
+pub fn class_words(class: &RetryClass) -> String {
+    match class {
+        RetryClass::Overloaded => "was overloaded".into(),
+        RetryClass::RateLimited => "was rate limited".into(),
+        RetryClass::ServerError => "had a server error".into(),
+        RetryClass::Timeout => "timed out".into(),
+        RetryClass::Network => "was unreachable".into(),
+        other => format!(
+            "failed ({})",
+            super::retry_banner::label(other).to_lowercase()
+        ),
+    }
+}
+
+/// The sentence for a run's fallbacks, `None` when every step was answered by the first model
+/// it asked. Steps answered alike are told once; "step 2 answered by …" when not all were.
+pub fn fallback_sentence(served: &[Served]) -> Option<String> {
+    let mut groups: Vec<(Vec<u32>, &str, &[FellBack])> = Vec::new();
+    for s in served.iter().filter(|s| !s.after.is_empty()) {
+        match groups.last_mut() {
+            Some((steps, model, after)) if *model == s.model && *after == s.after.as_slice() => {
+                steps.push(s.step)
+            }
+            _ => groups.push((vec![s.step], &s.model, &s.after)),
+        }
+    }
+    let every = groups.len() == 1 && groups[0].0.len() == served.len();
+    let told: Vec<String> = groups
+        .iter()
+        .map(|(steps, model, after)| {
+            let which = match steps.as_slice() {
+                _ if every => String::new(),
+                [one] => format!("step {one} "),
+                many => {
+                    let n: Vec<String> = many.iter().map(u32::to_string).collect();
+                    format!("steps {} ", n.join(", "))
+                }
+            };
+            let why: Vec<String> = after
+                .iter()
+                .map(|f| format!("{} {}", f.model, class_words(&f.retry_class)))
+                .collect();
+            format!("{which}answered by {model} — {}", why.join(", "))
+        })
+        .collect();
+    (!told.is_empty()).then(|| told.join("; "))
+}
+
+/// The models of `served` (in order, once each), or `fallback` when none is recorded.
+pub fn answering_models(served: &[Served], fallback: Option<&str>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in served {
+        if !out.contains(&s.model) {
+            out.push(s.model.clone());
+        }
+    }
+    if out.is_empty() {
+        out.extend(fallback.map(str::to_string));
+    }
+    out
+}
+
+/// Under an agent reply: which model answered when its run fell back, and "tools are off
+/// for <model>" when the catalogue sends a model of it no tools.
+#[component]
+pub fn ServedNote(message: RwSignal<Message>) -> impl IntoView {
+    let chat = expect_context::<Chat>();
+    let catalogue = use_catalogue();
+    let run_id = Memo::new(move |_| message.with(|m| m.run_id.clone()));
+    // Only this reply's run is read: a memo, so other runs' events leave the note alone.
+    let served = Memo::new(move |_| {
+        let id = run_id.get()?;
+        chat.runs
+            .with(|rs| rs.iter().find(|r| r.id == id).map(|r| r.served.clone()))
+    });
+    let fell_back = move || served.with(|s| s.as_deref().and_then(fallback_sentence));
+    let tools_off = move || {
+        let c = catalogue?;
+        let session_model = chat.session.with(|s| s.as_ref().map(|s| s.model.clone()));
+        let models = served
+            .with(|s| answering_models(s.as_deref().unwrap_or_default(), session_model.as_deref()));
+        let off: Vec<String> = models.into_iter().filter(|m| c.tools_off(m)).collect();
+        (!off.is_empty()).then(|| format!("tools are off for {}", off.join(", ")))
+    };
+    view! {
+        {move || fell_back().map(|t| view! { <p class="served">{t}</p> })}
+        {move || tools_off().map(|t| view! { <p class="served tools-off">{t}</p> })}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(step: u32, model: &str, after: &[(&str, &str)]) -> Served {
+        Served {
+            step,
+            model: model.into(),
+            after: after
+                .iter()
+                .map(|(m, c)| FellBack {
+                    model: m.to_string(),
+                    retry_class: RetryClass::parse(c),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_run_that_fell_back_says_who_answered_and_why() {
+        let one = [served(
+            1,
+            "demo/demo",
+            &[("demo/demo-overloaded", "overloaded")],
+        )];
+        assert_eq!(
+            fallback_sentence(&one).as_deref(),
+            Some("answered by demo/demo — demo/demo-overloaded was overloaded")
+        );
+        let chain = [served(
+            1,
+            "c/x",
+            &[("a/x", "rate_limited"), ("b/x", "network")],
+        )];
+        assert_eq!(
+            fallback_sentence(&chain).as_deref(),
+            Some("answered by c/x — a/x was rate limited, b/x was unreachable")
+        );
+    }
+
+    #[test]
+    fn only_the_steps_that_fell_back_are_named() {
+        let tool_turn = [
+            served(1, "demo/demo-agent-flaky", &[]),
+            served(
+                2,
+                "demo/demo-agent",
+                &[("demo/demo-agent-flaky", "server_error")],
+            ),
+        ];
+        assert_eq!(
+            fallback_sentence(&tool_turn).as_deref(),
+            Some("step 2 answered by demo/demo-agent — demo/demo-agent-flaky had a server error")
+        );
+        let both = [
+            served(1, "b/x", &[("a/x", "timeout")]),
+            served(2, "b/x", &[("a/x", "timeout")]),
+        ];
+        assert_eq!(
+            fallback_sentence(&both).as_deref(),
+            Some("answered by b/x — a/x timed out")
+        );
+    }
+
+    #[test]
+    fn no_fallback_no_sentence() {
+        assert_eq!(fallback_sentence(&[]), None);
+        assert_eq!(fallback_sentence(&[served(1, "a/x", &[])]), None);
+    }
+
+    #[test]
+    fn the_answering_models_are_the_served_ones_else_the_sessions() {
+        let s = [
+            served(1, "a/x", &[]),
+            served(2, "b/x", &[]),
+            served(3, "a/x", &[]),
+        ];
+        assert_eq!(answering_models(&s, Some("z")), vec!["a/x", "b/x"]);
+        assert_eq!(answering_models(&[], Some("z")), vec!["z"]);
+        assert!(answering_models(&[], None).is_empty());
+    }
+}
