@@ -9,6 +9,7 @@ pub mod retry_banner;
 pub mod served;
 pub mod session_list;
 pub mod state;
+pub mod timeline;
 pub mod tool_call;
 
 use crate::wire::Session;

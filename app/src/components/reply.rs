@@ -56,7 +56,7 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
                 {move || message.with(|m| m.text_after_parts().to_string())}
             </div>
             {(role == Role::Agent).then(|| view! { <ReplyState message/> })}
-            {(role == Role::Agent).then(|| view! { <super::served::ServedNote message/> })}
+            {(role == Role::Agent).then(|| view! { <super::served::ServedNote message/> <super::timeline::Timeline message/> })}
         </li>
         </Show>
     }

@@ -1,0 +1,568 @@
+//! A turn's timeline, folded under its reply until opened: who started the run, its Tier 1
+//! attempts and their waits, its fallbacks and its tool calls, drawn as bars on the run's
+//! time axis (plain HTML, positioned by percent; times relative to the run's start).
+use super::state::Chat;
+use crate::api;
+use crate::client::fetch_json;
+use crate::wire::{
+    AutoRetry, Message, Millis, Part, ProvenanceKind, Run, RunDetail, RunKind, RunStatus, ToolCall,
+    ToolCallStatus,
+};
+use leptos::prelude::*;
+
+/// An attempt's error is cut to this many characters (the whole text shows on hover).
+const ERROR_CHARS: usize = 90;
+
+/// One bar of a row: where it starts and how wide it is, in hundredths of a percent of the
+/// run's duration (integers: float formatting would cost the browser bundle).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bar {
+    pub class: &'static str,
+    pub left: u32,
+    pub width: u32,
+}
+
+impl Bar {
+    pub fn style(&self) -> String {
+        format!("left:{};width:{}", percent(self.left), percent(self.width))
+    }
+}
+
+/// One line of the timeline: when it began (relative to the run's start), its bars, and
+/// what happened.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub class: &'static str,
+    pub at: String,
+    pub bars: Vec<Bar>,
+    pub text: String,
+    /// The whole text when `text` was cut.
+    pub title: Option<String>,
+}
+
+/// A run, drawn.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Drawn {
+    /// "Started by … · 3.4 s · completed".
+    pub head: String,
+    pub rows: Vec<Row>,
+}
+
+/// Who asked for the run, in words: the operator's prompt or click, a tab's automatic retry
+/// (Tier 2 in the browser), the server's background retry, or a retry-now from elsewhere.
+/// `auto_retry`: the session's setting, which tells a tab's retry of a tool turn from the
+/// server's (both arrive as an automatic resume).
+pub fn started_by(run: &Run, auto_retry: AutoRetry) -> String {
+    let what = match run.kind {
+        RunKind::Prompt => "",
+        RunKind::Regenerate => " (regenerate",
+        RunKind::Resend => " (resend",
+        RunKind::Continuation => " (continuation",
+    };
+    let attempt = run
+        .provenance
+        .as_ref()
+        .and_then(|p| p.attempt)
+        .filter(|_| !what.is_empty())
+        .map_or_else(String::new, |n| format!(", attempt {n}"));
+    let close = if what.is_empty() { "" } else { ")" };
+    let who = match &run.provenance {
+        None => "the operator's prompt".to_string(),
+        Some(p) => match (&p.kind, p.manual == Some(true), &p.from) {
+            (ProvenanceKind::Regenerate, true, _) => "the operator's Regenerate".into(),
+            (ProvenanceKind::Regenerate, false, _) => "an automatic retry in a browser tab".into(),
+            (ProvenanceKind::AutoResume, true, Some(from)) => format!("a retry-now from {from}"),
+            (ProvenanceKind::AutoResume, true, None) => "the operator's retry-now".into(),
+            (ProvenanceKind::AutoResume, false, _) => match auto_retry {
+                AutoRetry::Background => "the server's background retry".into(),
+                _ => "an automatic retry".into(),
+            },
+            _ => "the operator's prompt".into(),
+        },
+    };
+    format!("{who}{what}{attempt}{close}")
+}
+
+/// Draws a run from its detail and its reply's tool calls; `now` ends a run still going.
+pub fn layout(d: &RunDetail, calls: &[ToolCall], auto_retry: AutoRetry, now: Millis) -> Drawn {
+    let run = &d.run;
+    let mut attempts = d.attempts.clone();
+    attempts.sort_by_key(|a| a.n);
+    let t0 = attempts
+        .iter()
+        .map(|a| a.started_at)
+        .chain(run.started_at)
+        .min()
+        .unwrap_or(run.created_at);
+    let latest = attempts
+        .iter()
+        .map(|a| a.started_at)
+        .chain(calls.iter().map(|c| c.finished_at.unwrap_or(c.started_at)))
+        .max()
+        .unwrap_or(t0);
+    let end = run
+        .finished_at
+        .unwrap_or(if run.status.is_active() { now } else { latest })
+        .max(latest);
+    let span = (end - t0).max(1);
+    let pos = |t: Millis| -> u32 {
+        let t = (t - t0).clamp(0, span);
+        u32::try_from(t * 10_000 / span).unwrap_or(10_000)
+    };
+    let bar = |class, from: Millis, to: Millis| Bar {
+        class,
+        left: pos(from),
+        width: pos(to.max(from)) - pos(from),
+    };
+    let mut rows: Vec<(Millis, Row)> = Vec::new();
+    for (k, s) in run
+        .served
+        .iter()
+        .filter(|s| !s.after.is_empty())
+        .enumerate()
+    {
+        // Where the step went on: the first attempt on its model right after one on a model
+        // it passed over (a cooling model is passed over without one: then its first attempt).
+        let on_after = attempts.windows(2).find(|w| {
+            w[1].model.as_deref() == Some(&s.model)
+                && s.after
+                    .iter()
+                    .any(|f| w[0].model.as_deref() == Some(&f.model))
+        });
+        let at = on_after.map(|w| w[1].started_at).or_else(|| {
+            attempts
+                .iter()
+                .filter(|a| a.model.as_deref() == Some(&s.model))
+                .nth(k)
+                .map(|a| a.started_at)
+        });
+        let why: Vec<String> = s
+            .after
+            .iter()
+            .map(|f| format!("{} {}", f.model, super::served::class_words(&f.retry_class)))
+            .collect();
+        let t = at.unwrap_or(t0);
+        rows.push((
+            t,
+            Row {
+                class: "fallback",
+                at: at.map_or_else(String::new, |t| rel(t - t0)),
+                bars: at.map(|t| bar("fallback", t, t)).into_iter().collect(),
+                text: format!(
+                    "step {} fell back to {}: {}",
+                    s.step,
+                    s.model,
+                    why.join(", ")
+                ),
+                title: None,
+            },
+        ));
+    }
+    for (i, a) in attempts.iter().enumerate() {
+        let next = attempts.get(i + 1).map(|n| n.started_at);
+        let model = a.model.as_deref().unwrap_or("the session's model");
+        let mut bars = Vec::with_capacity(2);
+        let (text, title) = match &a.error {
+            Some(error) => {
+                let stop = match (a.retry_in_ms, next) {
+                    (Some(wait), Some(next)) => (next - wait).max(a.started_at),
+                    (_, Some(next)) => next,
+                    (_, None) => end,
+                };
+                bars.push(bar("attempt failed", a.started_at, stop));
+                let waited = a.retry_in_ms.map(|w| {
+                    bars.push(bar("wait", stop, next.unwrap_or(stop + w)));
+                    format!(" · waited {}", secs(w))
+                });
+                let cut = cut(error, ERROR_CHARS);
+                let title = (cut.len() < error.len()).then(|| error.clone());
+                (
+                    format!(
+                        "attempt {} · {model} · failed: {cut}{}",
+                        a.n,
+                        waited.unwrap_or_default()
+                    ),
+                    title,
+                )
+            }
+            None => {
+                // It streams until its step asks for tools, the next step opens, or the run ends.
+                let stop = calls
+                    .iter()
+                    .map(|c| c.started_at)
+                    .filter(|&t| t >= a.started_at)
+                    .chain(next)
+                    .min()
+                    .unwrap_or(end);
+                bars.push(bar("attempt", a.started_at, stop));
+                let outcome = if next.is_none() && run.status.is_active() {
+                    "answering"
+                } else {
+                    "answered"
+                };
+                (format!("attempt {} · {model} · {outcome}", a.n), None)
+            }
+        };
+        rows.push((
+            a.started_at,
+            Row {
+                class: "attempt",
+                at: rel(a.started_at - t0),
+                bars,
+                text,
+                title,
+            },
+        ));
+    }
+    for c in calls {
+        let stop = c.finished_at.unwrap_or(end);
+        let status = match c.status {
+            ToolCallStatus::Interrupted => "interrupted: outcome unknown",
+            s => s.as_str(),
+        };
+        let took = c
+            .finished_at
+            .map_or_else(String::new, |f| format!(" · {}", secs(f - c.started_at)));
+        rows.push((
+            c.started_at,
+            Row {
+                class: "tool",
+                at: rel(c.started_at - t0),
+                bars: vec![bar("tool", c.started_at, stop)],
+                text: format!("tool {} ({}){took} · {status}", c.tool, c.server),
+                title: None,
+            },
+        ));
+    }
+    // A stable sort: at one moment, a fallback before the attempt it led to.
+    rows.sort_by_key(|(t, _)| *t);
+    let queued = run.started_at.map_or(0, |s| s - run.created_at);
+    let queued = if queued >= 100 {
+        format!(" · queued {} first", secs(queued))
+    } else {
+        String::new()
+    };
+    let state = match run.status {
+        RunStatus::Queued => "queued",
+        RunStatus::Running => "running",
+        RunStatus::Completed => "completed",
+        RunStatus::Failed => "failed",
+        RunStatus::Cancelled => "stopped",
+    };
+    Drawn {
+        head: format!(
+            "Started by {}{queued} · {} · {state}",
+            started_by(run, auto_retry),
+            secs(end - t0)
+        ),
+        rows: rows.into_iter().map(|(_, r)| r).collect(),
+    }
+}
+
+/// `n` hundredths of a percent, as CSS reads it: `12.34%`.
+fn percent(n: u32) -> String {
+    format!("{}.{:02}%", n / 100, n % 100)
+}
+
+/// A duration in words: `0.4 s`, `12.3 s`, `2 min 5 s`.
+pub fn secs(ms: Millis) -> String {
+    let ms = ms.max(0);
+    let s = ms / 1000;
+    if s >= 60 {
+        format!("{} min {} s", s / 60, s % 60)
+    } else {
+        format!("{s}.{} s", ms % 1000 / 100)
+    }
+}
+
+/// A moment relative to the run's start: `+1.2 s`.
+fn rel(ms: Millis) -> String {
+    format!("+{}", secs(ms))
+}
+
+/// `text`'s first `chars` characters, with `…` when it was longer.
+fn cut(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// The reply's tool calls, as its parts hold them (a reply's calls are its run's).
+fn calls_of(m: &Message) -> Vec<ToolCall> {
+    m.parts
+        .iter()
+        .flatten()
+        .filter_map(|p| match p {
+            Part::ToolCall { call } => Some(call.clone()),
+            Part::Text { .. } => None,
+        })
+        .collect()
+}
+
+/// "Timeline", folded under an agent reply: nothing is read until it is opened; each
+/// opening reads the run again (it may have gone on since).
+#[component]
+pub fn Timeline(message: RwSignal<Message>) -> impl IntoView {
+    let chat = expect_context::<Chat>();
+    let details = NodeRef::<leptos::html::Details>::new();
+    let drawn = RwSignal::new(None::<Result<Drawn, String>>);
+    let toggled = move |_| {
+        let open = details.get_untracked().is_some_and(|d| d.open());
+        let Some(rid) = message.with_untracked(|m| m.run_id.clone()) else {
+            return;
+        };
+        if !open {
+            return;
+        }
+        leptos::task::spawn_local(async move {
+            let url = api::RUN.url(&[&rid]);
+            let answer = fetch_json::<RunDetail>(api::RUN.method(), &url, None).await;
+            let auto_retry = chat
+                .session
+                .with_untracked(|s| s.as_ref().map(|s| s.auto_retry).unwrap_or_default());
+            let calls = message.with_untracked(calls_of);
+            drawn.set(Some(match answer {
+                Ok(d) => Ok(layout(&d, &calls, auto_retry, crate::clock::now_ms())),
+                Err(e) => Err(e.explain()),
+            }));
+        });
+    };
+    let body = move || match drawn.get() {
+        None => view! { <p class="tl-head">"Loading…"</p> }.into_any(),
+        Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+        Some(Ok(d)) => view! {
+            <p class="tl-head">{d.head}</p>
+            <ol class="tl-rows">
+                {d.rows.into_iter().map(|r| view! {
+                    <li class=format!("tl-row {}", r.class)>
+                        <span class="tl-at">{r.at}</span>
+                        <span class="tl-track">
+                            {r.bars.into_iter().map(|b| view! {
+                                <span class=format!("tl-bar {}", b.class) style=b.style()></span>
+                            }).collect_view()}
+                        </span>
+                        <span class="tl-text" title=r.title>{r.text}</span>
+                    </li>
+                }).collect_view()}
+            </ol>
+        }
+        .into_any(),
+    };
+    let has_run = move || message.with(|m| m.run_id.is_some());
+    view! {
+        <Show when=has_run>
+            <details class="timeline" node_ref=details on:toggle=toggled>
+                <summary>"Timeline"</summary>
+                {body}
+            </details>
+        </Show>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Attempt, FellBack, Provenance, RetryClass, Served};
+
+    fn run(json: serde_json::Value) -> Run {
+        let mut base = serde_json::json!({
+            "id": "r_1", "session_id": "s_1", "anchor_message_id": "m_1", "status": "completed",
+            "kind": "prompt", "attempt": 1, "tier1_attempts": 1, "created_at": 1_000,
+            "started_at": 1_000, "finished_at": 11_000,
+        });
+        for (k, v) in json.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn attempt(n: u32, at: Millis, model: &str, error: Option<&str>, wait: Option<i64>) -> Attempt {
+        Attempt {
+            n,
+            started_at: at,
+            error: error.map(str::to_string),
+            retry_in_ms: wait,
+            model: Some(model.into()),
+        }
+    }
+
+    fn call(started: Millis, finished: Millis) -> ToolCall {
+        ToolCall {
+            id: "c1".into(),
+            step: 1,
+            server: "mulligan".into(),
+            tool: "list_sessions".into(),
+            arguments: serde_json::json!({}),
+            status: ToolCallStatus::Ok,
+            result: None,
+            started_at: started,
+            finished_at: Some(finished),
+        }
+    }
+
+    /// The demo agent's turn falling back after its tool call: step 1 on the flaky model,
+    /// its tool, step 2 failing twice there, then answered by the other model.
+    fn tool_turn() -> RunDetail {
+        let mut r = run(serde_json::json!({}));
+        r.served = vec![
+            Served {
+                step: 1,
+                model: "demo/flaky".into(),
+                after: vec![],
+            },
+            Served {
+                step: 2,
+                model: "demo/agent".into(),
+                after: vec![FellBack {
+                    model: "demo/flaky".into(),
+                    retry_class: RetryClass::ServerError,
+                }],
+            },
+        ];
+        RunDetail {
+            run: r,
+            attempts: vec![
+                attempt(1, 1_000, "demo/flaky", None, None),
+                attempt(2, 4_000, "demo/flaky", Some("HTTP 503"), Some(1_000)),
+                attempt(3, 6_000, "demo/flaky", Some("HTTP 503"), None),
+                attempt(4, 7_000, "demo/agent", None, None),
+            ],
+            tool_calls: vec![],
+        }
+    }
+
+    #[test]
+    fn a_fallen_back_tool_turn_is_drawn_in_time_order() {
+        let d = layout(
+            &tool_turn(),
+            &[call(2_000, 3_000)],
+            AutoRetry::Browser,
+            99_999,
+        );
+        assert_eq!(
+            d.head,
+            "Started by the operator's prompt · 10.0 s · completed"
+        );
+        let rows: Vec<(&str, &str, &str)> = d
+            .rows
+            .iter()
+            .map(|r| (r.class, r.at.as_str(), r.text.as_str()))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("attempt", "+0.0 s", "attempt 1 · demo/flaky · answered"),
+                (
+                    "tool",
+                    "+1.0 s",
+                    "tool list_sessions (mulligan) · 1.0 s · ok"
+                ),
+                (
+                    "attempt",
+                    "+3.0 s",
+                    "attempt 2 · demo/flaky · failed: HTTP 503 · waited 1.0 s"
+                ),
+                (
+                    "attempt",
+                    "+5.0 s",
+                    "attempt 3 · demo/flaky · failed: HTTP 503"
+                ),
+                (
+                    "fallback",
+                    "+6.0 s",
+                    "step 2 fell back to demo/agent: demo/flaky had a server error"
+                ),
+                ("attempt", "+6.0 s", "attempt 4 · demo/agent · answered"),
+            ]
+        );
+        // Bars: the first attempt streams until its tool call; the tool takes a tenth.
+        assert_eq!(d.rows[0].bars[0].style(), "left:0.00%;width:10.00%");
+        assert_eq!(d.rows[1].bars[0].style(), "left:10.00%;width:10.00%");
+        // The failed attempt, then its wait up to the next attempt.
+        let b: Vec<_> = d.rows[2]
+            .bars
+            .iter()
+            .map(|b| (b.class, b.left, b.width))
+            .collect();
+        assert_eq!(
+            b,
+            vec![("attempt failed", 3_000, 1_000), ("wait", 4_000, 1_000)]
+        );
+        assert_eq!(d.rows[4].bars[0].left, 6_000);
+    }
+
+    #[test]
+    fn a_running_run_ends_now_and_a_long_error_is_cut() {
+        let mut d = tool_turn();
+        d.run.status = RunStatus::Running;
+        d.run.finished_at = None;
+        d.run.served.clear();
+        d.attempts.truncate(2);
+        let long = "x".repeat(200);
+        d.attempts[1].error = Some(long.clone());
+        d.attempts[1].retry_in_ms = None;
+        let drawn = layout(&d, &[], AutoRetry::Browser, 21_000);
+        assert!(drawn.head.ends_with("· 20.0 s · running"), "{}", drawn.head);
+        let failed = &drawn.rows[1];
+        assert_eq!(failed.title.as_deref(), Some(long.as_str()));
+        assert!(failed.text.ends_with("x…"));
+        // Failed with no attempt after it: its bar runs to now.
+        assert_eq!(failed.bars[0].left + failed.bars[0].width, 10_000);
+    }
+
+    #[test]
+    fn who_started_the_run() {
+        let with = |kind, p: Option<Provenance>, auto| {
+            let mut r = run(serde_json::json!({ "kind": kind }));
+            r.provenance = p;
+            started_by(&r, auto)
+        };
+        let p = |kind: ProvenanceKind, manual: Option<bool>, from: Option<&str>| {
+            Some(Provenance {
+                kind,
+                prompt_id: None,
+                attempt: Some(2),
+                manual,
+                from: from.map(str::to_string),
+            })
+        };
+        use AutoRetry::{Background, Browser};
+        use ProvenanceKind::{AutoResume, Regenerate};
+        assert_eq!(with("prompt", None, Browser), "the operator's prompt");
+        assert_eq!(
+            with("regenerate", p(Regenerate, Some(true), None), Browser),
+            "the operator's Regenerate (regenerate, attempt 2)"
+        );
+        assert_eq!(
+            with("regenerate", p(Regenerate, None, None), Browser),
+            "an automatic retry in a browser tab (regenerate, attempt 2)"
+        );
+        assert_eq!(
+            with("continuation", p(AutoResume, Some(false), None), Background),
+            "the server's background retry (continuation, attempt 2)"
+        );
+        assert_eq!(
+            with("resend", p(AutoResume, Some(true), None), Browser),
+            "the operator's retry-now (resend, attempt 2)"
+        );
+        assert_eq!(
+            with(
+                "resend",
+                p(AutoResume, Some(true), Some("s_parent")),
+                Browser
+            ),
+            "a retry-now from s_parent (resend, attempt 2)"
+        );
+    }
+
+    #[test]
+    fn durations_and_positions_read_plainly() {
+        assert_eq!(secs(420), "0.4 s");
+        assert_eq!(secs(12_345), "12.3 s");
+        assert_eq!(secs(125_000), "2 min 5 s");
+        assert_eq!(secs(-3), "0.0 s");
+        assert_eq!(percent(5), "0.05%");
+        assert_eq!(percent(10_000), "100.00%");
+    }
+}
