@@ -66,20 +66,26 @@ pub fn names(m: &ModelInfo, name: &str) -> bool {
 /// What the model field says of a model beside its id: "default · ok", "cooling until
 /// 14:09 · tools off". `at` writes a moment as the operator reads it.
 pub fn option_label(m: &ModelInfo, default_model: &str, at: impl Fn(Millis) -> String) -> String {
-    let mut words = Vec::with_capacity(3);
+    let mut words = String::new();
     if m.id == default_model {
-        words.push("default".to_string());
+        words.push_str("default · ");
     }
-    words.push(match (&m.status, m.cooling_until) {
-        (ModelStatus::Ok, _) => "ok".to_string(),
-        (ModelStatus::Cooling, Some(t)) => format!("cooling until {}", at(t)),
-        (ModelStatus::Down, Some(t)) => format!("down, next probe {}", at(t)),
-        (s, _) => s.as_str().to_string(),
-    });
+    match (&m.status, m.cooling_until) {
+        (ModelStatus::Ok, _) => words.push_str("ok"),
+        (ModelStatus::Cooling, Some(t)) => {
+            words.push_str("cooling until ");
+            words.push_str(&at(t));
+        }
+        (ModelStatus::Down, Some(t)) => {
+            words.push_str("down, next probe ");
+            words.push_str(&at(t));
+        }
+        (s, _) => words.push_str(s.as_str()),
+    }
     if !m.tools {
-        words.push("tools off".into());
+        words.push_str(" · tools off");
     }
-    words.join(" · ")
+    words
 }
 
 /// The model field's choices (a `<datalist>` with id `list_id`): every catalogue model,
@@ -93,16 +99,28 @@ pub fn ModelOptions(list_id: &'static str) -> impl IntoView {
         }
     });
     let options = move || {
-        let list = catalogue.and_then(|c| c.list.get()).unwrap_or_default();
-        list.models
-            .iter()
-            .map(|m| {
-                let label = option_label(m, &list.default_model, crate::clock::at);
-                view! { <option value=m.id.clone() label=label></option> }
+        catalogue
+            .and_then(|c| {
+                c.list
+                    .with(|l| l.as_ref().map(|l| options_html(l, crate::clock::at)))
             })
-            .collect_view()
+            .unwrap_or_default()
     };
-    view! { <datalist id=list_id>{options}</datalist> }
+    view! { <datalist id=list_id inner_html=options></datalist> }
+}
+
+/// The datalist's options as HTML, ids and labels escaped (one string, not a view per option:
+/// those cost the browser bundle more).
+pub fn options_html(list: &ModelList, at: impl Fn(Millis) -> String + Copy) -> String {
+    let mut h = String::new();
+    for m in &list.models {
+        h.push_str("<option value=\"");
+        super::timeline::escape(&m.id, &mut h);
+        h.push_str("\" label=\"");
+        super::timeline::escape(&option_label(m, &list.default_model, at), &mut h);
+        h.push_str("\"></option>");
+    }
+    h
 }
 
 /// The field's placeholder: the default model once known.
@@ -146,6 +164,22 @@ mod tests {
         assert_eq!(
             option_label(&model("a/big", "down", None, true), "", at),
             "down"
+        );
+    }
+
+    #[test]
+    fn options_are_escaped_html() {
+        let list = ModelList {
+            models: vec![
+                model("demo/demo", "ok", None, true),
+                model("x/\"><b>", "ok", None, true),
+            ],
+            default_model: "demo/demo".into(),
+        };
+        assert_eq!(
+            options_html(&list, |_| String::new()),
+            "<option value=\"demo/demo\" label=\"default · ok\"></option>\
+             <option value=\"x/&quot;&gt;&lt;b&gt;\" label=\"ok\"></option>"
         );
     }
 

@@ -5,18 +5,16 @@ use super::state::Chat;
 use crate::wire::{FellBack, Message, RetryClass, Served};
 use leptos::prelude::*;
 
-/// What a model that was passed over did, after its id: "was overloaded".
-pub fn class_words(class: &RetryClass) -> String {
+/// What a model that was passed over did, after its id: "was overloaded". (Only these
+/// classes hand a step on; any other reads as "could not answer".)
+pub fn class_words(class: &RetryClass) -> &'static str {
     match class {
-        RetryClass::Overloaded => "was overloaded".into(),
-        RetryClass::RateLimited => "was rate limited".into(),
-        RetryClass::ServerError => "had a server error".into(),
-        RetryClass::Timeout => "timed out".into(),
-        RetryClass::Network => "was unreachable".into(),
-        other => format!(
-            "failed ({})",
-            super::retry_banner::label(other).to_lowercase()
-        ),
+        RetryClass::Overloaded => "was overloaded",
+        RetryClass::RateLimited => "was rate limited",
+        RetryClass::ServerError => "had a server error",
+        RetryClass::Timeout => "timed out",
+        RetryClass::Network => "was unreachable",
+        _ => "could not answer",
     }
 }
 
@@ -33,25 +31,40 @@ pub fn fallback_sentence(served: &[Served]) -> Option<String> {
         }
     }
     let every = groups.len() == 1 && groups[0].0.len() == served.len();
-    let told: Vec<String> = groups
-        .iter()
-        .map(|(steps, model, after)| {
-            let which = match steps.as_slice() {
-                _ if every => String::new(),
-                [one] => format!("step {one} "),
-                many => {
-                    let n: Vec<String> = many.iter().map(u32::to_string).collect();
-                    format!("steps {} ", n.join(", "))
+    let mut out = String::new();
+    for (steps, model, after) in &groups {
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        if !every {
+            out.push_str(if steps.len() == 1 { "step " } else { "steps " });
+            for (i, n) in steps.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
                 }
-            };
-            let why: Vec<String> = after
-                .iter()
-                .map(|f| format!("{} {}", f.model, class_words(&f.retry_class)))
-                .collect();
-            format!("{which}answered by {model} — {}", why.join(", "))
-        })
-        .collect();
-    (!told.is_empty()).then(|| told.join("; "))
+                out.push_str(&n.to_string());
+            }
+            out.push(' ');
+        }
+        out.push_str("answered by ");
+        out.push_str(model);
+        out.push_str(" — ");
+        passed_over(after, &mut out);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Appends what each passed-over model did: "a/x was rate limited, b/x was unreachable".
+/// (Strings are pushed, not joined: `join` costs the browser bundle.)
+pub fn passed_over(after: &[FellBack], out: &mut String) {
+    for (i, f) in after.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&f.model);
+        out.push(' ');
+        out.push_str(class_words(&f.retry_class));
+    }
 }
 
 /// The models of `served` (in order, once each), or `fallback` when none is recorded.
@@ -75,25 +88,33 @@ pub fn ServedNote(message: RwSignal<Message>) -> impl IntoView {
     let chat = expect_context::<Chat>();
     let catalogue = use_catalogue();
     let run_id = Memo::new(move |_| message.with(|m| m.run_id.clone()));
-    // Only this reply's run is read: a memo, so other runs' events leave the note alone.
-    let served = Memo::new(move |_| {
+    // A memo of the words alone: other runs' events leave the note as it is.
+    let note = Memo::new(move |_| {
         let id = run_id.get()?;
-        chat.runs
-            .with(|rs| rs.iter().find(|r| r.id == id).map(|r| r.served.clone()))
-    });
-    let fell_back = move || served.with(|s| s.as_deref().and_then(fallback_sentence));
-    let tools_off = move || {
-        let c = catalogue?;
         let session_model = chat.session.with(|s| s.as_ref().map(|s| s.model.clone()));
-        let models = served
-            .with(|s| answering_models(s.as_deref().unwrap_or_default(), session_model.as_deref()));
-        let off: Vec<String> = models.into_iter().filter(|m| c.tools_off(m)).collect();
-        (!off.is_empty()).then(|| format!("tools are off for {}", off.join(", ")))
-    };
-    view! {
-        {move || fell_back().map(|t| view! { <p class="served">{t}</p> })}
-        {move || tools_off().map(|t| view! { <p class="served tools-off">{t}</p> })}
-    }
+        chat.runs.with(|rs| {
+            let served = rs
+                .iter()
+                .find(|r| r.id == id)
+                .map(|r| r.served.as_slice())?;
+            let mut words = fallback_sentence(served).unwrap_or_default();
+            let models = answering_models(served, session_model.as_deref());
+            for (i, m) in models
+                .iter()
+                .filter(|m| catalogue.is_some_and(|c| c.tools_off(m)))
+                .enumerate()
+            {
+                words.push_str(match (i, words.is_empty()) {
+                    (0, true) => "tools are off for ",
+                    (0, false) => " · tools are off for ",
+                    _ => ", ",
+                });
+                words.push_str(m);
+            }
+            (!words.is_empty()).then_some(words)
+        })
+    });
+    move || note.get().map(|t| view! { <p class="served">{t}</p> })
 }
 
 #[cfg(test)]

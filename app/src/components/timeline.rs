@@ -17,6 +17,7 @@ const ERROR_CHARS: usize = 90;
 /// run's duration (integers: float formatting would cost the browser bundle).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Bar {
+    /// Its CSS classes.
     pub class: &'static str,
     pub left: u32,
     pub width: u32,
@@ -28,13 +29,15 @@ impl Bar {
     }
 }
 
-/// One line of the timeline: when it began (relative to the run's start), its bars, and
-/// what happened.
+/// One line of the timeline: when it began (relative to the run's start), its bar (and the
+/// wait after it), and what happened.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
+    /// Its CSS classes.
     pub class: &'static str,
     pub at: String,
-    pub bars: Vec<Bar>,
+    pub bar: Option<Bar>,
+    pub wait: Option<Bar>,
     pub text: String,
     /// The whole text when `text` was cut.
     pub title: Option<String>,
@@ -83,11 +86,18 @@ pub fn started_by(run: &Run, auto_retry: AutoRetry) -> String {
     format!("{who}{what}{attempt}{close}")
 }
 
-/// Draws a run from its detail and its reply's tool calls; `now` ends a run still going.
-pub fn layout(d: &RunDetail, calls: &[ToolCall], auto_retry: AutoRetry, now: Millis) -> Drawn {
+/// Draws a run from its detail (attempts in order, as the API lists them) and its reply's
+/// parts (its tool calls); `now` ends a run still going.
+pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis) -> Drawn {
     let run = &d.run;
-    let mut attempts = d.attempts.clone();
-    attempts.sort_by_key(|a| a.n);
+    let attempts = &d.attempts;
+    let calls: Vec<&ToolCall> = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolCall { call } => Some(call),
+            Part::Text { .. } => None,
+        })
+        .collect();
     let t0 = attempts
         .iter()
         .map(|a| a.started_at)
@@ -114,7 +124,13 @@ pub fn layout(d: &RunDetail, calls: &[ToolCall], auto_retry: AutoRetry, now: Mil
         left: pos(from),
         width: pos(to.max(from)) - pos(from),
     };
+    // In time order as they come; at one moment, in the order added (a fallback before the
+    // attempt it led to). Inserted in place: a sort would cost the browser bundle.
     let mut rows: Vec<(Millis, Row)> = Vec::new();
+    let mut add = |t: Millis, row: Row| {
+        let at = rows.iter().rposition(|(u, _)| *u <= t).map_or(0, |i| i + 1);
+        rows.insert(at, (t, row));
+    };
     for (k, s) in run
         .served
         .iter()
@@ -136,47 +152,39 @@ pub fn layout(d: &RunDetail, calls: &[ToolCall], auto_retry: AutoRetry, now: Mil
                 .nth(k)
                 .map(|a| a.started_at)
         });
-        let why: Vec<String> = s
-            .after
-            .iter()
-            .map(|f| format!("{} {}", f.model, super::served::class_words(&f.retry_class)))
-            .collect();
-        let t = at.unwrap_or(t0);
-        rows.push((
-            t,
+        let mut text = format!("step {} fell back to {}: ", s.step, s.model);
+        super::served::passed_over(&s.after, &mut text);
+        add(
+            at.unwrap_or(t0),
             Row {
-                class: "fallback",
+                class: "tl-row fallback",
                 at: at.map_or_else(String::new, |t| rel(t - t0)),
-                bars: at.map(|t| bar("fallback", t, t)).into_iter().collect(),
-                text: format!(
-                    "step {} fell back to {}: {}",
-                    s.step,
-                    s.model,
-                    why.join(", ")
-                ),
+                bar: at.map(|t| bar("tl-bar fallback", t, t)),
+                wait: None,
+                text,
                 title: None,
             },
-        ));
+        );
     }
     for (i, a) in attempts.iter().enumerate() {
         let next = attempts.get(i + 1).map(|n| n.started_at);
         let model = a.model.as_deref().unwrap_or("the session's model");
-        let mut bars = Vec::with_capacity(2);
-        let (text, title) = match &a.error {
+        let mut wait = None;
+        let (main, text, title) = match &a.error {
             Some(error) => {
                 let stop = match (a.retry_in_ms, next) {
                     (Some(wait), Some(next)) => (next - wait).max(a.started_at),
                     (_, Some(next)) => next,
                     (_, None) => end,
                 };
-                bars.push(bar("attempt failed", a.started_at, stop));
                 let waited = a.retry_in_ms.map(|w| {
-                    bars.push(bar("wait", stop, next.unwrap_or(stop + w)));
+                    wait = Some(bar("tl-bar wait", stop, next.unwrap_or(stop + w)));
                     format!(" · waited {}", secs(w))
                 });
                 let cut = cut(error, ERROR_CHARS);
                 let title = (cut.len() < error.len()).then(|| error.clone());
                 (
+                    bar("tl-bar failed", a.started_at, stop),
                     format!(
                         "attempt {} · {model} · failed: {cut}{}",
                         a.n,
@@ -194,27 +202,31 @@ pub fn layout(d: &RunDetail, calls: &[ToolCall], auto_retry: AutoRetry, now: Mil
                     .chain(next)
                     .min()
                     .unwrap_or(end);
-                bars.push(bar("attempt", a.started_at, stop));
                 let outcome = if next.is_none() && run.status.is_active() {
                     "answering"
                 } else {
                     "answered"
                 };
-                (format!("attempt {} · {model} · {outcome}", a.n), None)
+                (
+                    bar("tl-bar", a.started_at, stop),
+                    format!("attempt {} · {model} · {outcome}", a.n),
+                    None,
+                )
             }
         };
-        rows.push((
+        add(
             a.started_at,
             Row {
-                class: "attempt",
+                class: "tl-row attempt",
                 at: rel(a.started_at - t0),
-                bars,
+                bar: Some(main),
+                wait,
                 text,
                 title,
             },
-        ));
+        );
     }
-    for c in calls {
+    for c in &calls {
         let stop = c.finished_at.unwrap_or(end);
         let status = match c.status {
             ToolCallStatus::Interrupted => "interrupted: outcome unknown",
@@ -223,19 +235,18 @@ pub fn layout(d: &RunDetail, calls: &[ToolCall], auto_retry: AutoRetry, now: Mil
         let took = c
             .finished_at
             .map_or_else(String::new, |f| format!(" · {}", secs(f - c.started_at)));
-        rows.push((
+        add(
             c.started_at,
             Row {
-                class: "tool",
+                class: "tl-row tool",
                 at: rel(c.started_at - t0),
-                bars: vec![bar("tool", c.started_at, stop)],
+                bar: Some(bar("tl-bar tool", c.started_at, stop)),
+                wait: None,
                 text: format!("tool {} ({}){took} · {status}", c.tool, c.server),
                 title: None,
             },
-        ));
+        );
     }
-    // A stable sort: at one moment, a fallback before the attempt it led to.
-    rows.sort_by_key(|(t, _)| *t);
     let queued = run.started_at.map_or(0, |s| s - run.created_at);
     let queued = if queued >= 100 {
         format!(" · queued {} first", secs(queued))
@@ -288,75 +299,98 @@ fn cut(text: &str, chars: usize) -> String {
     }
 }
 
-/// The reply's tool calls, as its parts hold them (a reply's calls are its run's).
-fn calls_of(m: &Message) -> Vec<ToolCall> {
-    m.parts
-        .iter()
-        .flatten()
-        .filter_map(|p| match p {
-            Part::ToolCall { call } => Some(call.clone()),
-            Part::Text { .. } => None,
-        })
-        .collect()
-}
-
 /// "Timeline", folded under an agent reply: nothing is read until it is opened; each
 /// opening reads the run again (it may have gone on since).
 #[component]
 pub fn Timeline(message: RwSignal<Message>) -> impl IntoView {
     let chat = expect_context::<Chat>();
-    let details = NodeRef::<leptos::html::Details>::new();
-    let drawn = RwSignal::new(None::<Result<Drawn, String>>);
-    let toggled = move |_| {
-        let open = details.get_untracked().is_some_and(|d| d.open());
-        let Some(rid) = message.with_untracked(|m| m.run_id.clone()) else {
+    let drawn = RwSignal::new(None::<Drawn>);
+    let toggled = move |ev: leptos::ev::Event| {
+        let open = event_target::<leptos::web_sys::HtmlDetailsElement>(&ev).open();
+        let Some(rid) = message
+            .with_untracked(|m| m.run_id.clone())
+            .filter(|_| open)
+        else {
             return;
         };
-        if !open {
-            return;
-        }
         leptos::task::spawn_local(async move {
             let url = api::RUN.url(&[&rid]);
             let answer = fetch_json::<RunDetail>(api::RUN.method(), &url, None).await;
             let auto_retry = chat
                 .session
                 .with_untracked(|s| s.as_ref().map(|s| s.auto_retry).unwrap_or_default());
-            let calls = message.with_untracked(calls_of);
             drawn.set(Some(match answer {
-                Ok(d) => Ok(layout(&d, &calls, auto_retry, crate::clock::now_ms())),
-                Err(e) => Err(e.explain()),
+                Ok(d) => message.with_untracked(|m| {
+                    let parts = m.parts.as_deref().unwrap_or_default();
+                    layout(&d, parts, auto_retry, crate::clock::now_ms())
+                }),
+                Err(e) => Drawn {
+                    head: format!("Could not read the run: {}", e.explain()),
+                    rows: Vec::new(),
+                },
             }));
         });
     };
-    let body = move || match drawn.get() {
-        None => view! { <p class="tl-head">"Loading…"</p> }.into_any(),
-        Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
-        Some(Ok(d)) => view! {
-            <p class="tl-head">{d.head}</p>
-            <ol class="tl-rows">
-                {d.rows.into_iter().map(|r| view! {
-                    <li class=format!("tl-row {}", r.class)>
-                        <span class="tl-at">{r.at}</span>
-                        <span class="tl-track">
-                            {r.bars.into_iter().map(|b| view! {
-                                <span class=format!("tl-bar {}", b.class) style=b.style()></span>
-                            }).collect_view()}
-                        </span>
-                        <span class="tl-text" title=r.title>{r.text}</span>
-                    </li>
-                }).collect_view()}
-            </ol>
-        }
-        .into_any(),
-    };
-    let has_run = move || message.with(|m| m.run_id.is_some());
-    view! {
-        <Show when=has_run>
-            <details class="timeline" node_ref=details on:toggle=toggled>
+    let body = move || drawn.with(|d| d.as_ref().map_or_else(|| LOADING.to_string(), html));
+    // Every reply has its run from its first event: read once.
+    message.with_untracked(|m| m.run_id.is_some()).then(|| {
+        view! {
+            <details class="timeline" on:toggle=toggled>
                 <summary>"Timeline"</summary>
-                {body}
+                <div inner_html=body></div>
             </details>
-        </Show>
+        }
+    })
+}
+
+const LOADING: &str = "<p class=\"tl-head\">Loading…</p>";
+
+/// The drawn run as HTML, every text in it escaped (an attempt's error is the provider's
+/// words). One string, not a view per row: row views cost the browser bundle far more.
+pub fn html(d: &Drawn) -> String {
+    let mut h = String::with_capacity(256 + d.rows.len() * 256);
+    h.push_str("<p class=\"tl-head\">");
+    escape(&d.head, &mut h);
+    h.push_str("</p><ol class=\"tl-rows\">");
+    for r in &d.rows {
+        h.push_str("<li class=\"");
+        h.push_str(r.class);
+        h.push_str("\"><span class=\"tl-at\">");
+        escape(&r.at, &mut h);
+        h.push_str("</span><span class=\"tl-track\">");
+        for b in r.bar.iter().chain(&r.wait) {
+            h.push_str("<span class=\"");
+            h.push_str(b.class);
+            h.push_str("\" style=\"");
+            h.push_str(&b.style());
+            h.push_str("\"></span>");
+        }
+        h.push_str("</span><span class=\"tl-text\"");
+        if let Some(t) = &r.title {
+            h.push_str(" title=\"");
+            escape(t, &mut h);
+            h.push('"');
+        }
+        h.push('>');
+        escape(&r.text, &mut h);
+        h.push_str("</span></li>");
+    }
+    h.push_str("</ol>");
+    h
+}
+
+/// Appends `text` with HTML's five special characters escaped: it reads as text, in an
+/// element or a quoted attribute.
+pub(super) fn escape(text: &str, out: &mut String) {
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
     }
 }
 
@@ -387,17 +421,19 @@ mod tests {
         }
     }
 
-    fn call(started: Millis, finished: Millis) -> ToolCall {
-        ToolCall {
-            id: "c1".into(),
-            step: 1,
-            server: "mulligan".into(),
-            tool: "list_sessions".into(),
-            arguments: serde_json::json!({}),
-            status: ToolCallStatus::Ok,
-            result: None,
-            started_at: started,
-            finished_at: Some(finished),
+    fn call(started: Millis, finished: Millis) -> Part {
+        Part::ToolCall {
+            call: ToolCall {
+                id: "c1".into(),
+                step: 1,
+                server: "mulligan".into(),
+                tool: "list_sessions".into(),
+                arguments: serde_json::json!({}),
+                status: ToolCallStatus::Ok,
+                result: None,
+                started_at: started,
+                finished_at: Some(finished),
+            },
         }
     }
 
@@ -447,7 +483,13 @@ mod tests {
         let rows: Vec<(&str, &str, &str)> = d
             .rows
             .iter()
-            .map(|r| (r.class, r.at.as_str(), r.text.as_str()))
+            .map(|r| {
+                (
+                    r.class.trim_start_matches("tl-row "),
+                    r.at.as_str(),
+                    r.text.as_str(),
+                )
+            })
             .collect();
         assert_eq!(
             rows,
@@ -476,20 +518,21 @@ mod tests {
                 ("attempt", "+6.0 s", "attempt 4 · demo/agent · answered"),
             ]
         );
+        let bar = |i: usize| d.rows[i].bar.clone().unwrap();
         // Bars: the first attempt streams until its tool call; the tool takes a tenth.
-        assert_eq!(d.rows[0].bars[0].style(), "left:0.00%;width:10.00%");
-        assert_eq!(d.rows[1].bars[0].style(), "left:10.00%;width:10.00%");
+        assert_eq!(bar(0).style(), "left:0.00%;width:10.00%");
+        assert_eq!(bar(1).style(), "left:10.00%;width:10.00%");
         // The failed attempt, then its wait up to the next attempt.
-        let b: Vec<_> = d.rows[2]
-            .bars
-            .iter()
-            .map(|b| (b.class, b.left, b.width))
-            .collect();
+        let wait = d.rows[2].wait.clone().unwrap();
         assert_eq!(
-            b,
-            vec![("attempt failed", 3_000, 1_000), ("wait", 4_000, 1_000)]
+            (bar(2).class, bar(2).left, bar(2).width),
+            ("tl-bar failed", 3_000, 1_000)
         );
-        assert_eq!(d.rows[4].bars[0].left, 6_000);
+        assert_eq!(
+            (wait.class, wait.left, wait.width),
+            ("tl-bar wait", 4_000, 1_000)
+        );
+        assert_eq!(bar(4).left, 6_000);
     }
 
     #[test]
@@ -508,7 +551,9 @@ mod tests {
         assert_eq!(failed.title.as_deref(), Some(long.as_str()));
         assert!(failed.text.ends_with("x…"));
         // Failed with no attempt after it: its bar runs to now.
-        assert_eq!(failed.bars[0].left + failed.bars[0].width, 10_000);
+        let bar = failed.bar.clone().unwrap();
+        assert_eq!(bar.left + bar.width, 10_000);
+        assert!(failed.wait.is_none());
     }
 
     #[test]
@@ -553,6 +598,22 @@ mod tests {
                 Browser
             ),
             "a retry-now from s_parent (resend, attempt 2)"
+        );
+    }
+
+    #[test]
+    fn hostile_text_is_escaped_in_the_html() {
+        let mut d = tool_turn();
+        d.attempts[1].error = Some("<img src=x onerror=alert(1)> & \"'".into());
+        let h = html(&layout(&d, &[], AutoRetry::Browser, 0));
+        assert!(!h.contains("<img"), "{h}");
+        assert!(
+            h.contains("&lt;img src=x onerror=alert(1)&gt; &amp; &quot;&#39;"),
+            "{h}"
+        );
+        assert!(
+            h.contains(r#"<span class="tl-bar failed" style="left:30.00%;width:10.00%"></span>"#),
+            "{h}"
         );
     }
 
