@@ -11,7 +11,7 @@ use crate::wire::{
 use leptos::prelude::*;
 
 /// An attempt's error is cut to this many characters (the whole text shows on hover).
-const ERROR_CHARS: usize = 90;
+const ERROR_CHARS: usize = 70;
 
 /// One bar of a row: where it starts and how wide it is, in hundredths of a percent of the
 /// run's duration (integers: float formatting would cost the browser bundle).
@@ -179,7 +179,7 @@ pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis)
                 };
                 let waited = a.retry_in_ms.map(|w| {
                     wait = Some(bar("tl-bar wait", stop, next.unwrap_or(stop + w)));
-                    format!(" · waited {}", secs(w))
+                    format!(" · waited {}", took(w))
                 });
                 let cut = cut(error, ERROR_CHARS);
                 let title = (cut.len() < error.len()).then(|| error.clone());
@@ -234,7 +234,7 @@ pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis)
         };
         let took = c
             .finished_at
-            .map_or_else(String::new, |f| format!(" · {}", secs(f - c.started_at)));
+            .map_or_else(String::new, |f| format!(" · {}", took(f - c.started_at)));
         add(
             c.started_at,
             Row {
@@ -249,7 +249,7 @@ pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis)
     }
     let queued = run.started_at.map_or(0, |s| s - run.created_at);
     let queued = if queued >= 100 {
-        format!(" · queued {} first", secs(queued))
+        format!(" · queued {} first", took(queued))
     } else {
         String::new()
     };
@@ -264,7 +264,7 @@ pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis)
         head: format!(
             "Started by {}{queued} · {} · {state}",
             started_by(run, auto_retry),
-            secs(end - t0)
+            took(end - t0)
         ),
         rows: rows.into_iter().map(|(_, r)| r).collect(),
     }
@@ -283,6 +283,15 @@ pub fn secs(ms: Millis) -> String {
         format!("{} min {} s", s / 60, s % 60)
     } else {
         format!("{s}.{} s", ms % 1000 / 100)
+    }
+}
+
+/// How long something took: `89 ms` under a second, else as [`secs`].
+pub fn took(ms: Millis) -> String {
+    if ms < 1000 {
+        format!("{} ms", ms.max(0))
+    } else {
+        secs(ms)
     }
 }
 
@@ -623,6 +632,8 @@ mod tests {
         assert_eq!(secs(12_345), "12.3 s");
         assert_eq!(secs(125_000), "2 min 5 s");
         assert_eq!(secs(-3), "0.0 s");
+        assert_eq!(took(89), "89 ms");
+        assert_eq!(took(1_250), "1.2 s");
         assert_eq!(percent(5), "0.05%");
         assert_eq!(percent(10_000), "100.00%");
     }
