@@ -131,31 +131,30 @@ pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis)
         let at = rows.iter().rposition(|(u, _)| *u <= t).map_or(0, |i| i + 1);
         rows.insert(at, (t, row));
     };
-    for (k, s) in run
-        .served
-        .iter()
-        .filter(|s| !s.after.is_empty())
-        .enumerate()
-    {
-        // Where the step went on: the first attempt on its model right after one on a model
-        // it passed over (a cooling model is passed over without one: then its first attempt).
-        let on_after = attempts.windows(2).find(|w| {
-            w[1].model.as_deref() == Some(&s.model)
-                && s.after
+    // Each fallback with the attempt it led to: the next attempt on its model right after one
+    // on a model it passed over (a cooling model is passed over without an attempt: then the
+    // next attempt on its model).
+    let model_of = |i: usize| attempts.get(i).and_then(|a| a.model.as_deref());
+    let mut from = 0;
+    let mut fallbacks: Vec<(Option<usize>, Row)> = Vec::new();
+    for s in run.served.iter().filter(|s| !s.after.is_empty()) {
+        let on = |i: &usize| model_of(*i) == Some(s.model.as_str());
+        let found = (from.max(1)..attempts.len())
+            .filter(on)
+            .find(|&i| {
+                s.after
                     .iter()
-                    .any(|f| w[0].model.as_deref() == Some(&f.model))
-        });
-        let at = on_after.map(|w| w[1].started_at).or_else(|| {
-            attempts
-                .iter()
-                .filter(|a| a.model.as_deref() == Some(&s.model))
-                .nth(k)
-                .map(|a| a.started_at)
-        });
+                    .any(|f| model_of(i - 1) == Some(f.model.as_str()))
+            })
+            .or_else(|| (from..attempts.len()).find(on));
+        if let Some(i) = found {
+            from = i + 1;
+        }
+        let at = found.map(|i| attempts[i].started_at);
         let mut text = format!("step {} fell back to {}: ", s.step, s.model);
         super::served::passed_over(&s.after, &mut text);
-        add(
-            at.unwrap_or(t0),
+        fallbacks.push((
+            found,
             Row {
                 class: "tl-row fallback",
                 at: at.map_or_else(String::new, |t| rel(t - t0)),
@@ -164,7 +163,7 @@ pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis)
                 text,
                 title: None,
             },
-        );
+        ));
     }
     for (i, a) in attempts.iter().enumerate() {
         let next = attempts.get(i + 1).map(|n| n.started_at);
@@ -214,6 +213,9 @@ pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis)
                 )
             }
         };
+        for (_, row) in fallbacks.iter().filter(|(at, _)| *at == Some(i)) {
+            add(a.started_at, row.clone());
+        }
         add(
             a.started_at,
             Row {
@@ -225,6 +227,9 @@ pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis)
                 title,
             },
         );
+    }
+    for (_, row) in fallbacks.into_iter().filter(|(at, _)| at.is_none()) {
+        add(t0, row);
     }
     for c in &calls {
         let stop = c.finished_at.unwrap_or(end);
@@ -542,6 +547,49 @@ mod tests {
             ("tl-bar wait", 4_000, 1_000)
         );
         assert_eq!(bar(4).left, 6_000);
+    }
+
+    #[test]
+    fn each_fallback_comes_right_before_the_attempt_it_led_to() {
+        let mut r = run(serde_json::json!({}));
+        let fell = |step, class| Served {
+            step,
+            model: "b/x".into(),
+            after: vec![FellBack {
+                model: "a/x".into(),
+                retry_class: class,
+            }],
+        };
+        // Step 2 passes over `a/x` without a request: its cooldown holds.
+        r.served = vec![
+            fell(1, RetryClass::Overloaded),
+            fell(2, RetryClass::RateLimited),
+        ];
+        let d = RunDetail {
+            run: r,
+            attempts: vec![
+                attempt(1, 1_000, "a/x", Some("529"), Some(100)),
+                // The same millisecond: the fallback answers at once.
+                attempt(2, 1_100, "a/x", Some("529"), None),
+                attempt(3, 1_100, "b/x", None, None),
+                attempt(4, 3_000, "b/x", None, None),
+            ],
+            tool_calls: vec![],
+        };
+        let drawn = layout(&d, &[call(2_000, 2_500)], AutoRetry::Browser, 0);
+        let texts: Vec<&str> = drawn.rows.iter().map(|r| r.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            vec![
+                "attempt 1 · a/x · failed: 529 · waited 100 ms",
+                "attempt 2 · a/x · failed: 529",
+                "step 1 fell back to b/x: a/x was overloaded",
+                "attempt 3 · b/x · answered",
+                "tool list_sessions (mulligan) · 500 ms · ok",
+                "step 2 fell back to b/x: a/x was rate limited",
+                "attempt 4 · b/x · answered",
+            ]
+        );
     }
 
     #[test]
