@@ -2,6 +2,7 @@
 pub mod chat;
 pub mod composer;
 pub mod cooldown_note;
+pub mod prose;
 pub mod reply;
 pub mod retrier;
 pub mod retry_banner;

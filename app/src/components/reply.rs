@@ -39,6 +39,16 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
             .with(|rs| rs.iter().rev().find(|r| r.anchor_message_id == id).cloned())
     };
     let shown = move || !look.get().1 || chat.show_superseded.get();
+    // An agent's reply is drawn from its Markdown; the operator's words show as typed.
+    let content = move || {
+        if role == Role::Agent {
+            let tail = Memo::new(move |_| message.with(|m| m.text_after_parts().to_string()));
+            view! { {super::tool_call::parts_view(message)} {super::prose::markdown(tail)} }
+                .into_any()
+        } else {
+            (move || message.with(|m| m.content.clone())).into_any()
+        }
+    };
     view! {
         <Show when=shown>
         <li class=class data-role=if role == Role::Operator { "operator" } else { "agent" }
@@ -50,15 +60,13 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
                 {(role == Role::Agent).then(|| view! { <StopButton message/> })}
             </div>
             // Tool calls show where they happened; the text since the last one streams into
-            // its own node, so nothing around it is rebuilt per delta.
-            <div class="content">
-                {(role == Role::Agent).then(|| super::tool_call::parts_view(message))}
-                {move || message.with(|m| m.text_after_parts().to_string())}
-            </div>
+            // its own blocks, and a delta redraws only the block it changed.
+            <div class=if role == Role::Agent { "content md" } else { "content" }>{content()}</div>
             {(role == Role::Agent).then(|| view! { <ReplyState message/> })}
         </li>
         </Show>
     }
+    .into_any()
 }
 
 fn run_tag(chat: Chat, r: &Run) -> Option<AnyView> {
