@@ -3,6 +3,7 @@
 //! produced or interpreted (HTML in the text stays text), and only http, https and mailto
 //! links are links. Any input parses, partial (streaming) input included, in time linear in
 //! its length times the nesting depth (which is bounded).
+use std::ops::Range;
 
 /// How deep quotes and lists nest (and strong, emphasis and links inside each other); deeper
 /// markers stay text.
@@ -12,7 +13,7 @@ const MAX_URL: usize = 2048;
 /// A wider table stays text (cells are kept per row and column).
 const MAX_COLUMNS: usize = 64;
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Block {
     Paragraph(Vec<Inline>),
     /// Level 1 to 6, and the heading's text.
@@ -37,7 +38,7 @@ pub enum Block {
     Rule,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Align {
     None,
     Left,
@@ -45,7 +46,7 @@ pub enum Align {
     Right,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Inline {
     /// Text as written (line breaks kept as `\n`).
     Text(String),
@@ -61,11 +62,25 @@ pub enum Inline {
 
 /// Parses Markdown text (complete or still streaming) into blocks.
 pub fn parse(text: &str) -> Vec<Block> {
+    parse_sourced(text).into_iter().map(|(_, b)| b).collect()
+}
+
+/// Parses Markdown text into blocks, each with the text it was parsed from (so a view can
+/// tell the blocks a change left as they were from the ones it changed).
+pub fn parse_sourced(text: &str) -> Vec<(&str, Block)> {
     let lines: Vec<&str> = text
         .split('\n')
         .map(|l| l.strip_suffix('\r').unwrap_or(l))
         .collect();
-    blocks(&lines, 0)
+    // Each line is a slice of `text`: its place in it is where it starts.
+    let at = |line: &str| line.as_ptr() as usize - text.as_ptr() as usize;
+    sourced(&lines, 0)
+        .into_iter()
+        .map(|(r, b)| {
+            let last = lines[r.end - 1];
+            (&text[at(lines[r.start])..at(last) + last.len()], b)
+        })
+        .collect()
 }
 
 /// The columns of a line's leading whitespace (a tab counts 4) and the rest of the line.
@@ -152,7 +167,10 @@ fn list_marker(rest: &str) -> Option<(bool, u32, usize)> {
             if digits > 9 || !matches!(b.get(digits), Some(b'.' | b')')) {
                 return None;
             }
-            (true, rest[..digits].parse().ok()?, digits + 1)
+            let n = b[..digits]
+                .iter()
+                .fold(0u32, |n, d| n * 10 + u32::from(d - b'0'));
+            (true, n, digits + 1)
         }
         _ => return None,
     };
@@ -246,6 +264,11 @@ fn interrupts(rest: &str, depth: usize) -> bool {
 }
 
 fn blocks(lines: &[&str], depth: usize) -> Vec<Block> {
+    sourced(lines, depth).into_iter().map(|(_, b)| b).collect()
+}
+
+/// The blocks of `lines`, each with the lines it was parsed from.
+fn sourced(lines: &[&str], depth: usize) -> Vec<(Range<usize>, Block)> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
@@ -254,8 +277,9 @@ fn blocks(lines: &[&str], depth: usize) -> Vec<Block> {
             i += 1;
             continue;
         }
+        let start = i;
         let (ind, rest) = indent(line);
-        if let Some((c, n, lang)) = fence(rest) {
+        let block = if let Some((c, n, lang)) = fence(rest) {
             let mut text = String::new();
             i += 1;
             while i < lines.len() && !closes_fence(lines[i], c, n) {
@@ -264,17 +288,18 @@ fn blocks(lines: &[&str], depth: usize) -> Vec<Block> {
                 i += 1;
             }
             text.pop();
-            i += 1;
-            out.push(Block::Code {
+            // Past the closing fence (if there is one yet).
+            i = (i + 1).min(lines.len());
+            Block::Code {
                 lang: lang.to_string(),
                 text,
-            });
+            }
         } else if let Some((level, text)) = heading(rest) {
-            out.push(Block::Heading(level, inlines(text)));
             i += 1;
+            Block::Heading(level, inlines(text))
         } else if rule(rest) {
-            out.push(Block::Rule);
             i += 1;
+            Block::Rule
         } else if depth < MAX_DEPTH && rest.starts_with('>') {
             let mut inner = Vec::new();
             while i < lines.len() && !blank(lines[i]) {
@@ -287,11 +312,11 @@ fn blocks(lines: &[&str], depth: usize) -> Vec<Block> {
                 }
                 i += 1;
             }
-            out.push(Block::Quote(blocks(&inner, depth + 1)));
+            Block::Quote(blocks(&inner, depth + 1))
         } else if let Some(marker) = list_marker(rest).filter(|_| depth < MAX_DEPTH) {
             let (list, next) = list(lines, i, ind, marker, depth);
-            out.push(list);
             i = next;
+            list
         } else if let Some(align) = table_start(lines, i) {
             let head = cells(line).into_iter().map(|c| inlines(c.trim()));
             let head: Vec<_> = head.collect();
@@ -307,7 +332,7 @@ fn blocks(lines: &[&str], depth: usize) -> Vec<Block> {
                 rows.push(row);
                 i += 1;
             }
-            out.push(Block::Table { align, head, rows });
+            Block::Table { align, head, rows }
         } else {
             let mut text = String::from(rest.trim_end());
             i += 1;
@@ -320,8 +345,14 @@ fn blocks(lines: &[&str], depth: usize) -> Vec<Block> {
                 text.push_str(rest.trim_end());
                 i += 1;
             }
-            out.push(Block::Paragraph(inlines(&text)));
-        }
+            Block::Paragraph(inlines(&text))
+        };
+        // (A list may have read blank lines past its end.)
+        let end = (start + 1..=i)
+            .rev()
+            .find(|&e| !blank(lines[e - 1]))
+            .unwrap_or(i);
+        out.push((start..end, block));
     }
     out
 }
@@ -533,7 +564,7 @@ impl<'a> Spans<'a> {
                 .chars()
                 .next_back()
                 .is_some_and(|p| !p.is_whitespace());
-            let in_word = c == b'_' && s[j + m..].chars().next().is_some_and(char::is_alphanumeric);
+            let in_word = c == b'_' && s[j + m..].chars().next().is_some_and(word_char);
             if m >= want && after_text && !in_word {
                 return Some(j);
             }
@@ -549,11 +580,7 @@ impl<'a> Spans<'a> {
         let k = usize::from(c == b'_');
         let n = run_len(b, i, c);
         if s[i + n..].chars().next().is_none_or(char::is_whitespace)
-            || c == b'_'
-                && s[..i]
-                    .chars()
-                    .next_back()
-                    .is_some_and(char::is_alphanumeric)
+            || c == b'_' && s[..i].chars().next_back().is_some_and(word_char)
         {
             return None;
         }
@@ -684,11 +711,7 @@ fn bare_url(s: &str, i: usize) -> Found {
         .iter()
         .find(|p| starts_with_ignore_case(rest, p))?
         .len();
-    if s[..i]
-        .chars()
-        .next_back()
-        .is_some_and(char::is_alphanumeric)
-    {
+    if s[..i].chars().next_back().is_some_and(word_char) {
         return None;
     }
     let len = rest
@@ -708,6 +731,12 @@ fn bare_url(s: &str, i: usize) -> Found {
         url = trimmed;
     }
     (url.len() > scheme).then(|| (link_to(url), i + url.len()))
+}
+
+/// A letter or digit (any non-ASCII character counts as one: no Unicode tables in the
+/// browser bundle for the rare case where it matters).
+fn word_char(c: char) -> bool {
+    !c.is_ascii() || c.is_ascii_alphanumeric()
 }
 
 fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
@@ -987,6 +1016,13 @@ mod tests {
             parse("text\n| a | b |\n|---|---|")[1],
             Block::Table { .. }
         ));
+    }
+
+    #[test]
+    fn each_block_comes_with_its_source() {
+        let md = "# T\n\npara\ngraph\r\n\n- a\n\n- b\n\n\n```\ncode";
+        let sources: Vec<&str> = parse_sourced(md).into_iter().map(|(s, _)| s).collect();
+        assert_eq!(sources, ["# T", "para\ngraph", "- a\n\n- b", "```\ncode"]);
     }
 
     #[test]

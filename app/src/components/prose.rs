@@ -1,19 +1,39 @@
 //! An agent's Markdown ([`crate::markdown`]) drawn as Leptos views: text is always text nodes
 //! (nothing is read as HTML), links open in a new tab without access to this one, and each
 //! code block has a copy button.
-use crate::markdown::{parse, Align, Block, Inline};
+use crate::markdown::{parse_sourced, Align, Block, Inline};
+use leptos::html::custom;
 use leptos::prelude::*;
 
 /// A text's blocks, redrawn as it changes (a reply streaming): each change parses the text
-/// again, and only the blocks that differ are drawn again (keyed by place and content), so
-/// the blocks above the one growing stay the same nodes.
+/// again, and only the blocks whose source changed are drawn again (keyed by place and
+/// source), so the blocks above the one growing stay the same nodes.
 pub fn markdown(text: Memo<String>) -> impl IntoView {
-    let blocks = Memo::new(move |_| text.with(|t| parse(t)));
+    let blocks = move || {
+        text.with(|t| {
+            let blocks = parse_sourced(t).into_iter().enumerate();
+            blocks
+                .map(|(i, (source, b))| ((i, source.to_string()), b))
+                .collect::<Vec<_>>()
+        })
+    };
     view! {
-        <For each=move || blocks.get().into_iter().enumerate() key=|b| b.clone() let:b>
-            {block(b.1)}
+        <For each=blocks key=|(key, _)| key.clone() let:((_, b))>
+            {block(b)}
         </For>
     }
+}
+
+/// One element of a reply, with its attributes and children. Every element is drawn through
+/// this one type (a tag by name), so the browser bundle holds the code to draw and hydrate
+/// it once, not once per tag.
+fn el(tag: &'static str, attrs: &[(&'static str, &str)], children: Vec<AnyView>) -> AnyView {
+    // (An attribute that is never set starts the list, so every element has one.)
+    let mut e = custom(tag).attr("class", None::<String>);
+    for (k, v) in attrs {
+        e = e.attr(*k, Some(v.to_string()));
+    }
+    e.child(children).into_any()
 }
 
 fn blocks(bs: Vec<Block>) -> Vec<AnyView> {
@@ -22,63 +42,68 @@ fn blocks(bs: Vec<Block>) -> Vec<AnyView> {
 
 fn block(b: Block) -> AnyView {
     match b {
-        Block::Paragraph(i) => view! { <p>{spans(i)}</p> }.into_any(),
+        Block::Paragraph(i) => el("p", &[], spans(i)),
         // Under the page's own h1 and h2: a reply's `#` is an h3, down to h5.
-        Block::Heading(1, i) => view! { <h3>{spans(i)}</h3> }.into_any(),
-        Block::Heading(2, i) => view! { <h4>{spans(i)}</h4> }.into_any(),
-        Block::Heading(_, i) => view! { <h5>{spans(i)}</h5> }.into_any(),
+        Block::Heading(level, i) => el(
+            ["h3", "h4", "h5"][level.clamp(1, 3) as usize - 1],
+            &[],
+            spans(i),
+        ),
         Block::List {
             ordered,
             start,
             items,
         } => {
-            let items: Vec<_> = items
+            let items = items
                 .into_iter()
-                .map(|i| view! { <li>{blocks(i)}</li> })
+                .map(|i| el("li", &[], blocks(i)))
                 .collect();
-            if ordered {
-                let start = (start != 1).then(|| start.to_string());
-                view! { <ol start=start>{items}</ol> }.into_any()
-            } else {
-                view! { <ul>{items}</ul> }.into_any()
+            let start = start.to_string();
+            match (ordered, start.as_str()) {
+                (false, _) => el("ul", &[], items),
+                (true, "1") => el("ol", &[], items),
+                (true, n) => el("ol", &[("start", n)], items),
             }
         }
-        Block::Code { lang, text } => view! {
-            <div class="code">
-                <div class="code-head"><span>{lang}</span><CopyButton text=text.clone()/></div>
-                <pre><code>{text}</code></pre>
-            </div>
+        Block::Code { lang, text } => {
+            let head = vec![
+                el("span", &[], vec![lang.into_any()]),
+                view! { <CopyButton text=text.clone()/> }.into_any(),
+            ];
+            let code = el("code", &[], vec![text.into_any()]);
+            el(
+                "div",
+                &[("class", "code")],
+                vec![
+                    el("div", &[("class", "code-head")], head),
+                    el("pre", &[], vec![code]),
+                ],
+            )
         }
-        .into_any(),
         Block::Table { align, head, rows } => {
-            let row = |cells: Vec<Vec<Inline>>, th: bool| {
-                let cells: Vec<_> = cells
-                    .into_iter()
-                    .zip(align.iter().copied())
-                    .map(|(c, a)| {
-                        let style = match a {
-                            Align::None => None,
-                            Align::Left => Some("text-align:left"),
-                            Align::Center => Some("text-align:center"),
-                            Align::Right => Some("text-align:right"),
-                        };
-                        if th {
-                            view! { <th style=style>{spans(c)}</th> }.into_any()
-                        } else {
-                            view! { <td style=style>{spans(c)}</td> }.into_any()
-                        }
-                    })
-                    .collect();
-                view! { <tr>{cells}</tr> }
+            let row = |cells: Vec<Vec<Inline>>, tag: &'static str| {
+                let cells = cells.into_iter().zip(align.iter()).map(|(c, a)| {
+                    let style: &[(&str, &str)] = match a {
+                        Align::None => &[],
+                        Align::Left => &[("style", "text-align:left")],
+                        Align::Center => &[("style", "text-align:center")],
+                        Align::Right => &[("style", "text-align:right")],
+                    };
+                    el(tag, style, spans(c))
+                });
+                el("tr", &[], cells.collect())
             };
-            let head = row(head, true);
-            let rows: Vec<_> = rows.into_iter().map(|r| row(r, false)).collect();
-            view! {
-                <div class="table"><table><thead>{head}</thead><tbody>{rows}</tbody></table></div>
-            }
-            .into_any()
+            let head = el("thead", &[], vec![row(head, "th")]);
+            let body = el(
+                "tbody",
+                &[],
+                rows.into_iter().map(|r| row(r, "td")).collect(),
+            );
+            let table = el("table", &[], vec![head, body]);
+            el("div", &[("class", "table")], vec![table])
         }
-        Block::Quote(inner) => view! { <blockquote>{blocks(inner)}</blockquote> }.into_any(),
+        Block::Quote(inner) => el("blockquote", &[], blocks(inner)),
+        // A void element: drawn by its own view, with no children (not even an empty list).
         Block::Rule => view! { <hr/> }.into_any(),
     }
 }
@@ -90,14 +115,19 @@ fn spans(is: Vec<Inline>) -> Vec<AnyView> {
 fn span(i: Inline) -> AnyView {
     match i {
         Inline::Text(t) => t.into_any(),
-        Inline::Code(t) => view! { <code>{t}</code> }.into_any(),
-        Inline::Strong(i) => view! { <strong>{spans(i)}</strong> }.into_any(),
-        Inline::Em(i) => view! { <em>{spans(i)}</em> }.into_any(),
+        Inline::Code(t) => el("code", &[], vec![t.into_any()]),
+        Inline::Strong(i) => el("strong", &[], spans(i)),
+        Inline::Em(i) => el("em", &[], spans(i)),
         // `href` is http, https or mailto (the parser keeps any other link as text).
-        Inline::Link { href, text } => view! {
-            <a href=href target="_blank" rel="noopener noreferrer">{spans(text)}</a>
-        }
-        .into_any(),
+        Inline::Link { href, text } => el(
+            "a",
+            &[
+                ("href", &href),
+                ("target", "_blank"),
+                ("rel", "noopener noreferrer"),
+            ],
+            spans(text),
+        ),
     }
 }
 
