@@ -5,6 +5,7 @@ pub mod api;
 pub mod client;
 pub mod clock;
 pub mod components;
+pub mod markdown;
 pub mod page_data;
 pub mod tier2;
 pub mod wire;

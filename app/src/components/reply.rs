@@ -4,8 +4,8 @@ use super::state::Chat;
 use crate::api;
 use crate::client::fetch_json;
 use crate::wire::{
-    ErrorCode, Message, MessageStatus, Part, Receipt, Regenerate, RetryClass, Role, Run, RunKind,
-    RunStatus,
+    ErrorCode, Message, MessageStatus, Part, ProvenanceKind, Receipt, Regenerate, RetryClass, Role,
+    Run, RunKind, RunStatus,
 };
 use leptos::prelude::*;
 
@@ -39,6 +39,36 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
             .with(|rs| rs.iter().rev().find(|r| r.anchor_message_id == id).cloned())
     };
     let shown = move || !look.get().1 || chat.show_superseded.get();
+    // The continuation a retry added: Mulligan's note, not the operator's words (what the
+    // model was told shows on hover).
+    if let Some(note) = message.with_untracked(continuation_note) {
+        let told = message.with_untracked(|m| m.content.clone());
+        let class = move || {
+            if look.get().1 {
+                "msg note superseded"
+            } else {
+                "msg note"
+            }
+        };
+        return view! {
+            <Show when=shown>
+                <li class=class data-role="note" title=told.clone()>
+                    <strong>"Mulligan:"</strong>" "{note.clone()}
+                </li>
+            </Show>
+        }
+        .into_any();
+    }
+    // An agent's reply is drawn from its Markdown; the operator's words show as typed.
+    let content = move || {
+        if role == Role::Agent {
+            let tail = Memo::new(move |_| message.with(|m| m.text_after_parts().to_string()));
+            view! { {super::tool_call::parts_view(message)} {super::prose::markdown(tail)} }
+                .into_any()
+        } else {
+            (move || message.with(|m| m.content.clone())).into_any()
+        }
+    };
     view! {
         <Show when=shown>
         <li class=class data-role=if role == Role::Operator { "operator" } else { "agent" }
@@ -50,16 +80,46 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
                 {(role == Role::Agent).then(|| view! { <StopButton message/> })}
             </div>
             // Tool calls show where they happened; the text since the last one streams into
-            // its own node, so nothing around it is rebuilt per delta.
-            <div class="content">
-                {(role == Role::Agent).then(|| super::tool_call::parts_view(message))}
-                {move || message.with(|m| m.text_after_parts().to_string())}
-            </div>
+            // its own blocks, and a delta redraws only the block it changed.
+            <div class=if role == Role::Agent { "content md" } else { "content" }>{content()}</div>
             {(role == Role::Agent).then(|| view! { <ReplyState message/> })}
             {(role == Role::Agent).then(|| view! { <super::served::ServedNote message/> <super::timeline::Timeline message/> })}
         </li>
         </Show>
     }
+    .into_any()
+}
+
+/// What a retry's continuation message (an operator-role message the server adds, marked
+/// `auto_resume`) says in plain words: "cut off — the provider was overloaded; the turn
+/// continues." `None` for any other message.
+pub fn continuation_note(m: &Message) -> Option<String> {
+    let marked = m
+        .provenance
+        .as_ref()
+        .is_some_and(|p| p.kind == ProvenanceKind::AutoResume);
+    if m.role != Role::Operator || !marked {
+        return None;
+    }
+    // "Your previous turn was cut off by stream interrupted (…). Check what …"
+    let class = m
+        .content
+        .strip_prefix("Your previous turn was cut off by ")
+        .and_then(|rest| rest.split(['(', '.']).next())
+        .map(|word| RetryClass::parse(&word.trim().replace(' ', "_")))
+        .unwrap_or_else(|| RetryClass::Other(String::new()));
+    let why = match class {
+        RetryClass::StreamInterrupted => "the reply stream broke off".to_string(),
+        class => {
+            let said = super::retry_banner::describe(&class).trim_end_matches('.');
+            let said = said.replacen(" is ", " was ", 1);
+            match said.strip_prefix("The ") {
+                Some(rest) => format!("the {rest}"),
+                None => said,
+            }
+        }
+    };
+    Some(format!("cut off — {why}; the turn continues."))
 }
 
 fn run_tag(chat: Chat, r: &Run) -> Option<AnyView> {
@@ -316,4 +376,96 @@ fn provenance_tag(chat: &Chat, m: &Message) -> Option<AnyView> {
         None => what.to_string(),
     };
     Some(view! { <span class="tag">{label}</span> }.into_any())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::continuation_note;
+    use crate::wire::{Message, Provenance, ProvenanceKind, Role};
+
+    fn message(role: Role, content: &str, kind: Option<ProvenanceKind>) -> Message {
+        Message {
+            id: "m_1".into(),
+            session_id: "s_1".into(),
+            role,
+            content: content.into(),
+            created_at: 0,
+            superseded: false,
+            run_id: None,
+            status: None,
+            error_message: None,
+            retry: None,
+            provenance: kind.map(|kind| Provenance {
+                kind,
+                prompt_id: Some("m_0".into()),
+                attempt: Some(1),
+                manual: Some(false),
+                from: None,
+            }),
+            delta_seq: None,
+            parts: None,
+        }
+    }
+
+    fn continuation(content: &str) -> Message {
+        message(Role::Operator, content, Some(ProvenanceKind::AutoResume))
+    }
+
+    #[test]
+    fn a_continuation_reads_as_mulligans_note_in_plain_words() {
+        let note = |c: &str| continuation_note(&continuation(c));
+        let then =
+            ". Check what already finished before going on, then continue from where you stopped.";
+        assert_eq!(
+            note(&format!(
+                "Your previous turn was cut off by overloaded (Overloaded: busy){then}"
+            ))
+            .as_deref(),
+            Some("cut off — the provider was overloaded; the turn continues.")
+        );
+        assert_eq!(
+            note(&format!(
+                "Your previous turn was cut off by stream interrupted{then}"
+            ))
+            .as_deref(),
+            Some("cut off — the reply stream broke off; the turn continues.")
+        );
+        assert_eq!(
+            note(&format!(
+                "Your previous turn was cut off by server error (HTTP 503: try again.){then}"
+            ))
+            .as_deref(),
+            Some("cut off — the provider had a server error; the turn continues.")
+        );
+        // A class this build does not know, or wording it does not know: still a note.
+        assert_eq!(
+            note(&format!("Your previous turn was cut off by an error{then}")).as_deref(),
+            Some("cut off — the reply failed; the turn continues.")
+        );
+        assert_eq!(
+            note("Continue.").as_deref(),
+            Some("cut off — the reply failed; the turn continues.")
+        );
+    }
+
+    #[test]
+    fn only_a_marked_continuation_is_a_note() {
+        let text = "Your previous turn was cut off by overloaded. Check what already finished.";
+        // The operator typing the same words is the operator speaking.
+        assert_eq!(
+            continuation_note(&message(Role::Operator, text, None)),
+            None
+        );
+        let regenerate = Some(ProvenanceKind::Regenerate);
+        assert_eq!(
+            continuation_note(&message(Role::Operator, text, regenerate)),
+            None
+        );
+        // An agent reply of a retry is the agent's.
+        let resumed = Some(ProvenanceKind::AutoResume);
+        assert_eq!(
+            continuation_note(&message(Role::Agent, text, resumed)),
+            None
+        );
+    }
 }

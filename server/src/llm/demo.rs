@@ -14,7 +14,10 @@ use std::time::Duration;
 
 /// The fault scenarios, by model name, with what each plays.
 pub const SCENARIOS: &[(&str, &str)] = &[
-    ("demo", "healthy: streams a readable reply"),
+    (
+        "demo",
+        "healthy: streams a readable reply; a prompt `echo <text>` is answered with the text itself (Markdown and all), on every streaming scenario",
+    ),
     ("demo-flaky", "503 twice for a conversation, then fine"),
     (
         "demo-overloaded",
@@ -260,6 +263,9 @@ fn stream_with_call(every: Duration, deltas: Vec<String>, call: serde_json::Valu
 }
 
 fn reply_for(prompt: &str, model: &str) -> String {
+    if let Some(text) = echoed(prompt) {
+        return text.to_string();
+    }
     let quoted: String = prompt.chars().take(120).collect();
     let more = if prompt.chars().count() > 120 {
         "…"
@@ -272,6 +278,13 @@ fn reply_for(prompt: &str, model: &str) -> String {
          uses. Try the models demo-flaky, demo-overloaded, demo-quota, demo-drop, demo-auth and \
          demo-overflow to watch a turn fail and recover."
     )
+}
+
+/// The text of a prompt `echo <text>` (after the first space or line break): what the page
+/// renders from a reply can be tried offline, Markdown and all.
+fn echoed(prompt: &str) -> Option<&str> {
+    let (word, text) = prompt.split_once(char::is_whitespace)?;
+    (word == "echo").then_some(text)
 }
 
 /// Splits text into word-sized deltas that concatenate back to it.
@@ -366,6 +379,17 @@ mod tests {
         assert_eq!(calls.counts.len(), super::MAX_CONVERSATIONS);
         assert_eq!(calls.order.len(), super::MAX_CONVERSATIONS);
         assert_eq!(calls.count(1), 1, "the oldest conversation was forgotten");
+    }
+
+    #[test]
+    fn an_echo_prompt_is_answered_with_its_text() {
+        let md = "# Title\n\n- one\n- two\n\n```sh\nls -l\n```";
+        let reply = super::reply_for(&format!("echo {md}"), "demo");
+        assert_eq!(reply, md);
+        assert_eq!(super::words(&reply).concat(), md);
+        assert_eq!(super::reply_for("echo\n| a |", "demo"), "| a |");
+        assert!(super::reply_for("echoes", "demo").starts_with("You said"));
+        assert!(super::reply_for("echo", "demo").starts_with("You said"));
     }
 
     #[test]
