@@ -33,6 +33,12 @@ test('demo-agent-flaky: the tool call shows, the retry continues after it and it
   await expect(banner(page)).toHaveCount(0);
   await expect(toolCalls(page)).toHaveCount(1);
   await expect(toolCalls(page)).toHaveAttribute('data-status', 'ok');
+  // The continuation the retry added is Mulligan's note (in words from the failure's class:
+  // a 503 reads as the provider overloaded); the operator's one prompt is theirs.
+  const note = page.locator('li.msg.note');
+  await expect(note).toHaveText(/^Mulligan: cut off — the provider (was overloaded|had a server error); the turn continues\.$/);
+  await expect(note).toHaveAttribute('title', /^Your previous turn was cut off by /);
+  await expect(page.locator('li.msg.operator')).toHaveCount(1);
   const all = await runs(page, sid);
   expect(all.map((r) => [r.kind, r.status, r.tools_executed])).toEqual([
     ['prompt', 'failed', 1],
