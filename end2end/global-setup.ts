@@ -6,7 +6,9 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createServer } from 'node:net';
 
-export const STATE = join(tmpdir(), 'mulligan-e2e-state.json');
+// Beside this file, not in the machine's temp dir: two checkouts testing at once on one
+// machine must not read each other's server.
+export const STATE = join(__dirname, '.e2e-state.json');
 
 function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
