@@ -5,8 +5,7 @@ use super::state::Chat;
 use crate::api;
 use crate::client::fetch_json;
 use crate::wire::{
-    AutoRetry, Message, Millis, Part, ProvenanceKind, Run, RunDetail, RunKind, RunStatus, ToolCall,
-    ToolCallStatus,
+    AutoRetry, Message, Millis, ProvenanceKind, Run, RunDetail, RunKind, RunStatus, ToolCallStatus,
 };
 use leptos::prelude::*;
 
@@ -86,18 +85,12 @@ pub fn started_by(run: &Run, auto_retry: AutoRetry) -> String {
     format!("{who}{what}{attempt}{close}")
 }
 
-/// Draws a run from its detail (attempts in order, as the API lists them) and its reply's
-/// parts (its tool calls); `now` ends a run still going.
-pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis) -> Drawn {
+/// Draws a run from its detail (attempts and tool calls in order, as the API lists them);
+/// `now` ends a run still going.
+pub fn layout(d: &RunDetail, auto_retry: AutoRetry, now: Millis) -> Drawn {
     let run = &d.run;
     let attempts = &d.attempts;
-    let calls: Vec<&ToolCall> = parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::ToolCall { call } => Some(call),
-            Part::Text { .. } => None,
-        })
-        .collect();
+    let calls = &d.tool_calls;
     let t0 = attempts
         .iter()
         .map(|a| a.started_at)
@@ -231,7 +224,7 @@ pub fn layout(d: &RunDetail, parts: &[Part], auto_retry: AutoRetry, now: Millis)
     for (_, row) in fallbacks.into_iter().filter(|(at, _)| at.is_none()) {
         add(t0, row);
     }
-    for c in &calls {
+    for c in calls {
         let stop = c.finished_at.unwrap_or(end);
         let status = match c.status {
             ToolCallStatus::Interrupted => "interrupted: outcome unknown",
@@ -334,10 +327,7 @@ pub fn Timeline(message: RwSignal<Message>) -> impl IntoView {
                 .session
                 .with_untracked(|s| s.as_ref().map(|s| s.auto_retry).unwrap_or_default());
             drawn.set(Some(match answer {
-                Ok(d) => message.with_untracked(|m| {
-                    let parts = m.parts.as_deref().unwrap_or_default();
-                    layout(&d, parts, auto_retry, crate::clock::now_ms())
-                }),
+                Ok(d) => layout(&d, auto_retry, crate::clock::now_ms()),
                 Err(e) => Drawn {
                     head: format!("Could not read the run: {}", e.explain()),
                     rows: Vec::new(),
@@ -411,7 +401,7 @@ pub(super) fn escape(text: &str, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Attempt, FellBack, Provenance, RetryClass, Served};
+    use crate::wire::{Attempt, FellBack, Provenance, RetryClass, Served, ToolCall};
 
     fn run(json: serde_json::Value) -> Run {
         let mut base = serde_json::json!({
@@ -435,19 +425,17 @@ mod tests {
         }
     }
 
-    fn call(started: Millis, finished: Millis) -> Part {
-        Part::ToolCall {
-            call: ToolCall {
-                id: "c1".into(),
-                step: 1,
-                server: "mulligan".into(),
-                tool: "list_sessions".into(),
-                arguments: serde_json::json!({}),
-                status: ToolCallStatus::Ok,
-                result: None,
-                started_at: started,
-                finished_at: Some(finished),
-            },
+    fn call(started: Millis, finished: Millis) -> ToolCall {
+        ToolCall {
+            id: "c1".into(),
+            step: 1,
+            server: "mulligan".into(),
+            tool: "list_sessions".into(),
+            arguments: serde_json::json!({}),
+            status: ToolCallStatus::Ok,
+            result: None,
+            started_at: started,
+            finished_at: Some(finished),
         }
     }
 
@@ -484,12 +472,9 @@ mod tests {
 
     #[test]
     fn a_fallen_back_tool_turn_is_drawn_in_time_order() {
-        let d = layout(
-            &tool_turn(),
-            &[call(2_000, 3_000)],
-            AutoRetry::Browser,
-            99_999,
-        );
+        let mut turn = tool_turn();
+        turn.tool_calls = vec![call(2_000, 3_000)];
+        let d = layout(&turn, AutoRetry::Browser, 99_999);
         assert_eq!(
             d.head,
             "Started by the operator's prompt · 10.0 s · completed"
@@ -574,9 +559,9 @@ mod tests {
                 attempt(3, 1_100, "b/x", None, None),
                 attempt(4, 3_000, "b/x", None, None),
             ],
-            tool_calls: vec![],
+            tool_calls: vec![call(2_000, 2_500)],
         };
-        let drawn = layout(&d, &[call(2_000, 2_500)], AutoRetry::Browser, 0);
+        let drawn = layout(&d, AutoRetry::Browser, 0);
         let texts: Vec<&str> = drawn.rows.iter().map(|r| r.text.as_str()).collect();
         assert_eq!(
             texts,
@@ -602,7 +587,7 @@ mod tests {
         let long = "x".repeat(200);
         d.attempts[1].error = Some(long.clone());
         d.attempts[1].retry_in_ms = None;
-        let drawn = layout(&d, &[], AutoRetry::Browser, 21_000);
+        let drawn = layout(&d, AutoRetry::Browser, 21_000);
         assert!(drawn.head.ends_with("· 20.0 s · running"), "{}", drawn.head);
         let failed = &drawn.rows[1];
         assert_eq!(failed.title.as_deref(), Some(long.as_str()));
@@ -662,7 +647,7 @@ mod tests {
     fn hostile_text_is_escaped_in_the_html() {
         let mut d = tool_turn();
         d.attempts[1].error = Some("<img src=x onerror=alert(1)> & \"'".into());
-        let h = html(&layout(&d, &[], AutoRetry::Browser, 0));
+        let h = html(&layout(&d, AutoRetry::Browser, 0));
         assert!(!h.contains("<img"), "{h}");
         assert!(
             h.contains("&lt;img src=x onerror=alert(1)&gt; &amp; &quot;&#39;"),
