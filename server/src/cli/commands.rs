@@ -121,18 +121,11 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
             (a.raw, super::render::models_table(&a.value))
         }
         Command::Runs {
-            command: RunsCommand::Show { run, conn },
+            command: RunsCommand::Show { run, .. },
         } => {
             let a = call(&client, &api::RUN, &[run], None).await?;
-            if conn.json {
-                (a.raw, String::new())
-            } else {
-                // The run's tool calls are in its reply's parts, which its session lists.
-                let sid = a.value.run.session_id.to_string();
-                let session = call(&client, &api::SESSION, &[&sid], None).await?.value;
-                let line = super::render::run_timeline(&a.value, &session.messages);
-                (a.raw, line)
-            }
+            let line = super::render::run_timeline(&a.value);
+            (a.raw, line)
         }
         Command::Mcp { .. } => return Err(Failure::Other("`mcp` speaks MCP on stdio".into())),
     };

@@ -2,8 +2,8 @@
 //! tables, a run's timeline, and the API's JSON on one line for `--json`.
 use app::clock::{clock_text, relative, utc};
 use app::wire::{
-    Message, Millis, ModelInfo, ModelList, Part, RunDetail, RunStatus, Served, Session, ToolCall,
-    ToolCallStatus, ToolServer,
+    Millis, ModelInfo, ModelList, RunDetail, RunStatus, Served, Session, ToolCall, ToolCallStatus,
+    ToolServer,
 };
 use serde_json::Value;
 
@@ -183,7 +183,7 @@ fn model_status(m: &ModelInfo, now: Millis) -> String {
 /// A run's timeline: a header, then each Tier 1 attempt (its model, error and wait), each
 /// step's answering model and what it fell back from, each tool call, and how the run ended,
 /// timed from the run's start. `messages` are its session's, for the tool calls of its reply.
-pub fn run_timeline(detail: &RunDetail, messages: &[Message]) -> String {
+pub fn run_timeline(detail: &RunDetail) -> String {
     let r = &detail.run;
     let start = r.started_at.unwrap_or(r.created_at);
     let at = |t: Millis| format!("{:>8}", format!("{:+.1} s", (t - start) as f64 / 1000.0));
@@ -217,7 +217,7 @@ pub fn run_timeline(detail: &RunDetail, messages: &[Message]) -> String {
         ),
     });
 
-    let calls = run_calls(r, messages);
+    let calls = &detail.tool_calls;
     let mut served: Vec<&Served> = r.served.iter().collect();
     served.sort_by_key(|s| s.step);
     let mut shown = Vec::new();
@@ -313,22 +313,6 @@ fn step_line(s: &Served, attempt: Option<u32>) -> String {
     line
 }
 
-/// The tool calls of run `r`: those of its reply (the session's messages omit a superseded one).
-fn run_calls<'a>(r: &app::wire::Run, messages: &'a [Message]) -> Vec<&'a ToolCall> {
-    messages
-        .iter()
-        .filter(|m| match &r.reply_message_id {
-            Some(id) => m.id == *id,
-            None => m.run_id.as_ref() == Some(&r.id),
-        })
-        .flat_map(|m| m.parts.iter().flatten())
-        .filter_map(|p| match p {
-            Part::ToolCall { call } => Some(call),
-            Part::Text { .. } => None,
-        })
-        .collect()
-}
-
 /// A provider's or the run's error on one line, at most 200 characters.
 fn short(text: &str) -> String {
     let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -365,15 +349,6 @@ mod tests {
         serde_json::from_value(json!({"run": r, "attempts": attempts})).unwrap()
     }
 
-    fn reply(parts: Value) -> Vec<Message> {
-        vec![
-            serde_json::from_value(json!({"id": "m2", "session_id": "s1", "role": "agent",
-            "content": "", "created_at": 1_000, "superseded": false, "run_id": "r1",
-            "parts": parts}))
-            .unwrap(),
-        ]
-    }
-
     #[test]
     fn a_tool_turn_that_fell_back_reads_in_time_order() {
         let d = detail(
@@ -386,10 +361,12 @@ mod tests {
                 {"n": 3, "started_at": 3_250, "model": "a/big", "error": "529 Overloaded"},
                 {"n": 4, "started_at": 3_300, "model": "b/small"}]),
         );
-        let calls = reply(json!([{"type": "tool_call", "call": {"id": "c1", "step": 1,
+        let mut d = d;
+        d.tool_calls = serde_json::from_value(json!([{"id": "c1", "step": 1,
             "server": "mulligan", "tool": "list_sessions", "arguments": {}, "status": "ok",
-            "started_at": 2_000, "finished_at": 2_012}}]));
-        let text = run_timeline(&d, &calls);
+            "started_at": 2_000, "finished_at": 2_012}]))
+        .unwrap();
+        let text = run_timeline(&d);
         let lines: Vec<&str> = text.lines().skip(2).map(str::trim_start).collect();
         assert_eq!(
             lines,
@@ -418,7 +395,7 @@ mod tests {
                    "error_message": "connection reset"}),
             json!([]),
         );
-        let text = run_timeline(&d, &[]);
+        let text = run_timeline(&d);
         let lines: Vec<&str> = text.lines().skip(2).map(str::trim).collect();
         assert_eq!(
             lines,
@@ -432,7 +409,7 @@ mod tests {
             json!({"status": "queued", "started_at": null, "finished_at": null, "held_by": "r0"}),
             json!([]),
         );
-        let text = run_timeline(&queued, &[]);
+        let text = run_timeline(&queued);
         assert!(text.contains("not started"), "{text}");
         assert!(
             text.ends_with("queued, held behind failed run r0"),
