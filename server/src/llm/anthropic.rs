@@ -72,7 +72,7 @@ fn request_body(req: &ChatRequest) -> serde_json::Value {
     use serde_json::{json, Value};
     let mut system: Vec<&str> = Vec::new();
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
-    for m in &req.messages {
+    for m in req.messages.iter() {
         let (role, mut blocks) = match m.role.as_str() {
             "system" => {
                 system.push(&m.content);
@@ -397,7 +397,7 @@ mod tests {
         assert_eq!(request_body(&req), want);
         let bare = request_body(&ChatRequest {
             model: "m".into(),
-            messages: vec![],
+            messages: Vec::new().into(),
             tools: Default::default(),
         });
         assert!(bare.get("system").is_none());
@@ -436,7 +436,8 @@ mod tests {
                 asked,
                 result,
                 ChatMessage::text("user", "and?"),
-            ],
+            ]
+            .into(),
             tools: Default::default(),
         });
         let m = &body["messages"];

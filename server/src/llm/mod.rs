@@ -23,7 +23,8 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct ChatRequest {
     pub model: String,
-    pub messages: Vec<ChatMessage>,
+    /// Shared: each Tier 1 attempt and each fallback model resends it without a copy.
+    pub messages: std::sync::Arc<[ChatMessage]>,
     /// The tools the model may call in this step, by their `<server>__<tool>` names (none:
     /// a plain chat completion). Shared by every step of a run.
     pub tools: std::sync::Arc<[crate::tools::Offered]>,

@@ -104,7 +104,7 @@ mod tests {
         ChatRequest {
             tools: Default::default(),
             model: model.into(),
-            messages: Vec::new(),
+            messages: Vec::new().into(),
         }
     }
 

@@ -184,7 +184,7 @@ impl RunTask {
             if let Err(e) = ctx.store.mark_compacted(&run.id).await {
                 tracing::warn!(run = %run.id, error = %e, "could not record the compaction");
             }
-            request.messages = messages;
+            request.messages = messages.into();
             compacted = true;
             attempts.offset = *attempts.made;
         }

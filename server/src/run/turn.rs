@@ -60,7 +60,7 @@ impl RunTask {
             }
             let request = ChatRequest {
                 model: turn.model.clone(),
-                messages: messages.clone(),
+                messages: messages.as_slice().into(),
                 tools: turn.offered.clone(),
             };
             let text_from = self.active.live().text.len();
