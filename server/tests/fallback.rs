@@ -144,6 +144,48 @@ async fn an_advised_wait_past_the_window_falls_back_at_once_and_the_cooldown_sen
 }
 
 #[tokio::test]
+async fn a_cooldown_within_tier1_s_window_is_passed_over_not_slept_out() {
+    let t = two("fallback-short-cooldown").await;
+    // A session without a chain fails at once (the provider says not to retry) and leaves a
+    // 20 s cooldown on `a/big`: short enough that Tier 1 alone would sleep it out.
+    t.a.push(Script::Status {
+        code: 429,
+        headers: vec![
+            ("retry-after", "20".into()),
+            ("x-should-retry", "false".into()),
+        ],
+        body: json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
+    });
+    t.b.set_default(Script::reply(&["ok"]));
+    let alone = turn(&t, json!({"fallbacks": []})).await;
+    assert_eq!(alone.run.status, RunStatus::Failed);
+    let started = std::time::Instant::now();
+    let d = turn(&t, json!({})).await;
+    assert_eq!(d.run.status, RunStatus::Completed);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the fallback answered at once, not after the cooldown: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        d.run.served,
+        vec![served(1, "b/small", &[("a/big", RetryClass::RateLimited)])]
+    );
+    assert_eq!(t.a.seen().len(), 1, "no request to the cooling model");
+    // The pass-over is on the run's record, as an attempt that was not sent.
+    let first = &d.attempts[0];
+    assert_eq!(first.model.as_deref(), Some("a/big"));
+    assert!(
+        first
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("not sent"),
+        "{first:?}"
+    );
+}
+
+#[tokio::test]
 async fn no_fallback_after_the_first_delta() {
     let t = two("fallback-after-delta").await;
     t.a.set_default(Script::Stream {

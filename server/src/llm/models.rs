@@ -1,7 +1,7 @@
 //! The models a server can call, as runs and `GET /models` see them: the catalogue, each
 //! model's cooldown (by its provider's cooldown key) and whether its steps carry tools.
 use super::catalogue::{Catalogue, ModelRef};
-use crate::retry::cooldown::{Key, Table, Wait};
+use crate::retry::cooldown::{Key, Table};
 use app::wire::{ModelInfo, ModelList, ModelStatus};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -38,12 +38,6 @@ impl Models {
         self.keys
             .get(&model.provider)
             .map(|k| k.for_model(&model.model))
-    }
-
-    /// The cooldown holding `model` at `now`, if any (no request is sent while it holds).
-    pub async fn cooling(&self, model: &ModelRef, now: i64) -> Option<Wait> {
-        let key = self.key(model)?;
-        self.cooldowns.check(&key, now).await
     }
 
     /// Whether `model`'s steps are sent the session's tools.

@@ -22,6 +22,11 @@ pub trait Observer: Send {
         err: &'a ProviderError,
         retry_in: Option<Duration>,
     ) -> BoxFuture<'a, ()>;
+    /// Whether a cooldown that holds the request is slept out (within the window) or ends
+    /// the opening at once: a model with a fallback after it is passed over instead.
+    fn waits_out_cooldowns(&self) -> bool {
+        true
+    }
 }
 
 /// An opened stream and the items read from it up to its first delta (or its end).
@@ -53,6 +58,10 @@ pub async fn open(
             Ok(opened) => return Ok(opened),
             Err(e) => e,
         };
+        if matches!(err, ProviderError::CoolingDown { .. }) && !obs.waits_out_cooldowns() {
+            obs.failed(n, &err, None).await;
+            return Err(err);
+        }
         let decision = {
             let mut rng = rand::rng();
             policy.after_failure(n, &err, window.elapsed(), now_ms(), &mut rng)

@@ -73,61 +73,64 @@ impl RunTask {
         step: u32,
     ) -> Result<tier1::Opened, ProviderError> {
         let chain = self.chain();
-        if chain.len() < 2 {
-            let opened = self.open_on(request, step, None).await;
-            if let (Ok(_), Some(model)) = (&opened, chain.first()) {
-                self.served(step, model, Vec::new());
-            }
-            return opened;
-        }
+        let Some((last, before)) = chain.split_last() else {
+            return self.open_on(request, step, Target::SESSIONS).await;
+        };
         let mut after = Vec::new();
         let mut failure = ChainFailure {
             first: None,
             earliest: None,
             free_now: false,
         };
-        for (i, model) in chain.iter().enumerate() {
-            let last = i + 1 == chain.len();
-            if !last {
-                if let Some(wait) = self.ctx.models.cooling(model, now_ms()).await {
-                    tracing::info!(run = %self.run.id, %model, until = wait.until, "cooling down: the step goes to the next model");
-                    after.push(FellBack {
-                        model: model.id(),
-                        retry_class: wait.reason.clone(),
-                    });
-                    failure.note(wait.refusal(), Some(wait.until));
-                    continue;
-                }
-            }
-            let mut attempt = request.clone();
-            attempt.model = model.id();
-            let on = (i > 0 || !after.is_empty()).then(|| model.id());
-            let err = match self.open_on(attempt, step, on.as_deref()).await {
+        for (i, model) in before.iter().enumerate() {
+            let target = Target::in_chain(model, i, chain.len());
+            let err = match self.open_model(&request, step, model, target).await {
                 Ok(opened) => {
-                    if !after.is_empty() {
-                        tracing::info!(run = %self.run.id, step, %model, "a fallback model answered");
-                    }
                     self.served(step, model, after);
                     return Ok(opened);
                 }
                 Err(e) => e,
             };
             let class = classify::classify(&err, false, now_ms());
-            if last || !provider_unavailable(&class.retry_class) {
+            let cooling = matches!(err, ProviderError::CoolingDown { .. });
+            if !(cooling || provider_unavailable(&class.retry_class)) {
                 return Err(failure.into_error(err));
             }
-            tracing::info!(run = %self.run.id, %model, class = %class.retry_class, "the model could not take the step: falling back");
+            tracing::info!(run = %self.run.id, %model, next = %chain[i + 1], class = %class.retry_class, "the model could not take the step: falling back");
             after.push(FellBack {
                 model: model.id(),
                 retry_class: class.retry_class.clone(),
             });
             failure.note(err, class.retry_after_until);
         }
-        unreachable!("the chain's last model returns")
+        let target = Target::in_chain(last, before.len(), chain.len());
+        match self.open_model(&request, step, last, target).await {
+            Ok(opened) => {
+                self.served(step, last, after);
+                Ok(opened)
+            }
+            Err(e) => Err(failure.into_error(e)),
+        }
+    }
+
+    /// Opens the step on `model` of the chain.
+    async fn open_model(
+        &mut self,
+        request: &ChatRequest,
+        step: u32,
+        model: &ModelRef,
+        target: Target,
+    ) -> Result<tier1::Opened, ProviderError> {
+        let mut attempt = request.clone();
+        attempt.model = model.id();
+        self.open_on(attempt, step, target).await
     }
 
     /// Records that `model` answered step `step` after passing over `after`.
     fn served(&mut self, step: u32, model: &ModelRef, after: Vec<FellBack>) {
+        if !after.is_empty() {
+            tracing::info!(run = %self.run.id, step, %model, "a fallback model answered");
+        }
         self.tally.served.push(Served {
             step,
             model: model.id(),
@@ -137,12 +140,11 @@ impl RunTask {
 
     /// Opens the provider stream on one model through Tier 1; after a context overflow,
     /// compacts the conversation once and tries again (a second overflow fails the run).
-    /// `model`: the model its attempts record (`None`: the session's own).
     async fn open_on(
         &mut self,
         mut request: ChatRequest,
         step: u32,
-        model: Option<&str>,
+        target: Target,
     ) -> Result<tier1::Opened, ProviderError> {
         let ctx = &*self.ctx;
         let run = &self.run;
@@ -154,7 +156,7 @@ impl RunTask {
             offset: self.tally.attempts,
             made: &mut self.tally.attempts,
             step,
-            model,
+            target,
         };
         let mut compacted = false;
         loop {
@@ -201,22 +203,52 @@ struct RunAttempts<'a> {
     made: &'a mut u32,
     /// The model step this round opens.
     step: u32,
-    /// The model it asks, when not the session's own.
-    model: Option<&'a str>,
+    target: Target,
+}
+
+/// Which model of the chain a Tier 1 round asks.
+struct Target {
+    /// The model its attempts record (`None`: the session's own).
+    recorded: Option<String>,
+    /// Whether a cooldown on it is slept out (the chain's last model) or passes it over.
+    waits_out_cooldowns: bool,
+}
+
+impl Target {
+    /// The session's model as it names it (one the catalogue cannot resolve).
+    const SESSIONS: Target = Target {
+        recorded: None,
+        waits_out_cooldowns: true,
+    };
+
+    /// Model `i` of a chain of `len`: the first is the session's own (recorded without its
+    /// name); a cooldown on any but the last passes it over at once.
+    fn in_chain(model: &ModelRef, i: usize, len: usize) -> Target {
+        Target {
+            recorded: (i > 0).then(|| model.id()),
+            waits_out_cooldowns: i + 1 == len,
+        }
+    }
 }
 
 impl tier1::Observer for RunAttempts<'_> {
+    fn waits_out_cooldowns(&self) -> bool {
+        self.target.waits_out_cooldowns
+    }
+
     fn started(&mut self, n: u32) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let n = self.offset + n;
             *self.made = (*self.made).max(n);
-            if n == 1 && self.model.is_none() {
+            if n == 1 && self.target.recorded.is_none() {
                 return; // recorded in the transaction that started the run (`Store::start_next`)
             }
-            let started = self
-                .ctx
-                .store
-                .attempt_started(&self.run.id, n, self.step, self.model);
+            let started = self.ctx.store.attempt_started(
+                &self.run.id,
+                n,
+                self.step,
+                self.target.recorded.as_deref(),
+            );
             if let Err(e) = started.await {
                 tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
             }
