@@ -53,7 +53,7 @@ impl Engine {
         if extended {
             tracing::info!(%model, failures = outage.failures, next_probe_at = outage.next_probe_at, "the probe failed: the parked turns wait longer");
             self.store()
-                .hold_parked(&model, outage.next_probe_at)
+                .reschedule_parked(&model, outage.next_probe_at)
                 .await?;
         }
         Ok(Some((model, outage.next_probe_at)))
@@ -82,7 +82,7 @@ impl Engine {
             .await?;
         if outage.is_some_and(|o| o.releasing) {
             tracing::info!(%model, "the model answered again: its parked turns are released");
-            self.store().release_parked(&model, now).await?;
+            self.store().reschedule_parked(&model, now).await?;
             self.inner.background_wake.notify_one();
         }
         Ok(())
@@ -116,7 +116,7 @@ impl Engine {
         match claim {
             Claim::Wait(at) => {
                 if !outage.releasing {
-                    self.store().hold_parked(model, at).await?;
+                    self.store().reschedule_parked(model, at).await?;
                 }
             }
             Claim::Probe | Claim::Release => {
@@ -159,25 +159,13 @@ impl Engine {
     /// The catalogue's models with their status: cooling by a provider's cooldown, down
     /// while turns are parked behind an outage.
     pub async fn models_now(&self) -> Result<ModelList> {
-        let now = now_ms();
-        let mut list = self.models().list(now).await;
-        for (outage, waiting) in self.store().outages().await? {
-            if waiting == 0 {
-                continue;
-            }
-            if let Some(m) = list.models.iter_mut().find(|m| m.id == outage.model) {
-                m.status = ModelStatus::Down;
-                m.cooling_until = m.cooling_until.max(Some(outage.next_probe_at));
-            }
-        }
-        Ok(list)
+        Ok(self.models_and_outages().await?.0)
     }
 
     /// Each model not `ok`, as `GET /providers` reports it: since when, how many turns are
     /// parked behind it, when its next probe goes.
     pub async fn model_health(&self) -> Result<Vec<ProviderHealth>> {
-        let outages = self.store().outages().await?;
-        let list = self.models_now().await?;
+        let (list, outages) = self.models_and_outages().await?;
         Ok(list
             .models
             .into_iter()
@@ -193,5 +181,20 @@ impl Engine {
                 }
             })
             .collect())
+    }
+
+    /// The models with their status, and the outages with turns parked behind them (one
+    /// read of each).
+    async fn models_and_outages(&self) -> Result<(ModelList, Vec<(Outage, u32)>)> {
+        let mut list = self.models().list(now_ms()).await;
+        let mut outages = self.store().outages().await?;
+        outages.retain(|(_, waiting)| *waiting > 0);
+        for (outage, _) in &outages {
+            if let Some(m) = list.models.iter_mut().find(|m| m.id == outage.model) {
+                m.status = ModelStatus::Down;
+                m.cooling_until = m.cooling_until.max(Some(outage.next_probe_at));
+            }
+        }
+        Ok((list, outages))
     }
 }

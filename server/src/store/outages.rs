@@ -153,30 +153,15 @@ impl Store {
         })
     }
 
-    /// The waiting retries parked behind `model` fire no earlier than `at` (they are not
-    /// looked at before: the outage's next probe).
-    pub async fn hold_parked(&self, model: &str, at: i64) -> Result<()> {
+    /// The waiting retries parked behind `model` are next looked at `at`: the outage's next
+    /// probe (held), or now (released).
+    pub async fn reschedule_parked(&self, model: &str, at: i64) -> Result<()> {
         with_writer!(self, |pool| {
             sqlx::query(
                 "UPDATE sessions SET retry_fires_at = $1
-                 WHERE parked_on = $2 AND retry_fires_at IS NOT NULL AND retry_fires_at < $1",
+                 WHERE parked_on = $2 AND retry_fires_at IS NOT NULL",
             )
             .bind(at)
-            .bind(model)
-            .execute(pool)
-            .await?;
-            Ok(())
-        })
-    }
-
-    /// The waiting retries parked behind `model` are due at `now` (its probe succeeded).
-    pub async fn release_parked(&self, model: &str, now: i64) -> Result<()> {
-        with_writer!(self, |pool| {
-            sqlx::query(
-                "UPDATE sessions SET retry_fires_at = $1
-                 WHERE parked_on = $2 AND retry_fires_at IS NOT NULL AND retry_fires_at > $1",
-            )
-            .bind(now)
             .bind(model)
             .execute(pool)
             .await?;
