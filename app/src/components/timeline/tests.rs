@@ -1,0 +1,271 @@
+//! The timeline's tests: rows in time order, who started a run, escaping, labels.
+use super::*;
+use crate::wire::{Attempt, FellBack, Provenance, RetryClass, Served, ToolCall};
+
+fn run(json: serde_json::Value) -> Run {
+    let mut base = serde_json::json!({
+        "id": "r_1", "session_id": "s_1", "anchor_message_id": "m_1", "status": "completed",
+        "kind": "prompt", "attempt": 1, "tier1_attempts": 1, "created_at": 1_000,
+        "started_at": 1_000, "finished_at": 11_000,
+    });
+    for (k, v) in json.as_object().unwrap() {
+        base[k] = v.clone();
+    }
+    serde_json::from_value(base).unwrap()
+}
+
+fn attempt(n: u32, at: Millis, model: &str, error: Option<&str>, wait: Option<i64>) -> Attempt {
+    Attempt {
+        n,
+        started_at: at,
+        error: error.map(str::to_string),
+        retry_in_ms: wait,
+        model: Some(model.into()),
+    }
+}
+
+fn call(started: Millis, finished: Millis) -> ToolCall {
+    ToolCall {
+        id: "c1".into(),
+        step: 1,
+        server: "mulligan".into(),
+        tool: "list_sessions".into(),
+        arguments: serde_json::json!({}),
+        status: ToolCallStatus::Ok,
+        result: None,
+        started_at: started,
+        finished_at: Some(finished),
+    }
+}
+
+/// The demo agent's turn falling back after its tool call: step 1 on the flaky model,
+/// its tool, step 2 failing twice there, then answered by the other model.
+fn tool_turn() -> RunDetail {
+    let mut r = run(serde_json::json!({}));
+    r.served = vec![
+        Served {
+            step: 1,
+            model: "demo/flaky".into(),
+            after: vec![],
+        },
+        Served {
+            step: 2,
+            model: "demo/agent".into(),
+            after: vec![FellBack {
+                model: "demo/flaky".into(),
+                retry_class: RetryClass::ServerError,
+            }],
+        },
+    ];
+    RunDetail {
+        run: r,
+        attempts: vec![
+            attempt(1, 1_000, "demo/flaky", None, None),
+            attempt(2, 4_000, "demo/flaky", Some("HTTP 503"), Some(1_000)),
+            attempt(3, 6_000, "demo/flaky", Some("HTTP 503"), None),
+            attempt(4, 7_000, "demo/agent", None, None),
+        ],
+        tool_calls: vec![],
+    }
+}
+
+#[test]
+fn a_fallen_back_tool_turn_is_drawn_in_time_order() {
+    let mut turn = tool_turn();
+    turn.tool_calls = vec![call(2_000, 3_000)];
+    let d = layout(&turn, AutoRetry::Browser, 99_999);
+    assert_eq!(
+        d.head,
+        "Started by the operator's prompt · 10.0 s · completed"
+    );
+    let rows: Vec<(&str, &str, &str)> = d
+        .rows
+        .iter()
+        .map(|r| {
+            (
+                r.class.trim_start_matches("tl-row "),
+                r.at.as_str(),
+                r.text.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("attempt", "+0.0 s", "attempt 1 · demo/flaky · answered"),
+            (
+                "tool",
+                "+1.0 s",
+                "tool list_sessions (mulligan) · 1.0 s · ok"
+            ),
+            (
+                "attempt",
+                "+3.0 s",
+                "attempt 2 · demo/flaky · failed: HTTP 503 · waited 1.0 s"
+            ),
+            (
+                "attempt",
+                "+5.0 s",
+                "attempt 3 · demo/flaky · failed: HTTP 503"
+            ),
+            (
+                "fallback",
+                "+6.0 s",
+                "step 2 fell back to demo/agent: demo/flaky had a server error"
+            ),
+            ("attempt", "+6.0 s", "attempt 4 · demo/agent · answered"),
+        ]
+    );
+    let bar = |i: usize| d.rows[i].bar.clone().unwrap();
+    // Bars: the first attempt streams until its tool call; the tool takes a tenth.
+    assert_eq!(bar(0).style(), "left:0.00%;width:10.00%");
+    assert_eq!(bar(1).style(), "left:10.00%;width:10.00%");
+    // The failed attempt, then its wait up to the next attempt.
+    let wait = d.rows[2].wait.clone().unwrap();
+    assert_eq!(
+        (bar(2).class, bar(2).left, bar(2).width),
+        ("tl-bar failed", 3_000, 1_000)
+    );
+    assert_eq!(
+        (wait.class, wait.left, wait.width),
+        ("tl-bar wait", 4_000, 1_000)
+    );
+    assert_eq!(bar(4).left, 6_000);
+}
+
+#[test]
+fn each_fallback_comes_right_before_the_attempt_it_led_to() {
+    let mut r = run(serde_json::json!({}));
+    let fell = |step, class| Served {
+        step,
+        model: "b/x".into(),
+        after: vec![FellBack {
+            model: "a/x".into(),
+            retry_class: class,
+        }],
+    };
+    // Step 2 passes over `a/x` without a request: its cooldown holds.
+    r.served = vec![
+        fell(1, RetryClass::Overloaded),
+        fell(2, RetryClass::RateLimited),
+    ];
+    let d = RunDetail {
+        run: r,
+        attempts: vec![
+            attempt(1, 1_000, "a/x", Some("529"), Some(100)),
+            // The same millisecond: the fallback answers at once.
+            attempt(2, 1_100, "a/x", Some("529"), None),
+            attempt(3, 1_100, "b/x", None, None),
+            attempt(4, 3_000, "b/x", None, None),
+        ],
+        tool_calls: vec![call(2_000, 2_500)],
+    };
+    let drawn = layout(&d, AutoRetry::Browser, 0);
+    let texts: Vec<&str> = drawn.rows.iter().map(|r| r.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        vec![
+            "attempt 1 · a/x · failed: 529 · waited 100 ms",
+            "attempt 2 · a/x · failed: 529",
+            "step 1 fell back to b/x: a/x was overloaded",
+            "attempt 3 · b/x · answered",
+            "tool list_sessions (mulligan) · 500 ms · ok",
+            "step 2 fell back to b/x: a/x was rate limited",
+            "attempt 4 · b/x · answered",
+        ]
+    );
+}
+
+#[test]
+fn a_running_run_ends_now_and_a_long_error_is_cut() {
+    let mut d = tool_turn();
+    d.run.status = RunStatus::Running;
+    d.run.finished_at = None;
+    d.run.served.clear();
+    d.attempts.truncate(2);
+    let long = "x".repeat(200);
+    d.attempts[1].error = Some(long.clone());
+    d.attempts[1].retry_in_ms = None;
+    let drawn = layout(&d, AutoRetry::Browser, 21_000);
+    assert!(drawn.head.ends_with("· 20.0 s · running"), "{}", drawn.head);
+    let failed = &drawn.rows[1];
+    assert_eq!(failed.title.as_deref(), Some(long.as_str()));
+    assert!(failed.text.ends_with("x…"));
+    // Failed with no attempt after it: its bar runs to now.
+    let bar = failed.bar.clone().unwrap();
+    assert_eq!(bar.left + bar.width, 10_000);
+    assert!(failed.wait.is_none());
+}
+
+#[test]
+fn who_started_the_run() {
+    let with = |kind, p: Option<Provenance>, auto| {
+        let mut r = run(serde_json::json!({ "kind": kind }));
+        r.provenance = p;
+        started_by(&r, auto)
+    };
+    let p = |kind: ProvenanceKind, manual: Option<bool>, from: Option<&str>| {
+        Some(Provenance {
+            kind,
+            prompt_id: None,
+            attempt: Some(2),
+            manual,
+            from: from.map(str::to_string),
+        })
+    };
+    use AutoRetry::{Background, Browser};
+    use ProvenanceKind::{AutoResume, Regenerate};
+    assert_eq!(with("prompt", None, Browser), "the operator's prompt");
+    assert_eq!(
+        with("regenerate", p(Regenerate, Some(true), None), Browser),
+        "the operator's Regenerate (regenerate, attempt 2)"
+    );
+    assert_eq!(
+        with("regenerate", p(Regenerate, None, None), Browser),
+        "an automatic retry in a browser tab (regenerate, attempt 2)"
+    );
+    assert_eq!(
+        with("continuation", p(AutoResume, Some(false), None), Background),
+        "the server's background retry (continuation, attempt 2)"
+    );
+    assert_eq!(
+        with("resend", p(AutoResume, Some(true), None), Browser),
+        "the operator's retry-now (resend, attempt 2)"
+    );
+    assert_eq!(
+        with(
+            "resend",
+            p(AutoResume, Some(true), Some("s_parent")),
+            Browser
+        ),
+        "a retry-now from s_parent (resend, attempt 2)"
+    );
+}
+
+#[test]
+fn hostile_text_is_escaped_in_the_html() {
+    let mut d = tool_turn();
+    d.attempts[1].error = Some("<img src=x onerror=alert(1)> & \"'".into());
+    let h = html(&layout(&d, AutoRetry::Browser, 0));
+    assert!(!h.contains("<img"), "{h}");
+    assert!(
+        h.contains("&lt;img src=x onerror=alert(1)&gt; &amp; &quot;&#39;"),
+        "{h}"
+    );
+    assert!(
+        h.contains(r#"<span class="tl-bar failed" style="left:30.00%;width:10.00%"></span>"#),
+        "{h}"
+    );
+}
+
+#[test]
+fn durations_and_positions_read_plainly() {
+    assert_eq!(secs(420), "0.4 s");
+    assert_eq!(secs(12_345), "12.3 s");
+    assert_eq!(secs(125_000), "2 min 5 s");
+    assert_eq!(secs(-3), "0.0 s");
+    assert_eq!(took(89), "89 ms");
+    assert_eq!(took(1_250), "1.2 s");
+    assert_eq!(percent(5), "0.05%");
+    assert_eq!(percent(10_000), "100.00%");
+}
