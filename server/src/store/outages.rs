@@ -48,10 +48,12 @@ impl Store {
         loop {
             tries += 1;
             let current = self.outage_row(model).await?;
-            let version = current.as_ref().map(|(_, v)| *v);
-            let (next, said) = change(current.map(|(o, _)| o));
+            let (current, version) = current.unzip();
+            let (next, said) = change(current.clone());
             let written = match (&next, version) {
+                // Nothing changed (a look that found nothing to do): no write.
                 (None, None) => true,
+                _ if next == current => true,
                 (None, Some(v)) => self.delete_outage(model, v).await?,
                 (Some(o), None) => self.insert_outage(o).await?,
                 (Some(o), Some(v)) => self.update_outage(o, v).await?,
