@@ -290,6 +290,34 @@ async fn a_session_chain_overrides_the_catalogue_and_a_tools_off_model_gets_none
 }
 
 #[tokio::test]
+async fn a_model_whose_provider_refuses_tools_is_sent_none_from_then_on() {
+    let t = two("fallback-tools-refused").await;
+    t.b.push(Script::Status {
+        code: 400,
+        headers: vec![],
+        body: json!({"error": {"message": "registry.ollama.ai/library/small does not support tools"}}),
+    });
+    t.b.set_default(Script::reply(&["no tools"]));
+    let d = turn(&t, json!({"model": "b/small"})).await;
+    assert_eq!(d.run.status, RunStatus::Completed, "{:?}", d.run);
+    let seen = t.b.seen();
+    assert_eq!(
+        seen.len(),
+        2,
+        "the refused request, then the same one without tools"
+    );
+    assert!(seen[0].body.get("tools").is_some());
+    assert!(seen[1].body.get("tools").is_none(), "{}", seen[1].body);
+    let (_, models) = t.server.get("/models").await;
+    let models: ModelList = serde_json::from_value(models).unwrap();
+    let small = models.models.iter().find(|m| m.id == "b/small").unwrap();
+    assert!(!small.tools, "remembered: the page says tools are off");
+    // The next turn asks without tools at once.
+    turn(&t, json!({"model": "b/small"})).await;
+    assert!(t.b.seen()[2].body.get("tools").is_none());
+}
+
+#[tokio::test]
 async fn models_the_catalogue_lacks_are_refused_with_what_to_write() {
     let t = two("fallback-bad-input").await;
     for (body, status_wanted, says) in [

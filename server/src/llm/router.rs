@@ -1,6 +1,5 @@
 //! The provider of a catalogue: sends each request to the provider its `<provider>/<model>`
 //! names (each behind its own cooldown gate), with no tools for a model that takes none.
-use super::catalogue::ModelRef;
 use super::models::Models;
 use super::{ChatRequest, DeltaStream, Provider, ProviderError};
 use futures::future::BoxFuture;
@@ -56,8 +55,7 @@ impl Provider for Router {
             let Some(provider) = self.providers.get(&model.provider) else {
                 return Err(ProviderError::NoCredentials);
             };
-            let ModelRef { model: id, .. } = &model;
-            req.model = id.clone();
+            req.model = model.model.clone();
             if !self.models.tools(&model) {
                 req.tools = Arc::from([]);
             }
