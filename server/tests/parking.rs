@@ -3,7 +3,7 @@
 //! one releases the parked turns at `MULLIGAN_RELEASE_PER_S`, and `GET /providers` says so.
 use testkit as common;
 
-use app::wire::{ModelStatus, ProvidersResponse, RunStatus};
+use app::wire::{Event, ModelStatus, ProvidersResponse, RunStatus};
 use common::fake::Script;
 use common::{config, temp_dir, TestServer};
 use serde_json::json;
@@ -136,4 +136,53 @@ async fn twenty_parked_turns_wait_behind_one_probe_then_go_at_the_rate() {
     );
     let report = until_report(&server, Duration::from_secs(5), |r| r.models.is_empty()).await;
     assert!(report.cooldowns.is_empty());
+}
+
+/// A failed probe moves every parked turn's next try; each parked session's stream says so,
+/// so a page that shows "retrying at HH:MM" never shows a time that has passed.
+#[tokio::test]
+async fn a_failed_probe_announces_each_parked_turns_new_time() {
+    let fake = common::fake::FakeProvider::start().await;
+    let mut c = config(&temp_dir("parking-news"), &fake.url);
+    c.tier1_max_attempts = 1;
+    c.tier2_base_ms = 1_000;
+    c.tier2_cap_ms = 1_000;
+    let server = TestServer::start(c).await;
+    fake.set_default(overloaded());
+
+    let mut parked = Vec::new();
+    for i in 0..2 {
+        let (status, s) = server
+            .post(
+                "/sessions",
+                json!({"title": format!("n{i}"), "auto_retry": "background"}),
+            )
+            .await;
+        assert_eq!(status, 201, "{s}");
+        let sid = s["id"].as_str().unwrap().to_string();
+        let receipt = server.send(&sid, "hello").await;
+        assert_eq!(
+            server.wait_run_end(&receipt.run_id).await.status,
+            RunStatus::Failed
+        );
+        parked.push(sid);
+    }
+    until_report(&server, Duration::from_secs(5), |r| {
+        r.models.iter().any(|m| m.waiting_turns == 2)
+    })
+    .await;
+
+    for sid in &parked {
+        let first = server.detail(sid).await.session.waiting_retry;
+        let first = first.expect("a parked turn waits").fires_at;
+        let from = server.detail(sid).await.last_event_id;
+        let mut events = server.events(sid, Some(from)).await;
+        // Probes fail a second apart: within a few, this session hears of a later time.
+        events
+            .until(Duration::from_secs(6), |e| {
+                matches!(e, Event::Session(s)
+                    if s.waiting_retry.as_ref().is_some_and(|w| w.fires_at > first))
+            })
+            .await;
+    }
 }

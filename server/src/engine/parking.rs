@@ -52,9 +52,7 @@ impl Engine {
         };
         if extended {
             tracing::info!(%model, failures = outage.failures, next_probe_at = outage.next_probe_at, "the probe failed: the parked turns wait longer");
-            self.store()
-                .reschedule_parked(&model, outage.next_probe_at)
-                .await?;
+            self.reschedule_parked(&model, outage.next_probe_at).await?;
         }
         Ok(Some((model, outage.next_probe_at)))
     }
@@ -82,7 +80,7 @@ impl Engine {
             .await?;
         if outage.is_some_and(|o| o.releasing) {
             tracing::info!(%model, "the model answered again: its parked turns are released");
-            self.store().reschedule_parked(&model, now).await?;
+            self.reschedule_parked(&model, now).await?;
             self.inner.background_wake.notify_one();
         }
         Ok(())
@@ -116,7 +114,7 @@ impl Engine {
         match claim {
             Claim::Wait(at) => {
                 if !outage.releasing {
-                    self.store().reschedule_parked(model, at).await?;
+                    self.reschedule_parked(model, at).await?;
                 }
             }
             Claim::Probe | Claim::Release => {
@@ -143,6 +141,18 @@ impl Engine {
             }
         }
         Ok(Vec::new())
+    }
+
+    /// Moves the turns parked behind `model` to `at` and announces each moved session, so a
+    /// page showing its waiting retry shows the new time.
+    async fn reschedule_parked(&self, model: &str, at: i64) -> Result<()> {
+        for session_id in self.store().reschedule_parked(model, at).await? {
+            // One session that cannot be read does not keep the others' news back.
+            if let Err(e) = self.publish_session(&session_id).await {
+                tracing::warn!(session = %session_id, error = %e.message, "cannot announce a parked turn's new time");
+            }
+        }
+        Ok(())
     }
 
     /// The last parked turn was released: the outage is over.

@@ -156,18 +156,19 @@ impl Store {
     }
 
     /// The waiting retries parked behind `model` are next looked at `at`: the outage's next
-    /// probe (held), or now (released).
-    pub async fn reschedule_parked(&self, model: &str, at: i64) -> Result<()> {
+    /// probe (held), or now (released). Answers the sessions whose time moved, to announce.
+    pub async fn reschedule_parked(&self, model: &str, at: i64) -> Result<Vec<SessionId>> {
         with_writer!(self, |pool| {
-            sqlx::query(
+            let ids: Vec<String> = sqlx::query_scalar(
                 "UPDATE sessions SET retry_fires_at = $1
-                 WHERE parked_on = $2 AND retry_fires_at IS NOT NULL",
+                 WHERE parked_on = $2 AND retry_fires_at IS NOT NULL AND retry_fires_at <> $1
+                 RETURNING id",
             )
             .bind(at)
             .bind(model)
-            .execute(pool)
+            .fetch_all(pool)
             .await?;
-            Ok(())
+            Ok(ids.into_iter().map(SessionId::from).collect())
         })
     }
 }
