@@ -104,6 +104,13 @@ async fn an_overloaded_model_hands_the_step_to_the_next_one() {
         vec![Some("a/big"), Some("a/big"), Some("a/big"), Some("b/small")]
     );
     assert_eq!(t.b.seen()[0].body["model"], "small");
+    // Where instances share the database, the detail says which one ran the turn.
+    assert_eq!(
+        d.instance.is_some(),
+        common::on_postgres(),
+        "{:?}",
+        d.instance
+    );
 }
 
 #[tokio::test]

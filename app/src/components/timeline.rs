@@ -260,8 +260,11 @@ pub fn layout(d: &RunDetail, auto_retry: AutoRetry, now: Millis) -> Drawn {
     };
     Drawn {
         head: format!(
-            "Started by {}{queued} · {} · {state}",
+            "Started by {}{}{queued} · {} · {state}",
             started_by(run, auto_retry),
+            d.instance
+                .as_ref()
+                .map_or_else(String::new, |i| format!(" on instance {i}")),
             took(end - t0)
         ),
         rows: rows.into_iter().map(|(_, r)| r).collect(),

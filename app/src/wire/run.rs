@@ -221,6 +221,9 @@ pub struct RunDetail {
     /// The tool calls of the run's reply, in the order asked for (its timeline's tools).
     #[serde(default)]
     pub tool_calls: Vec<super::ToolCall>,
+    /// The instance that executed it, where several share the database (none on SQLite).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 /// `POST /sessions/:sid/retry` answers this.

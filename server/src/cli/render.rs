@@ -189,7 +189,7 @@ pub fn run_timeline(detail: &RunDetail) -> String {
     let at = |t: Millis| format!("{:>8}", format!("{:+.1} s", (t - start) as f64 / 1000.0));
     let untimed = " ".repeat(8);
     let mut out = vec![format!(
-        "run {} of session {}: {}, {}{}",
+        "run {} of session {}: {}, {}{}{}",
         r.id,
         r.session_id,
         r.status.as_str(),
@@ -198,7 +198,11 @@ pub fn run_timeline(detail: &RunDetail) -> String {
             format!(" (attempt {})", r.attempt)
         } else {
             String::new()
-        }
+        },
+        detail
+            .instance
+            .as_ref()
+            .map_or_else(String::new, |i| format!(", on instance {i}"))
     )];
     let now = server::clock::now_ms();
     let counts = format!(
@@ -382,6 +386,12 @@ mod tests {
         );
         assert!(
             text.starts_with("run r1 of session s1: completed, prompt\n"),
+            "{text}"
+        );
+        d.instance = Some("i-7".into());
+        let text = run_timeline(&d);
+        assert!(
+            text.starts_with("run r1 of session s1: completed, prompt, on instance i-7\n"),
             "{text}"
         );
     }

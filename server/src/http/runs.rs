@@ -11,7 +11,7 @@ pub async fn detail(
     ApiPath(rid): ApiPath<RunId>,
 ) -> Result<Json<RunDetail>> {
     let store = state.engine.store();
-    let run = store.run(&rid).await?;
+    let (run, owner) = store.run_and_owner(&rid).await?;
     let mut attempts = store.attempts(&rid).await?;
     // An attempt on the session's own model is recorded without it: named here.
     if attempts.iter().any(|a| a.model.is_none()) {
@@ -37,6 +37,8 @@ pub async fn detail(
         run,
         attempts,
         tool_calls,
+        // One instance needs no name: it is the only one.
+        instance: owner.filter(|_| store.is_shared()),
     }))
 }
 

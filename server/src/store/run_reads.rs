@@ -26,6 +26,18 @@ impl Store {
         })
     }
 
+    /// A run and the instance that executes or executed it (none before it started).
+    pub async fn run_and_owner(&self, id: &str) -> Result<(Run, Option<String>)> {
+        with_pool!(self, |pool| {
+            let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+                .ok_or_else(|| StoreError::not_found("run", id))?;
+            Ok((rows::run(&row), row.opt_text("owner")))
+        })
+    }
+
     /// The latest run anchored on a message.
     pub async fn latest_run_for(&self, anchor_message_id: &MessageId) -> Result<Option<Run>> {
         with_pool!(self, |pool| {

@@ -66,6 +66,7 @@ fn tool_turn() -> RunDetail {
             attempt(4, 7_000, "demo/agent", None, None),
         ],
         tool_calls: vec![],
+        instance: None,
     }
 }
 
@@ -77,6 +78,13 @@ fn a_fallen_back_tool_turn_is_drawn_in_time_order() {
     assert_eq!(
         d.head,
         "Started by the operator's prompt · 10.0 s · completed"
+    );
+    // Where instances share a database, the head says which one ran the turn.
+    turn.instance = Some("i-0193a2b4".into());
+    let d = layout(&turn, AutoRetry::Browser, 99_999);
+    assert_eq!(
+        d.head,
+        "Started by the operator's prompt on instance i-0193a2b4 · 10.0 s · completed"
     );
     let rows: Vec<(&str, &str, &str)> = d
         .rows
@@ -159,6 +167,7 @@ fn each_fallback_comes_right_before_the_attempt_it_led_to() {
             attempt(4, 3_000, "b/x", None, None),
         ],
         tool_calls: vec![call(2_000, 2_500)],
+        instance: None,
     };
     let drawn = layout(&d, AutoRetry::Browser, 0);
     let texts: Vec<&str> = drawn.rows.iter().map(|r| r.text.as_str()).collect();
