@@ -511,3 +511,37 @@ async fn an_instance_whose_lease_lapsed_executes_no_tool() {
     }
     pool.close().await;
 }
+
+/// A delta too large for a notification crosses by id: the follower reads it from the log and
+/// delivers it in its place, between the small ones sent whole.
+#[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn a_delta_too_large_to_notify_arrives_in_its_place_on_the_other_instance() {
+    let (fake, db, a, b) = two_instances("big-delta").await;
+    let big = "y".repeat(9_000);
+    fake.push(Script::reply(&["one ", &big, " three"]));
+    let sid = a.create_session().await;
+    let mut on_b = b.events(&sid, None).await;
+    let receipt = a.send(&sid, "go").await;
+    let seen = on_b
+        .until(Duration::from_secs(30), common::run_ended(&receipt.run_id))
+        .await;
+    let deltas: Vec<(u64, &str)> = seen
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Delta(d) => Some((d.seq, d.text.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        deltas,
+        vec![(1, "one "), (2, big.as_str()), (3, " three")],
+        "every delta once, in order, the large one whole"
+    );
+    let pool = sqlx::PgPool::connect(&db).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE name = 'delta'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "only the large delta is a row");
+}

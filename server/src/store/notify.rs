@@ -1,35 +1,40 @@
 //! The shared event log's notifications: a batch of events as `NOTIFY` payloads (each under
-//! PostgreSQL's 8,000 bytes) and back. A line is `<id> <session> <name> <data>` (data: one
-//! line of JSON), or `<id>` alone for an event too large to send, read from the log instead.
+//! PostgreSQL's 8,000 bytes) and back. A payload's first line is `b<base>`, the id of the
+//! batch's first event, which the database gives as it sends (the batch is numbered and sent
+//! in one statement); each further line is `<k> <session> <name> <data>` (data: one line of
+//! JSON) for the event with id `base + k`, or `<k>` alone for an event too large to send,
+//! read from the log instead.
 use super::LoggedEvent;
 use std::fmt::Write;
 
-/// A payload stays under PostgreSQL's limit (8,000 bytes).
+/// A payload stays under PostgreSQL's limit (8,000 bytes), its `b<base>` line included.
 const NOTIFY_BYTES: usize = 7900;
+/// What the database puts before a payload: `b`, an id's digits, a newline.
+const BASE_LINE: usize = 1 + 20 + 1;
 
 /// An event of a batch: session, name, JSON data.
 type Pending = (String, &'static str, String);
 
-/// The rows to write (every event but deltas, and events too large to send) and the
-/// payloads to send, lines in id order; each line written once, straight into its payload.
+/// The rows to write (every event but deltas, and events too large to send), each with its
+/// place `k` in the batch, and the payloads to send without their `b<base>` line, lines in
+/// batch order; each line written once, straight into its payload.
 #[allow(clippy::type_complexity)]
-pub(super) fn encode<'a>(
-    batch: &'a [Pending],
-    ids: &[i64],
-) -> (Vec<(i64, &'a Pending)>, Vec<String>) {
+pub(super) fn encode(batch: &[Pending]) -> (Vec<(i64, &Pending)>, Vec<String>) {
     let mut rows = Vec::new();
     let mut payloads = Vec::new();
     let mut current = String::new();
-    for (event, id) in batch.iter().zip(ids) {
+    let limit = NOTIFY_BYTES - BASE_LINE;
+    for (k, event) in batch.iter().enumerate() {
+        let k = i64::try_from(k).unwrap_or(i64::MAX);
         let (session, name, data) = event;
-        // Digits of the id, three spaces, the rest.
+        // Digits of the place, three spaces, the rest.
         let line = 20 + 3 + session.len() + name.len() + data.len();
-        let fits = line <= NOTIFY_BYTES;
+        let fits = line <= limit;
         if *name != "delta" || !fits {
-            rows.push((*id, event));
+            rows.push((k, event));
         }
         let part = if fits { line } else { 20 };
-        if !current.is_empty() && current.len() + 1 + part > NOTIFY_BYTES {
+        if !current.is_empty() && current.len() + 1 + part > limit {
             payloads.push(std::mem::take(&mut current));
         }
         if !current.is_empty() {
@@ -37,9 +42,9 @@ pub(super) fn encode<'a>(
         }
         // Writing to a String cannot fail.
         let _ = if fits {
-            write!(current, "{id} {session} {name} {data}")
+            write!(current, "{k} {session} {name} {data}")
         } else {
-            write!(current, "{id}")
+            write!(current, "{k}")
         };
     }
     if !current.is_empty() {
@@ -54,14 +59,24 @@ pub enum Notified {
     InLog(i64),
 }
 
-/// Parses a notification's payload; a line it cannot read is skipped.
+/// Parses a notification's payload; a line it cannot read is skipped, and a payload
+/// without its `b<base>` line is skipped whole.
 pub fn decode(payload: &str) -> Vec<Notified> {
-    payload.lines().filter_map(decode_line).collect()
+    let mut lines = payload.lines();
+    let Some(base) = lines
+        .next()
+        .and_then(|l| l.strip_prefix('b'))
+        .and_then(|b| b.parse::<i64>().ok())
+    else {
+        return Vec::new();
+    };
+    lines.filter_map(|l| decode_line(base, l)).collect()
 }
 
-fn decode_line(line: &str) -> Option<Notified> {
+fn decode_line(base: i64, line: &str) -> Option<Notified> {
     let mut parts = line.splitn(4, ' ');
-    let id: i64 = parts.next()?.parse().ok()?;
+    let k: u32 = parts.next()?.parse().ok()?;
+    let id = base.checked_add(i64::from(k))?;
     let Some(session_id) = parts.next() else {
         return Some(Notified::InLog(id));
     };
@@ -96,14 +111,23 @@ mod tests {
         batch.push(event("run", "{\"id\":\"r_1\"}".into()));
         batch.push(event("delta", big.clone()));
         let ids: Vec<i64> = (100..100 + batch.len() as i64).collect();
-        let (rows, payloads) = encode(&batch, &ids);
+        let (rows, payloads) = encode(&batch);
 
         assert!(payloads.len() > 1, "300 deltas need several payloads");
-        assert!(payloads.iter().all(|p| p.len() <= NOTIFY_BYTES));
-        let row_ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
-        assert_eq!(row_ids, [400, 401], "the run event and the oversized delta");
+        // As the database sends them: each after the batch's first id.
+        let sent: Vec<String> = payloads.iter().map(|p| format!("b100\n{p}")).collect();
+        assert!(
+            sent.iter().all(|p| p.len() <= NOTIFY_BYTES),
+            "under the limit"
+        );
+        let row_places: Vec<i64> = rows.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            row_places,
+            [300, 301],
+            "the run event and the oversized delta"
+        );
 
-        let lines: Vec<Notified> = payloads.iter().flat_map(|p| decode(p)).collect();
+        let lines: Vec<Notified> = sent.iter().flat_map(|p| decode(p)).collect();
         assert_eq!(lines.len(), batch.len());
         for (line, (id, (_, name, data))) in lines.iter().zip(ids.iter().zip(&batch)) {
             match line {
@@ -123,8 +147,23 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_line_that_is_sent_fits_with_the_longest_base() {
+        let data = "x".repeat(NOTIFY_BYTES - BASE_LINE - 23 - "s_1".len() - "delta".len());
+        let batch = [event("delta", data)];
+        let (rows, payloads) = encode(&batch);
+        assert!(rows.is_empty(), "sent, not written");
+        let sent = format!("b{}\n{}", i64::MAX, payloads[0]);
+        assert!(sent.len() <= NOTIFY_BYTES, "{}", sent.len());
+        assert!(matches!(decode(&sent).as_slice(), [Notified::Event(e)] if e.id == i64::MAX));
+    }
+
+    #[test]
     fn lines_it_cannot_read_are_skipped() {
-        let lines = decode("x s delta {}\n7 s nosuchevent {}\n8 s delta\n9");
-        assert!(matches!(lines.as_slice(), [Notified::InLog(9)]));
+        let lines = decode("b10\nx s delta {}\n7 s nosuchevent {}\n8 s delta\n9");
+        assert!(matches!(lines.as_slice(), [Notified::InLog(19)]));
+        assert!(
+            decode("9 s delta {}").is_empty(),
+            "no base: nothing to number by"
+        );
     }
 }

@@ -254,38 +254,47 @@ impl Store {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = side.events.begin().await?;
-        // One writer at a time across instances, until the commit: ids, commits and
-        // notifications all come in one order.
-        sqlx::query("SELECT pg_advisory_xact_lock(2, 0)")
-            .execute(&mut *tx)
-            .await?;
-        let mut ids: Vec<i64> = sqlx::query_scalar(
-            "SELECT nextval(pg_get_serial_sequence('events', 'id')) FROM generate_series(1, $1)",
-        )
-        .bind(i64::try_from(batch.len()).unwrap_or(i64::MAX))
-        .fetch_all(&mut *tx)
-        .await?;
-        ids.sort_unstable();
-        let (rows, payloads) = super::notify::encode(batch, &ids);
-        for chunk in rows.chunks(500) {
-            let mut qb =
-                sqlx::QueryBuilder::new("INSERT INTO events (id, session_id, name, data) ");
-            qb.push_values(chunk, |mut b, (id, (session, name, data))| {
-                b.push_bind(*id)
-                    .push_bind(session)
-                    .push_bind(*name)
-                    .push_bind(data);
-            });
-            qb.build().execute(&mut *tx).await?;
+        let (rows, payloads) = super::notify::encode(batch);
+        let n = i64::try_from(batch.len()).unwrap_or(i64::MAX);
+        let (mut places, mut sessions, mut names, mut datas) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (k, (session, name, data)) in rows {
+            places.push(k);
+            sessions.push(session.as_str());
+            names.push(*name);
+            datas.push(data.as_str());
         }
-        sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::TEXT[]) AS p")
-            .bind(EVENTS_CHANNEL)
-            .bind(&payloads)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(ids)
+        // One statement, so one trip and its own transaction: one writer at a time across
+        // instances (the lock, held until the statement commits), so ids, commits and
+        // notifications all come in one order. Under the lock the batch's ids are one run of
+        // the sequence from `base`; each payload gets `b<base>` in front as it is sent.
+        let base: i64 = sqlx::query_scalar(
+            "WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(2, 0)),
+                  taken AS MATERIALIZED (
+                    SELECT nextval(pg_get_serial_sequence('events', 'id')) AS base FROM locked),
+                  moved AS MATERIALIZED (
+                    SELECT setval(pg_get_serial_sequence('events', 'id'), base + $1 - 1)
+                    FROM taken),
+                  written AS (
+                    INSERT INTO events (id, session_id, name, data)
+                    SELECT taken.base + r.k, r.s, r.n, r.d
+                    FROM taken, unnest($2::INT8[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
+                         AS r(k, s, n, d)),
+                  sent AS MATERIALIZED (
+                    SELECT pg_notify($6, 'b' || taken.base || E'\n' || p)
+                    FROM taken, unnest($7::TEXT[]) AS p)
+             SELECT taken.base FROM taken, moved, (SELECT count(*) FROM sent) AS c",
+        )
+        .bind(n)
+        .bind(&places)
+        .bind(&sessions)
+        .bind(&names)
+        .bind(&datas)
+        .bind(EVENTS_CHANNEL)
+        .bind(&payloads)
+        .fetch_one(&side.events)
+        .await?;
+        Ok((0..n).map(|k| base.saturating_add(k)).collect())
     }
 
     /// The logged events with these ids, in id order.
