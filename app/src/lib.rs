@@ -66,6 +66,7 @@ pub fn App() -> impl IntoView {
             <div class="layout">
                 <SessionList/>
                 <main class="main">
+                    <components::outages::OutageBanners/>
                     <Routes fallback=|| view! { <p class="empty">"Nothing here."</p> }>
                         <Route path=path!("/") view=Welcome/>
                         <Route path=path!("/s/:id") view=SessionView/>

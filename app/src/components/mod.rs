@@ -3,6 +3,7 @@ pub mod catalogue;
 pub mod chat;
 pub mod composer;
 pub mod cooldown_note;
+pub mod outages;
 pub mod prose;
 pub mod reply;
 pub mod retrier;
