@@ -1,25 +1,20 @@
-import { test, expect, APIRequestContext } from '@playwright/test';
-import { hydrated, newSession, origin, send, shot } from './helpers';
+import { test, expect } from '@playwright/test';
+import { hydrated, newSession, send, sessionDetail, shot } from './helpers';
 
 const banner = (page: any) => page.locator('.retry-banner');
 const replies = (page: any) => page.locator('li.msg.agent');
 
-async function detail(request: APIRequestContext, sid: string): Promise<any> {
-  const r = await request.get(`${origin()}/api/v1/sessions/${sid}`);
-  expect(r.ok()).toBeTruthy();
-  return r.json();
-}
 
 test('background: the server retries with the tab closed, and the page counts down to its fires_at', async ({ context }) => {
   const page = await context.newPage();
   const sid = await newSession(page, 'demo-busy', 'background retry');
   await page.getByLabel('Auto retry').selectOption('background');
-  await expect.poll(async () => (await detail(context.request, sid)).session.auto_retry).toBe('background');
+  await expect.poll(async () => (await sessionDetail(context.request, sid)).session.auto_retry).toBe('background');
   await send(page, 'walk away');
 
   const countdown = banner(page).locator('.server-retry');
   await expect(countdown).toHaveText(/Retrying on the server in \d+ s \(attempt 1\)/);
-  const waiting = (await detail(context.request, sid)).session.waiting_retry;
+  const waiting = (await sessionDetail(context.request, sid)).session.waiting_retry;
   expect(waiting.attempt).toBe(1);
   expect(waiting.reason).toBe('overloaded');
   // The page shows the server's countdown, not one of its own.
@@ -32,7 +27,7 @@ test('background: the server retries with the tab closed, and the page counts do
   await page.close();
   // No tab is open: the server fires the retry and the reply is written.
   await expect
-    .poll(async () => (await detail(context.request, sid)).runs.map((r: any) => [r.kind, r.status]), { timeout: 20_000 })
+    .poll(async () => (await sessionDetail(context.request, sid)).runs.map((r: any) => [r.kind, r.status]), { timeout: 20_000 })
     .toEqual([['prompt', 'failed'], ['resend', 'completed']]);
 
   const again = await context.newPage();
@@ -47,13 +42,13 @@ test('background: the server retries with the tab closed, and the page counts do
 test('background: Cancel on the page ends the server\'s waiting retry', async ({ page }) => {
   const sid = await newSession(page, 'demo-down', 'background cancel');
   await page.getByLabel('Auto retry').selectOption('background');
-  await expect.poll(async () => (await detail(page.request, sid)).session.auto_retry).toBe('background');
+  await expect.poll(async () => (await sessionDetail(page.request, sid)).session.auto_retry).toBe('background');
   await send(page, 'stop it');
   await expect(banner(page).locator('.server-retry')).toBeVisible();
   await banner(page).getByRole('button', { name: 'Cancel' }).click();
   await expect(banner(page).locator('.server-retry')).toHaveCount(0);
   await expect(banner(page)).toContainText('This turn can be retried.');
-  expect((await detail(page.request, sid)).session.waiting_retry ?? null).toBeNull();
+  expect((await sessionDetail(page.request, sid)).session.waiting_retry ?? null).toBeNull();
   await page.waitForTimeout(3_500);
-  expect((await detail(page.request, sid)).runs.length).toBe(1);
+  expect((await sessionDetail(page.request, sid)).runs.length).toBe(1);
 });

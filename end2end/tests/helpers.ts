@@ -1,4 +1,4 @@
-import { expect, Page } from '@playwright/test';
+import { expect, Page, APIRequestContext } from '@playwright/test';
 import { readFileSync } from 'node:fs';
 import { STATE } from '../global-setup';
 
@@ -27,6 +27,13 @@ export async function send(page: Page, text: string) {
   await input.fill(text);
   await input.press('Enter');
   await expect(input).toHaveValue('');
+}
+
+/** The session's detail, from the API (a page's or context's cookie signs the request). */
+export async function sessionDetail(request: APIRequestContext, sid: string): Promise<any> {
+  const r = await request.get(`${origin()}/api/v1/sessions/${sid}`);
+  expect(r.ok()).toBeTruthy();
+  return r.json();
 }
 
 /** The session's runs, from the API (the page's cookie signs the request). */

@@ -1,19 +1,13 @@
-import { test, expect, APIRequestContext } from '@playwright/test';
-import { hydrated, newSession, printedUrl, origin, send, shot } from './helpers';
+import { test, expect } from '@playwright/test';
+import { hydrated, newSession, printedUrl, send, sessionDetail, shot } from './helpers';
 
 const outages = (page: any) => page.getByRole('status', { name: 'Models out' });
-
-async function detail(request: APIRequestContext, sid: string): Promise<any> {
-  const r = await request.get(`${origin()}/api/v1/sessions/${sid}`);
-  expect(r.ok()).toBeTruthy();
-  return r.json();
-}
 
 test('outage: a parked turn shows its model\'s banner on every page, and it goes when nothing waits', async ({ context }) => {
   const page = await context.newPage();
   const sid = await newSession(page, 'demo-down', 'parked behind an outage');
   await page.getByLabel('Auto retry').selectOption('background');
-  await expect.poll(async () => (await detail(context.request, sid)).session.auto_retry).toBe('background');
+  await expect.poll(async () => (await sessionDetail(context.request, sid)).session.auto_retry).toBe('background');
   await send(page, 'wait for it');
 
   // The turn fails on a 529 and parks behind demo-down's outage: one banner for the model.

@@ -40,20 +40,11 @@ async fn until_report(
     }
 }
 
-#[tokio::test]
-async fn twenty_parked_turns_wait_behind_one_probe_then_go_at_the_rate() {
-    const TURNS: usize = 20;
-    let fake = common::fake::FakeProvider::start().await;
-    let mut c = config(&temp_dir("parking"), &fake.url);
-    c.tier1_max_attempts = 1;
-    c.tier2_base_ms = 1_000;
-    c.tier2_cap_ms = 1_000;
-    c.release_per_s = 5;
-    let server = TestServer::start(c).await;
-    fake.set_default(overloaded());
-
+/// `n` background sessions on the fake's model, each with one turn that failed (and parked);
+/// answers their ids.
+async fn parked_sessions(server: &TestServer, n: usize) -> Vec<String> {
     let mut sessions = Vec::new();
-    for i in 0..TURNS {
+    for i in 0..n {
         let (status, s) = server
             .post(
                 "/sessions",
@@ -69,6 +60,22 @@ async fn twenty_parked_turns_wait_behind_one_probe_then_go_at_the_rate() {
         );
         sessions.push(sid);
     }
+    sessions
+}
+
+#[tokio::test]
+async fn twenty_parked_turns_wait_behind_one_probe_then_go_at_the_rate() {
+    const TURNS: usize = 20;
+    let fake = common::fake::FakeProvider::start().await;
+    let mut c = config(&temp_dir("parking"), &fake.url);
+    c.tier1_max_attempts = 1;
+    c.tier2_base_ms = 1_000;
+    c.tier2_cap_ms = 1_000;
+    c.release_per_s = 5;
+    let server = TestServer::start(c).await;
+    fake.set_default(overloaded());
+
+    let sessions = parked_sessions(&server, TURNS).await;
     let report = until_report(&server, Duration::from_secs(5), |r| {
         r.models.iter().any(|m| m.waiting_turns as usize == TURNS)
     })
@@ -150,23 +157,7 @@ async fn a_failed_probe_announces_each_parked_turns_new_time() {
     let server = TestServer::start(c).await;
     fake.set_default(overloaded());
 
-    let mut parked = Vec::new();
-    for i in 0..2 {
-        let (status, s) = server
-            .post(
-                "/sessions",
-                json!({"title": format!("n{i}"), "auto_retry": "background"}),
-            )
-            .await;
-        assert_eq!(status, 201, "{s}");
-        let sid = s["id"].as_str().unwrap().to_string();
-        let receipt = server.send(&sid, "hello").await;
-        assert_eq!(
-            server.wait_run_end(&receipt.run_id).await.status,
-            RunStatus::Failed
-        );
-        parked.push(sid);
-    }
+    let parked = parked_sessions(&server, 2).await;
     until_report(&server, Duration::from_secs(5), |r| {
         r.models.iter().any(|m| m.waiting_turns == 2)
     })

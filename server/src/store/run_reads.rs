@@ -16,14 +16,7 @@ impl Store {
     }
 
     pub async fn run(&self, id: &str) -> Result<Run> {
-        with_pool!(self, |pool| {
-            let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
-                .bind(id)
-                .fetch_optional(pool)
-                .await?
-                .ok_or_else(|| StoreError::not_found("run", id))?;
-            Ok(rows::run(&row))
-        })
+        Ok(self.run_and_owner(id).await?.0)
     }
 
     /// A run and the instance that executes or executed it (none before it started).
