@@ -1,10 +1,10 @@
-//! The session reads every surface shares: a page of the session list and a session's
-//! snapshot (its messages with live text laid over, its runs, the event id to resume from).
+//! The reads every surface shares: a page of the session list, a session's snapshot (its
+//! messages with live text laid over, its runs, the event id to resume from) and a run's
+//! detail (its timeline's data).
 use super::Engine;
 use crate::error::Result;
 use crate::store::SessionPage;
-use app::wire::SessionId;
-use app::wire::{Session, SessionDetail};
+use app::wire::{RunDetail, RunId, Session, SessionDetail, SessionId};
 
 impl Engine {
     /// A page of sessions, newest first.
@@ -36,6 +36,40 @@ impl Engine {
             messages,
             runs,
             last_event_id,
+        })
+    }
+    /// A run with its Tier 1 attempts (each naming the model it asked), the tool calls of its
+    /// reply, and where instances share the database, the one that executed it.
+    pub async fn run_detail(&self, run_id: &RunId) -> Result<RunDetail> {
+        let store = self.store();
+        let (run, owner) = store.run_and_owner(run_id).await?;
+        let mut attempts = store.attempts(run_id).await?;
+        // An attempt on the session's own model is recorded without it: named here.
+        if attempts.iter().any(|a| a.model.is_none()) {
+            let model = store.session(&run.session_id).await?.session.model;
+            let model = match self.models().catalogue().resolve(&model) {
+                Ok(m) => m.id(),
+                Err(_) => model,
+            };
+            for a in attempts.iter_mut().filter(|a| a.model.is_none()) {
+                a.model = Some(model.clone());
+            }
+        }
+        let tool_calls = match &run.reply_message_id {
+            Some(reply) => store
+                .tool_calls_of_message(reply)
+                .await?
+                .into_iter()
+                .map(|c| c.call)
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(RunDetail {
+            run,
+            attempts,
+            tool_calls,
+            // One instance needs no name: it is the only one.
+            instance: owner.filter(|_| store.is_shared()),
         })
     }
 }

@@ -10,36 +10,7 @@ pub async fn detail(
     State(state): State<AppState>,
     ApiPath(rid): ApiPath<RunId>,
 ) -> Result<Json<RunDetail>> {
-    let store = state.engine.store();
-    let (run, owner) = store.run_and_owner(&rid).await?;
-    let mut attempts = store.attempts(&rid).await?;
-    // An attempt on the session's own model is recorded without it: named here.
-    if attempts.iter().any(|a| a.model.is_none()) {
-        let model = store.session(&run.session_id).await?.session.model;
-        let model = match state.engine.models().catalogue().resolve(&model) {
-            Ok(m) => m.id(),
-            Err(_) => model,
-        };
-        for a in attempts.iter_mut().filter(|a| a.model.is_none()) {
-            a.model = Some(model.clone());
-        }
-    }
-    let tool_calls = match &run.reply_message_id {
-        Some(reply) => store
-            .tool_calls_of_message(reply)
-            .await?
-            .into_iter()
-            .map(|c| c.call)
-            .collect(),
-        None => Vec::new(),
-    };
-    Ok(Json(RunDetail {
-        run,
-        attempts,
-        tool_calls,
-        // One instance needs no name: it is the only one.
-        instance: owner.filter(|_| store.is_shared()),
-    }))
+    Ok(Json(state.engine.run_detail(&rid).await?))
 }
 
 pub async fn cancel(
