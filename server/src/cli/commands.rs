@@ -124,7 +124,7 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
             command: RunsCommand::Show { run, .. },
         } => {
             let a = call(&client, &api::RUN, &[run], None).await?;
-            let line = super::render::run_timeline(&a.value);
+            let line = super::timeline::run_timeline(&a.value);
             (a.raw, line)
         }
         Command::Mcp { .. } => return Err(Failure::Other("`mcp` speaks MCP on stdio".into())),

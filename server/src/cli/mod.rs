@@ -8,6 +8,7 @@ mod commands;
 mod follow;
 mod mcp_bridge;
 mod render;
+mod timeline;
 
 pub use args::Command;
 
