@@ -6,15 +6,14 @@ pub mod client;
 pub mod clock;
 pub mod components;
 pub mod markdown;
+pub mod nav;
 pub mod page_data;
 pub mod tier2;
 pub mod wire;
 
 use components::{chat::SessionView, session_list::SessionList};
 use leptos::prelude::*;
-use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
-use leptos_router::components::{Route, Router, Routes};
-use leptos_router::path;
+use nav::Page;
 
 /// The HTML document the server renders around [`App`], with the page's first data (the
 /// request's [`page_data::PageData`], when its handler provided one).
@@ -32,8 +31,9 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <link rel="icon" href="data:,"/>
+                <link id="leptos" rel="stylesheet" href="/pkg/mulligan.css"/>
+                <title>"Mulligan"</title>
                 <HydrationScripts options/>
-                <MetaTags/>
                 {data}
             </head>
             <body>
@@ -45,8 +45,8 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 
 #[component]
 pub fn App() -> impl IntoView {
-    provide_meta_context();
     page_data::provide_first_data();
+    let nav = nav::provide_nav();
     components::provide_sessions();
     components::catalogue::provide_catalogue();
     let hydrated = components::provide_hydrated();
@@ -59,21 +59,26 @@ pub fn App() -> impl IntoView {
         }
         hydrated.set(true);
     });
+    // Which kind of page: moving from one session to another keeps the chat view, which
+    // follows the open session itself.
+    // (Read, not only tracked: a memo computes, and so follows its source, when read.)
+    let kind = Memo::new(move |_| std::mem::discriminant(&nav.page()));
+    let page = move || {
+        let _ = kind.get();
+        match nav.page_untracked() {
+            Page::Home => Welcome().into_any(),
+            Page::Session(_) => view! { <SessionView/> }.into_any(),
+            Page::Unknown => view! { <p class="empty">"Nothing here."</p> }.into_any(),
+        }
+    };
     view! {
-        <Stylesheet id="leptos" href="/pkg/mulligan.css"/>
-        <Title text="Mulligan"/>
-        <Router>
-            <div class="layout">
-                <SessionList/>
-                <main class="main">
-                    <components::outages::OutageBanners/>
-                    <Routes fallback=|| view! { <p class="empty">"Nothing here."</p> }>
-                        <Route path=path!("/") view=Welcome/>
-                        <Route path=path!("/s/:id") view=SessionView/>
-                    </Routes>
-                </main>
-            </div>
-        </Router>
+        <div class="layout">
+            <SessionList/>
+            <main class="main">
+                <components::outages::OutageBanners/>
+                {page}
+            </main>
+        </div>
     }
 }
 

@@ -101,6 +101,8 @@ test('moving between sessions in the list shows each one, live, with no page err
   const b = await newSession(page, 'demo', 'nav second');
   await send(page, 'second of nav');
   await settled(page, b);
+  // Moving happens in the page: a reload would drop this marker.
+  await page.evaluate(() => { (window as any).stayed = true; });
   for (const [title, text, other] of [
     ['nav first', 'first of nav', 'second of nav'],
     ['nav second', 'second of nav', 'first of nav'],
@@ -111,10 +113,36 @@ test('moving between sessions in the list shows each one, live, with no page err
     await expect(page.locator('.messages')).toContainText(text);
     await expect(page.locator('.messages')).not.toContainText(other);
   }
+  await expect(page).toHaveURL(`${origin()}/s/${a}`);
+  await expect(page.locator('.sessions a[aria-current="page"]')).toHaveText(/nav first/);
+  // The history's back and forward move between them too, and the brand leads home.
+  await page.goBack();
+  await expect(page).toHaveURL(`${origin()}/s/${b}`);
+  await expect(page.getByRole('heading', { name: 'nav second' })).toBeVisible();
+  await expect(page.locator('.sessions a[aria-current="page"]')).toHaveText(/nav second/);
+  await page.goForward();
+  await expect(page.getByRole('heading', { name: 'nav first' })).toBeVisible();
+  await page.locator('.brand a').click();
+  await expect(page).toHaveURL(`${origin()}/`);
+  await expect(page.locator('.welcome')).toBeVisible();
+  await expect(page.locator('.sessions a[aria-current="page"]')).toHaveCount(0);
+  await page.goBack();
+  await expect(page.getByRole('heading', { name: 'nav first' })).toBeVisible();
+  expect(await page.evaluate(() => (window as any).stayed)).toBe(true);
   // The session moved to follows live: a new turn streams in without a reload.
   await send(page, 'after moving');
   await expect(page.locator('.messages li')).toHaveCount(4, { timeout: 20_000 });
   expect(problems).toEqual([]);
+});
+
+test('an address that is no page says so, and its links still lead home', async ({ page }) => {
+  await page.goto(printedUrl());
+  await hydrated(page);
+  await page.goto(`${origin()}/s/nothing/here`);
+  await hydrated(page);
+  await expect(page.locator('.main')).toContainText('Nothing here.');
+  await page.locator('.brand a').click();
+  await expect(page.locator('.welcome')).toBeVisible();
 });
 
 test('times the server wrote in UTC are redrawn in the browser\'s time zone', async ({ browser }) => {

@@ -9,12 +9,11 @@ use crate::client::{fetch_json, EventStream, PageLocal};
 use crate::page_data::{first_config, snapshot_url, take_session};
 use crate::wire::{AutoRetry, ClientConfig, Session, SessionDetail};
 use leptos::prelude::*;
-use leptos_router::hooks::use_params_map;
 
 #[component]
 pub fn SessionView() -> impl IntoView {
-    let params = use_params_map();
-    let sid = Memo::new(move |_| params.read().get("id").unwrap_or_default());
+    let nav = crate::nav::use_nav();
+    let sid = Memo::new(move |_| nav.session_id());
     let chat = Chat::new();
     provide_context(chat);
     provide_context(chat.retrier);

@@ -3,10 +3,10 @@ use super::{use_hydrated, use_sessions};
 use crate::api;
 use crate::client::{fetch_json, ClientError};
 use crate::clock::{at, at_utc, at_with_hint, now_ms};
+use crate::nav::{use_nav, Page};
 use crate::page_data::take_sessions;
 use crate::wire::{CreateSession, RunStatus, Session, SessionList as List, SessionStatus};
 use leptos::prelude::*;
-use leptos_router::hooks::{use_location, use_navigate};
 
 /// How often the list refreshes the states of sessions that are not open.
 const REFRESH_MS: u64 = 3000;
@@ -65,7 +65,7 @@ pub fn SessionList() -> impl IntoView {
 #[component]
 fn Entries(error: RwSignal<Option<String>>, loading: RwSignal<bool>) -> impl IntoView {
     let sessions = use_sessions();
-    let location = use_location();
+    let nav = use_nav();
     let hydrated = use_hydrated();
     view! {
         <Show when=move || error.get().is_some()>
@@ -74,10 +74,10 @@ fn Entries(error: RwSignal<Option<String>>, loading: RwSignal<bool>) -> impl Int
         <ul class="sessions">
             <For each=move || sessions.0.get() key=|s| (s.id.clone(), s.title.clone(), state_label(s), last_activity(s)) let:s>
                 {
-                    let href = format!("/s/{}", s.id);
+                    let href = Page::session_path(s.id.as_str());
                     let current = {
-                        let href = href.clone();
-                        Signal::derive(move || location.pathname.get() == href)
+                        let id = s.id.clone();
+                        Signal::derive(move || nav.is_session(id.as_str()))
                     };
                     let label = state_label(&s);
                     let active = last_activity(&s);
@@ -155,7 +155,7 @@ fn NewSession() -> impl IntoView {
     let model = RwSignal::new(String::new());
     let busy = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
-    let navigate = use_navigate();
+    let nav = use_nav();
     let create = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         if busy.get_untracked() {
@@ -170,7 +170,6 @@ fn NewSession() -> impl IntoView {
             tools: None,
             fallbacks: None,
         };
-        let navigate = navigate.clone();
         leptos::task::spawn_local(async move {
             let body = serde_json::to_string(&body).ok();
             // The answer is a `CreatedSession`: its session, flattened, plus the agent token,
@@ -189,7 +188,7 @@ fn NewSession() -> impl IntoView {
                     error.set(None);
                     let id = session.id.clone();
                     sessions.upsert(session);
-                    navigate(&format!("/s/{id}"), Default::default());
+                    nav.go(&Page::session_path(&id));
                 }
                 Err(e) => error.set(Some(e.explain())),
             }

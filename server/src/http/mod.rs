@@ -22,7 +22,6 @@ use axum::handler::Handler;
 use axum::routing::{any, get, on, MethodFilter, MethodRouter};
 use axum::{middleware, Json, Router};
 use leptos::prelude::LeptosOptions;
-use leptos_axum::{generate_route_list, LeptosRoutes};
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -96,7 +95,8 @@ pub fn router(state: AppState) -> Router {
             mcp::authenticate,
         ));
 
-    let routes = generate_route_list(app::App);
+    // Server rendering spawns on Leptos' executor: tokio's (an error only if already set).
+    let _ = any_spawner::Executor::init_tokio();
     // `nest` leaves the prefix with a trailing slash to the page fallback: it is the API's.
     let api_root = any(error::no_such_route).layer(middleware::from_fn_with_state(
         state.clone(),
@@ -117,7 +117,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         // Each page with its first data (`page.rs`).
-        .leptos_routes_with_handler(routes, page::render)
+        .route("/", get(page::render))
+        .route("/s/{id}", get(page::render))
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
             app::shell,
         ))

@@ -3,6 +3,7 @@
 //! (`app::page_data`), so the first HTML shows them and the browser hydrates from there.
 use super::auth::{presented_token, token_matches};
 use super::AppState;
+use app::nav::{Page, RequestPath};
 use app::page_data::{Loaded, PageData};
 use app::wire::{SessionId, SessionList};
 use axum::body::Body;
@@ -17,12 +18,11 @@ const SIGNED_OUT: &str = "Not signed in: open the URL that `mulligan serve` prin
 /// Renders a page of the app with its first data.
 pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Response {
     let signed_in = presented_token(req.headers()).is_some_and(|t| token_matches(t, &state.token));
-    let session_id = req
-        .uri()
-        .path()
-        .strip_prefix("/s/")
-        .filter(|id| !id.is_empty() && !id.contains('/'))
-        .map(SessionId::from);
+    let path = req.uri().path().to_string();
+    let session_id = match Page::of_path(&path) {
+        Page::Session(id) => Some(SessionId::from(id)),
+        Page::Home | Page::Unknown => None,
+    };
     let data = match signed_in {
         true => load(&state, session_id).await,
         false => PageData {
@@ -33,7 +33,10 @@ pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Respon
     };
     let options = state.leptos.clone();
     let handler = leptos_axum::render_app_to_stream_with_context(
-        move || provide_context(data.clone()),
+        move || {
+            provide_context(data.clone());
+            provide_context(RequestPath(path.clone()));
+        },
         move || app::shell(options.clone()),
     );
     let mut res = handler(req).await;
