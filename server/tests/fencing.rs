@@ -5,7 +5,7 @@
 //! moving an instance's heartbeat back.
 use testkit as common;
 
-use app::wire::{AutoRetry, RunId, RunStatus, ToolCall, ToolCallStatus};
+use app::wire::{RunId, RunStatus, ToolCall, ToolCallStatus};
 use common::{fresh_postgres_database, on_postgres, postgres_url};
 use server::store::{EndBy, NewRun, NewSession, NewToolCall, Outcome, Started, Store};
 
@@ -30,15 +30,7 @@ impl Db {
     async fn started_run(&self, owner: &str) -> Started {
         let s = self
             .store
-            .create_session(&NewSession {
-                title: "t",
-                model: "demo",
-                parent_id: None,
-                agent_token_hash: "hash",
-                auto_retry: AutoRetry::Off,
-                tools: &[],
-                fallbacks: None,
-            })
+            .create_session(&NewSession::plain("demo", "hash"))
             .await
             .unwrap();
         self.store

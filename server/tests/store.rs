@@ -17,15 +17,7 @@ async fn open(tag: &str) -> Store {
 async fn a_late_or_stale_save_never_overwrites_the_reply() {
     let store = open("store-saves").await;
     let session = store
-        .create_session(&NewSession {
-            title: "t",
-            model: "demo",
-            parent_id: None,
-            agent_token_hash: "hash",
-            auto_retry: AutoRetry::Off,
-            tools: &[],
-            fallbacks: None,
-        })
+        .create_session(&NewSession::plain("demo", "hash"))
         .await
         .unwrap();
     let queued = store
@@ -104,15 +96,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
 async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
     let store = open("store-dispatch-start").await;
     let session = store
-        .create_session(&NewSession {
-            title: "t",
-            model: "demo",
-            parent_id: None,
-            agent_token_hash: "hash-start",
-            auto_retry: AutoRetry::Off,
-            tools: &[],
-            fallbacks: None,
-        })
+        .create_session(&NewSession::plain("demo", "hash-start"))
         .await
         .unwrap();
     let sid = &session.id;
@@ -182,15 +166,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
 async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
     let store = open("store-tries").await;
     let session = store
-        .create_session(&NewSession {
-            title: "t",
-            model: "demo",
-            parent_id: None,
-            agent_token_hash: "hash-tries",
-            auto_retry: AutoRetry::Off,
-            tools: &[],
-            fallbacks: None,
-        })
+        .create_session(&NewSession::plain("demo", "hash-tries"))
         .await
         .unwrap();
     fn run<'a>(
@@ -253,13 +229,8 @@ async fn descent_is_found_by_walking_up_the_family() {
         async move {
             let s = store
                 .create_session(&NewSession {
-                    title: "t",
-                    model: "demo",
                     parent_id: parent.as_deref(),
-                    agent_token_hash: hash,
-                    auto_retry: AutoRetry::Off,
-                    tools: &[],
-                    fallbacks: None,
+                    ..NewSession::plain("demo", hash)
                 })
                 .await
                 .unwrap();
@@ -297,13 +268,8 @@ async fn the_next_waiting_retry_is_the_earliest() {
     for (hash, fires_at) in [("h-late", 9_000), ("h-soon", 4_000)] {
         let s = store
             .create_session(&NewSession {
-                title: "t",
-                model: "demo",
-                parent_id: None,
-                agent_token_hash: hash,
                 auto_retry: AutoRetry::Background,
-                tools: &[],
-                fallbacks: None,
+                ..NewSession::plain("demo", hash)
             })
             .await
             .unwrap();

@@ -112,15 +112,7 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
     let engine = engine().await;
     let session = engine
         .store()
-        .create_session(&crate::store::NewSession {
-            title: "t",
-            model: "m",
-            parent_id: None,
-            agent_token_hash: "hash",
-            auto_retry: AutoRetry::Off,
-            tools: &[],
-            fallbacks: None,
-        })
+        .create_session(&crate::store::NewSession::plain("m", "hash"))
         .await
         .unwrap();
     let first = engine.post_message(&session.id, "one").await.unwrap();

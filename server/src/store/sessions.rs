@@ -50,6 +50,22 @@ pub struct NewSession<'a> {
     pub fallbacks: Option<&'a [String]>,
 }
 
+impl<'a> NewSession<'a> {
+    /// A session titled "t" on `model`, without parent, tools or own fallbacks, Tier 2 off:
+    /// what a test sets the rest of on.
+    pub fn plain(model: &'a str, agent_token_hash: &'a str) -> Self {
+        NewSession {
+            title: "t",
+            model,
+            parent_id: None,
+            agent_token_hash,
+            auto_retry: AutoRetry::Off,
+            tools: &[],
+            fallbacks: None,
+        }
+    }
+}
+
 /// A change of a session's settings: what is given changes.
 #[derive(Clone, Debug, Default)]
 pub struct SessionChange {
