@@ -19,11 +19,23 @@ use nav::Page;
 /// request's [`page_data::PageData`], when its handler provided one).
 pub fn shell(options: LeptosOptions) -> impl IntoView {
     #[cfg(feature = "ssr")]
-    let data = use_context::<page_data::PageData>().map(|d| {
+    let first = use_context::<page_data::PageData>();
+    #[cfg(feature = "ssr")]
+    let title = {
+        let text = nav::title(first.as_ref().and_then(|d| match &d.session {
+            Some(Ok(detail)) => Some(detail.session.title.as_str()),
+            _ => None,
+        }));
+        let mut html = String::new();
+        components::timeline::escape(&text, &mut html);
+        html
+    };
+    #[cfg(feature = "ssr")]
+    let data = first.map(|d| {
         view! { <script type="application/json" id=page_data::ELEMENT_ID inner_html=d.to_script_text()></script> }
     });
     #[cfg(not(feature = "ssr"))]
-    let data: Option<()> = None;
+    let (data, title): (Option<()>, String) = (None, nav::title(None));
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -32,7 +44,8 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <link rel="icon" href="data:,"/>
                 <link id="leptos" rel="stylesheet" href="/pkg/mulligan.css"/>
-                <title>"Mulligan"</title>
+                // As markup: a text child would carry hydration's marker, which a title shows.
+                <title inner_html=title></title>
                 <HydrationScripts options/>
                 {data}
             </head>

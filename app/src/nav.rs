@@ -31,6 +31,23 @@ impl Page {
     }
 }
 
+/// The tab's title: the open session's first, so an operator with several tabs can tell
+/// them apart.
+pub fn title(session_title: Option<&str>) -> String {
+    match session_title.map(str::trim) {
+        Some(t) if !t.is_empty() => format!("{t} — Mulligan"),
+        _ => "Mulligan".into(),
+    }
+}
+
+/// Shows `text` as the tab's title (in the browser; nothing on the server).
+pub fn set_title(text: &str) {
+    #[cfg(feature = "hydrate")]
+    document().set_title(text);
+    #[cfg(not(feature = "hydrate"))]
+    let _ = text;
+}
+
 /// The path of the request the server renders a page for (its handler provides it).
 #[derive(Clone, Debug)]
 pub struct RequestPath(pub String);
@@ -170,6 +187,12 @@ mod tests {
             Page::of_path(&Page::session_path("x-1")),
             Page::Session("x-1".into())
         );
+        assert_eq!(
+            super::title(Some("fix the build")),
+            "fix the build — Mulligan"
+        );
+        assert_eq!(super::title(Some("  ")), "Mulligan");
+        assert_eq!(super::title(None), "Mulligan");
         for other in ["/s/", "/s/a/b", "/sessions", "/api/v1/sessions", "/s"] {
             assert_eq!(Page::of_path(other), Page::Unknown, "{other}");
         }

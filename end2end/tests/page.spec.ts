@@ -48,6 +48,7 @@ test('with JavaScript off, the first HTML holds 50 sessions and the open session
 
   await noJs.goto(`${origin()}/s/${sid}`);
   await expect(noJs.getByRole('heading', { name: 'no-js chat' })).toBeVisible();
+  await expect(noJs).toHaveTitle('no-js chat — Mulligan');
   await expect(noJs.locator('.messages')).toContainText('tell me something the server renders');
   await expect(noJs.locator('.messages')).toContainText(reply.slice(0, 40));
   await expect(noJs.locator('.sessions li.session a[aria-current="page"]')).toContainText('no-js chat');
@@ -79,6 +80,7 @@ test('the page hydrates from the HTML: no second read, live from the snapshot on
   await hydrated(page);
   await expect(page.locator('.messages')).toContainText('first turn');
   await expect(page.locator('.chat-head h1')).toHaveText(title);
+  await expect(page).toHaveTitle(`${title} — Mulligan`);
   await expect(page.locator('.chat b')).toHaveCount(0);
   // The stream resumes from the snapshot in the HTML; the list and the session are not read again.
   await expect.poll(() => requests.filter((u) => u.startsWith(`/api/v1/sessions/${sid}/events?last_event_id=`)).length).toBe(1);
@@ -112,6 +114,8 @@ test('moving between sessions in the list shows each one, live, with no page err
     await expect(page.getByRole('heading', { name: title })).toBeVisible();
     await expect(page.locator('.messages')).toContainText(text);
     await expect(page.locator('.messages')).not.toContainText(other);
+    // The tab is titled after the open session, for an operator with several tabs.
+    await expect(page).toHaveTitle(`${title} — Mulligan`);
   }
   await expect(page).toHaveURL(`${origin()}/s/${a}`);
   await expect(page.locator('.sessions a[aria-current="page"]')).toHaveText(/nav first/);
@@ -126,6 +130,7 @@ test('moving between sessions in the list shows each one, live, with no page err
   await expect(page).toHaveURL(`${origin()}/`);
   await expect(page.locator('.welcome')).toBeVisible();
   await expect(page.locator('.sessions a[aria-current="page"]')).toHaveCount(0);
+  await expect(page).toHaveTitle('Mulligan');
   await page.goBack();
   await expect(page.getByRole('heading', { name: 'nav first' })).toBeVisible();
   expect(await page.evaluate(() => (window as any).stayed)).toBe(true);

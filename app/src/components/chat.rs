@@ -52,6 +52,12 @@ pub fn SessionView() -> impl IntoView {
         None => None,
     };
     follow(chat, sid, first_id, first);
+    // The tab is titled after the open session while it is open.
+    Effect::new(move |_| {
+        let title = chat.session.with(|s| s.as_ref().map(|s| s.title.clone()));
+        crate::nav::set_title(&crate::nav::title(title.as_deref()));
+    });
+    on_cleanup(|| crate::nav::set_title(&crate::nav::title(None)));
     view! { <ChatBody sid/> }
 }
 

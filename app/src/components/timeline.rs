@@ -388,7 +388,7 @@ pub fn html(d: &Drawn) -> String {
 
 /// Appends `text` with HTML's five special characters escaped: it reads as text, in an
 /// element or a quoted attribute.
-pub(super) fn escape(text: &str, out: &mut String) {
+pub(crate) fn escape(text: &str, out: &mut String) {
     for c in text.chars() {
         match c {
             '&' => out.push_str("&amp;"),
