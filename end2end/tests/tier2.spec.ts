@@ -29,6 +29,18 @@ test('demo-busy: the countdown ticks, dispatches a regenerate and the reply arri
   await expect(replies(page).last().locator('.content')).toContainText('busy hello');
   const all = await runs(page, sid);
   expect(all.map((r: any) => [r.kind, r.status])).toEqual([['prompt', 'failed'], ['regenerate', 'completed']]);
+  // The reply's timeline says who retried: this tab; a second tab reads it as another tab's.
+  const head = (p: any) => p.locator('li.msg.agent').last().locator('details.timeline');
+  await head(page).locator('summary').click();
+  await expect(head(page).locator('.tl-head')).toHaveText(
+    /^Started by an automatic retry in this tab \(regenerate, attempt 2\) · /);
+  const other = await page.context().newPage();
+  await other.goto(`${origin()}/s/${sid}`);
+  await hydrated(other);
+  await head(other).locator('summary').click();
+  await expect(head(other).locator('.tl-head')).toHaveText(
+    /^Started by an automatic retry in another tab \(regenerate, attempt 2\) · /);
+  await other.close();
 });
 
 test('cancel during the countdown: it stops and no new run starts', async ({ page }) => {

@@ -137,6 +137,46 @@ async fn regenerate_refuses_what_is_not_an_operator_prompt_of_the_session() {
 }
 
 #[tokio::test]
+async fn a_tabs_regenerate_carries_its_tab_and_a_bad_tab_id_changes_nothing() {
+    let (fake, server) = setup("regen-tab").await;
+    fake.push(fail_401());
+    let sid = server.create_session().await;
+    let r = server.send(&sid, "hi").await;
+    server.wait_run_end(&r.run_id).await;
+    let path = format!("/sessions/{sid}/messages/{}/regenerate", r.message_id);
+    for bad in [
+        "Tab-1",
+        "tab-",
+        "tab-1; drop",
+        "window-1",
+        &format!("tab-{}", "a".repeat(33)),
+    ] {
+        let (status, body) = server
+            .post(&path, json!({"if_last_run": r.run_id, "from": bad}))
+            .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (422, Some(ErrorCode::InvalidRequest.as_str())),
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        server.detail(&sid).await.runs.len(),
+        1,
+        "nothing was dispatched"
+    );
+    // The timeline tells this tab's retry from another tab's by it.
+    let (status, body) = server
+        .post(&path, json!({"if_last_run": r.run_id, "from": "tab-3f2a"}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let run = server.run(body["run_id"].as_str().unwrap()).await;
+    let p = run.provenance.expect("a regenerate's provenance");
+    assert_eq!(p.from.as_deref(), Some("tab-3f2a"));
+    assert_eq!(p.manual, None, "a tab's Tier 2 is not the operator's click");
+}
+
+#[tokio::test]
 async fn concurrent_regenerates_with_one_if_last_run_start_exactly_one_run() {
     let (fake, server) = setup("regen-race").await;
     fake.push(fail_401());

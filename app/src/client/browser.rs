@@ -148,3 +148,22 @@ impl Drop for EventStream {
         self.source.close();
     }
 }
+
+/// The tab's id from its session storage, made and kept there the first time.
+pub(super) fn tab_id() -> Option<String> {
+    const KEY: &str = "mulligan-tab";
+    let storage = web_sys::window()?.session_storage().ok()??;
+    if let Some(id) = storage
+        .get_item(KEY)
+        .ok()
+        .flatten()
+        .filter(|id| crate::wire::is_tab_id(id))
+    {
+        return Some(id);
+    }
+    // 52 random bits, as hex: a tab's id only tells tabs apart.
+    let bits = (js_sys::Math::random() * 4_503_599_627_370_496.0) as u64;
+    let id = format!("tab-{bits:x}");
+    storage.set_item(KEY, &id).ok()?;
+    Some(id)
+}

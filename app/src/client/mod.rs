@@ -32,6 +32,22 @@ pub fn fetch_json<'a, T: serde::de::DeserializeOwned + 'a>(
     fetch_json_with(method, url, body, None)
 }
 
+/// This browser tab's id (`tab-…`, kept in the tab's session storage, so a reload keeps
+/// it): what its Tier 2 sends as `from`, so a run's timeline can say "this tab". `None` on
+/// the server, or where the page cannot keep one.
+#[cfg(feature = "hydrate")]
+pub fn tab_id() -> Option<String> {
+    thread_local! {
+        static ID: Option<String> = browser::tab_id();
+    }
+    ID.with(Clone::clone)
+}
+
+#[cfg(not(feature = "hydrate"))]
+pub fn tab_id() -> Option<String> {
+    None
+}
+
 /// Why a call failed: the API's refusal, or the network.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientError {

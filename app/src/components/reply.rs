@@ -231,6 +231,7 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
             let body = serde_json::to_string(&Regenerate {
                 if_last_run: Some(run_id),
                 manual: true,
+                from: None,
             })
             .ok();
             match fetch_json::<Receipt>("POST", &url, body).await {

@@ -155,6 +155,7 @@ impl Retrier {
                 let body = serde_json::to_string(&crate::wire::Regenerate {
                     if_last_run: Some(if_last_run.into()),
                     manual: false,
+                    from: crate::client::tab_id(),
                 })
                 .ok();
                 leptos::task::spawn_local(async move {

@@ -54,7 +54,14 @@ pub struct Drawn {
 /// (Tier 2 in the browser), the server's background retry, or a retry-now from elsewhere.
 /// `auto_retry`: the session's setting, which tells a tab's retry of a tool turn from the
 /// server's (both arrive as an automatic resume).
-pub fn started_by(run: &Run, auto_retry: AutoRetry) -> String {
+/// `this_tab`: the reading tab's id, against which a tab's retry (`provenance.from`) is
+/// "this tab" or "another tab".
+pub fn started_by(run: &Run, auto_retry: AutoRetry, this_tab: Option<&str>) -> String {
+    let in_tab = |from: &Option<String>| match from.as_deref() {
+        Some(f) if Some(f) == this_tab => "an automatic retry in this tab",
+        Some(f) if crate::wire::is_tab_id(f) => "an automatic retry in another tab",
+        _ => "an automatic retry in a browser tab",
+    };
     let what = match run.kind {
         RunKind::Prompt => "",
         RunKind::Regenerate => " (regenerate",
@@ -72,7 +79,10 @@ pub fn started_by(run: &Run, auto_retry: AutoRetry) -> String {
         None => "the operator's prompt".to_string(),
         Some(p) => match (&p.kind, p.manual == Some(true), &p.from) {
             (ProvenanceKind::Regenerate, true, _) => "the operator's Regenerate".into(),
-            (ProvenanceKind::Regenerate, false, _) => "an automatic retry in a browser tab".into(),
+            (ProvenanceKind::Regenerate, false, from) => in_tab(from).into(),
+            (ProvenanceKind::AutoResume, false, from @ Some(f)) if crate::wire::is_tab_id(f) => {
+                in_tab(from).into()
+            }
             (ProvenanceKind::AutoResume, true, Some(from)) => format!("a retry-now from {from}"),
             (ProvenanceKind::AutoResume, true, None) => "the operator's retry-now".into(),
             (ProvenanceKind::AutoResume, false, _) => match auto_retry {
@@ -87,7 +97,7 @@ pub fn started_by(run: &Run, auto_retry: AutoRetry) -> String {
 
 /// Draws a run from its detail (attempts and tool calls in order, as the API lists them);
 /// `now` ends a run still going.
-pub fn layout(d: &RunDetail, auto_retry: AutoRetry, now: Millis) -> Drawn {
+pub fn layout(d: &RunDetail, auto_retry: AutoRetry, this_tab: Option<&str>, now: Millis) -> Drawn {
     let run = &d.run;
     let attempts = &d.attempts;
     let calls = &d.tool_calls;
@@ -261,7 +271,7 @@ pub fn layout(d: &RunDetail, auto_retry: AutoRetry, now: Millis) -> Drawn {
     Drawn {
         head: format!(
             "Started by {}{}{queued} · {} · {state}",
-            started_by(run, auto_retry),
+            started_by(run, auto_retry, this_tab),
             d.instance
                 .as_ref()
                 .map_or_else(String::new, |i| format!(" on instance {i}")),
@@ -330,7 +340,12 @@ pub fn Timeline(message: RwSignal<Message>) -> impl IntoView {
                 .session
                 .with_untracked(|s| s.as_ref().map(|s| s.auto_retry).unwrap_or_default());
             drawn.set(Some(match answer {
-                Ok(d) => layout(&d, auto_retry, crate::clock::now_ms()),
+                Ok(d) => layout(
+                    &d,
+                    auto_retry,
+                    crate::client::tab_id().as_deref(),
+                    crate::clock::now_ms(),
+                ),
                 Err(e) => Drawn {
                     head: format!("Could not read the run: {}", e.explain()),
                     rows: Vec::new(),

@@ -94,6 +94,21 @@ pub struct Regenerate {
     /// anchor's latest; and the call is not counted as a Tier 2 retry.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub manual: bool,
+    /// The browser tab whose Tier 2 asks (its [`is_tab_id`] id), kept as the new run's
+    /// `provenance.from`, so a run's timeline can say "this tab" or "another tab".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+/// Whether `s` is a browser tab's id as the page makes one: `tab-` and 1 to 32 lowercase
+/// letters, digits or dashes.
+pub fn is_tab_id(s: &str) -> bool {
+    s.strip_prefix("tab-").is_some_and(|rest| {
+        (1..=32).contains(&rest.len())
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    })
 }
 
 /// Message `content` limit, in chars after trim (CONTRACT §2).

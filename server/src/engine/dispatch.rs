@@ -12,6 +12,14 @@ use app::wire::{
     Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunId, RunKind, RunStatus,
 };
 
+/// What a regenerate asks for, beyond its anchor (see [`Engine::regenerate`]).
+#[derive(Clone, Copy)]
+struct Regenerating<'a> {
+    if_last_run: Option<&'a RunId>,
+    manual: bool,
+    from: Option<&'a str>,
+}
+
 impl Engine {
     /// Queues a run and starts it if the session is free. Call under the session's lock.
     /// The same transaction ends the session's waiting background retry: a newer prompt,
@@ -88,21 +96,27 @@ impl Engine {
     /// `regenerate.stale`), checked under the same lock as the queueing. `manual` (an operator's click on the reply they saw): the latest run may also
     /// be `completed` or `cancelled`, so two tabs regenerating one reply start one run.
     /// Counted where it happens: a regenerate with `if_last_run` and not `manual` is a Tier 2
-    /// retry, and the ended runs whose replies it superseded are counted `superseded`.
+    /// retry, and the ended runs whose replies it superseded are counted `superseded`. `from`
+    /// (a browser tab's id) becomes the new run's `provenance.from`.
     pub async fn regenerate(
         &self,
         session_id: &SessionId,
         mid: &MessageId,
         if_last_run: Option<&RunId>,
         manual: bool,
+        from: Option<&str>,
     ) -> Result<Receipt> {
         let engine = self.clone();
         let (session_id, mid) = (session_id.clone(), mid.clone());
         let if_last_run = if_last_run.cloned();
+        let from = from.map(str::to_string);
         self.carried(async move {
-            engine
-                .regenerate_counted(&session_id, &mid, if_last_run.as_ref(), manual)
-                .await
+            let asked = Regenerating {
+                if_last_run: if_last_run.as_ref(),
+                manual,
+                from: from.as_deref(),
+            };
+            engine.regenerate_counted(&session_id, &mid, asked).await
         })
         .await
     }
@@ -111,15 +125,12 @@ impl Engine {
         &self,
         session_id: &SessionId,
         mid: &MessageId,
-        if_last_run: Option<&RunId>,
-        manual: bool,
+        asked: Regenerating<'_>,
     ) -> Result<Receipt> {
-        if if_last_run.is_some() && !manual {
+        if asked.if_last_run.is_some() && !asked.manual {
             metrics().tier2_retry();
         }
-        let mut receipt = self
-            .regenerate_from(session_id, mid, if_last_run, manual)
-            .await?;
+        let mut receipt = self.regenerate_from(session_id, mid, asked).await?;
         receipt.tools_superseded = self.count_superseded_runs(&receipt.superseded).await;
         Ok(receipt)
     }
@@ -147,9 +158,13 @@ impl Engine {
         &self,
         session_id: &SessionId,
         mid: &MessageId,
-        if_last_run: Option<&RunId>,
-        manual: bool,
+        asked: Regenerating<'_>,
     ) -> Result<Receipt> {
+        let Regenerating {
+            if_last_run,
+            manual,
+            from,
+        } = asked;
         let anchor = self.store().message(mid).await?;
         if anchor.session_id != *session_id {
             return Err(Error::not_found("message", mid));
@@ -190,7 +205,7 @@ impl Engine {
         // runs a recorded tool call again. Only an operator's own Regenerate may.
         if !manual && if_last_run.is_some() && latest.as_ref().is_some_and(|r| r.tools_executed > 0)
         {
-            return Ok(self.retry_queue(session_id, None, false).await?.1);
+            return Ok(self.retry_queue(session_id, from, false).await?.1);
         }
         let attempt = self.store().tries_of(mid).await? + 1;
         self.queue(NewRun {
@@ -206,7 +221,7 @@ impl Engine {
                 prompt_id: Some(mid.to_string()),
                 attempt: Some(attempt),
                 manual: manual.then_some(true),
-                from: None,
+                from: from.map(str::to_string),
             }),
             supersede_after_anchor: true,
         })

@@ -102,9 +102,24 @@ pub async fn regenerate(
     body: Option<ApiJson<app::wire::Regenerate>>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
     let body = body.map(|ApiJson(b)| b).unwrap_or_default();
+    if body
+        .from
+        .as_deref()
+        .is_some_and(|f| !app::wire::is_tab_id(f))
+    {
+        return Err(crate::error::Error::invalid(
+            "`from` is a browser tab's id: `tab-` and 1 to 32 lowercase letters, digits or dashes",
+        ));
+    }
     let receipt = state
         .engine
-        .regenerate(&sid, &mid, body.if_last_run.as_ref(), body.manual)
+        .regenerate(
+            &sid,
+            &mid,
+            body.if_last_run.as_ref(),
+            body.manual,
+            body.from.as_deref(),
+        )
         .await?;
     Ok((StatusCode::ACCEPTED, Json(receipt)))
 }

@@ -74,14 +74,14 @@ fn tool_turn() -> RunDetail {
 fn a_fallen_back_tool_turn_is_drawn_in_time_order() {
     let mut turn = tool_turn();
     turn.tool_calls = vec![call(2_000, 3_000)];
-    let d = layout(&turn, AutoRetry::Browser, 99_999);
+    let d = layout(&turn, AutoRetry::Browser, None, 99_999);
     assert_eq!(
         d.head,
         "Started by the operator's prompt · 10.0 s · completed"
     );
     // Where instances share a database, the head says which one ran the turn.
     turn.instance = Some("i-0193a2b4".into());
-    let d = layout(&turn, AutoRetry::Browser, 99_999);
+    let d = layout(&turn, AutoRetry::Browser, None, 99_999);
     assert_eq!(
         d.head,
         "Started by the operator's prompt on instance i-0193a2b4 · 10.0 s · completed"
@@ -169,7 +169,7 @@ fn each_fallback_comes_right_before_the_attempt_it_led_to() {
         tool_calls: vec![call(2_000, 2_500)],
         instance: None,
     };
-    let drawn = layout(&d, AutoRetry::Browser, 0);
+    let drawn = layout(&d, AutoRetry::Browser, None, 0);
     let texts: Vec<&str> = drawn.rows.iter().map(|r| r.text.as_str()).collect();
     assert_eq!(
         texts,
@@ -195,7 +195,7 @@ fn a_running_run_ends_now_and_a_long_error_is_cut() {
     let long = "x".repeat(200);
     d.attempts[1].error = Some(long.clone());
     d.attempts[1].retry_in_ms = None;
-    let drawn = layout(&d, AutoRetry::Browser, 21_000);
+    let drawn = layout(&d, AutoRetry::Browser, None, 21_000);
     assert!(drawn.head.ends_with("· 20.0 s · running"), "{}", drawn.head);
     let failed = &drawn.rows[1];
     assert_eq!(failed.title.as_deref(), Some(long.as_str()));
@@ -211,7 +211,7 @@ fn who_started_the_run() {
     let with = |kind, p: Option<Provenance>, auto| {
         let mut r = run(serde_json::json!({ "kind": kind }));
         r.provenance = p;
-        started_by(&r, auto)
+        started_by(&r, auto, Some("tab-1"))
     };
     let p = |kind: ProvenanceKind, manual: Option<bool>, from: Option<&str>| {
         Some(Provenance {
@@ -232,6 +232,24 @@ fn who_started_the_run() {
     assert_eq!(
         with("regenerate", p(Regenerate, None, None), Browser),
         "an automatic retry in a browser tab (regenerate, attempt 2)"
+    );
+    // A tab's retry says which tab: the reading one (`tab-1`) or another.
+    assert_eq!(
+        with("regenerate", p(Regenerate, None, Some("tab-1")), Browser),
+        "an automatic retry in this tab (regenerate, attempt 2)"
+    );
+    assert_eq!(
+        with("regenerate", p(Regenerate, None, Some("tab-2")), Browser),
+        "an automatic retry in another tab (regenerate, attempt 2)"
+    );
+    // A tool turn's Tier 2 continues it: still the tab's retry, whatever the setting says now.
+    assert_eq!(
+        with(
+            "continuation",
+            p(AutoResume, Some(false), Some("tab-1")),
+            Background
+        ),
+        "an automatic retry in this tab (continuation, attempt 2)"
     );
     assert_eq!(
         with("continuation", p(AutoResume, Some(false), None), Background),
@@ -255,7 +273,7 @@ fn who_started_the_run() {
 fn hostile_text_is_escaped_in_the_html() {
     let mut d = tool_turn();
     d.attempts[1].error = Some("<img src=x onerror=alert(1)> & \"'".into());
-    let h = html(&layout(&d, AutoRetry::Browser, 0));
+    let h = html(&layout(&d, AutoRetry::Browser, None, 0));
     assert!(!h.contains("<img"), "{h}");
     assert!(
         h.contains("&lt;img src=x onerror=alert(1)&gt; &amp; &quot;&#39;"),
