@@ -89,12 +89,10 @@ async fn twenty_parked_turns_wait_behind_one_probe_then_go_at_the_rate() {
         out.since.is_some() && out.next_probe_at.is_some(),
         "{out:?}"
     );
-    // Each turn failed once; a probe may have gone while the last ones were failing.
+    // The first turn failed on the model and opened its outage; the others were passed
+    // over without a request (a probe may have gone while they were failing).
     let failed_turns = fake.seen().len();
-    assert!(
-        (TURNS..=TURNS + 2).contains(&failed_turns),
-        "{failed_turns}"
-    );
+    assert!((1..=3).contains(&failed_turns), "{failed_turns}");
 
     // Three seconds of outage: probes only, one at a time, never the twenty.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -176,4 +174,180 @@ async fn a_failed_probe_announces_each_parked_turns_new_time() {
             })
             .await;
     }
+}
+
+fn unavailable() -> Script {
+    Script::Status {
+        code: 503,
+        headers: vec![],
+        body: json!({"error": {"message": "Service Unavailable"}}),
+    }
+}
+
+/// Waits (with a deadline) until the session's last run has ended; answers the session's
+/// detail then.
+async fn last_turn_ended(
+    server: &TestServer,
+    sid: &str,
+    status: RunStatus,
+) -> app::wire::SessionDetail {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let d = server.detail(sid).await;
+        let last = d
+            .runs
+            .iter()
+            .max_by_key(|r| r.created_at)
+            .map(|r| r.status.clone());
+        if last == Some(status.clone()) && d.session.waiting_retry.is_none() {
+            return d;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the last turn never became {status:?}: {:?}",
+            d.runs
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 35, item 1: an outage that ended (its probe succeeded, nothing else parked) is
+/// over. The model's next failure opens a new outage whose first retry is at the policy's
+/// first step, not at the old outage's backoff.
+#[tokio::test]
+async fn a_second_outage_starts_again_at_the_first_step() {
+    let fake = common::fake::FakeProvider::start().await;
+    let mut c = config(&temp_dir("parking-twice"), &fake.url);
+    c.tier1_max_attempts = 1;
+    c.tier2_base_ms = 1_000;
+    c.tier2_cap_ms = 60_000;
+    let server = TestServer::start(c).await;
+
+    // The first outage: the turn and two probes fail, the third probe answers.
+    for _ in 0..3 {
+        fake.push(unavailable());
+    }
+    let first = &parked_sessions(&server, 1).await[0];
+    last_turn_ended(&server, first, RunStatus::Completed).await;
+    until_report(&server, Duration::from_secs(5), |r| r.models.is_empty()).await;
+
+    // Right after, another session's turn fails once on the same model.
+    fake.push(unavailable());
+    let (status, s) = server
+        .post(
+            "/sessions",
+            json!({"title": "second", "auto_retry": "background"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{s}");
+    let second = s["id"].as_str().unwrap();
+    let receipt = server.send(second, "hello").await;
+    let failed = server.wait_run_end(&receipt.run_id).await;
+    assert_eq!(failed.status, RunStatus::Failed);
+    let ended = failed.finished_at.expect("an ended run has its end");
+    let waiting = server.detail(second).await.session.waiting_retry;
+    let fires_at = waiting
+        .expect("the failed turn waits for a background retry")
+        .fires_at;
+    let wait = fires_at - ended;
+    assert!(
+        (500..=1_500).contains(&wait),
+        "the new outage's first retry is at the policy's first step (1 s), not {wait} ms later"
+    );
+    last_turn_ended(&server, second, RunStatus::Completed).await;
+}
+
+/// Issue 35, item 2: while a model is out (a parked turn waits for its probe), a turn whose
+/// chain holds it passes it over at once, without a request to it; a turn with no other
+/// model fails at once with the outage's class, retryable at its next probe.
+#[tokio::test]
+async fn a_model_that_is_out_is_passed_over_without_a_request() {
+    let (a, b) = (
+        common::fake::FakeProvider::start().await,
+        common::fake::FakeProvider::start().await,
+    );
+    let dir = temp_dir("parking-pass-over");
+    let catalogue = json!({
+        "providers": {
+            "a": {"kind": "openai", "base_url": a.url, "models": [{"id": "big"}]},
+            "b": {"kind": "openai", "base_url": b.url, "models": [{"id": "small"}]}
+        },
+        "default_model": "a/big",
+        "fallbacks": {"a/big": ["b/small"]}
+    });
+    let path = dir.join("providers.json");
+    std::fs::write(&path, catalogue.to_string()).unwrap();
+    let mut c = config(&dir, &a.url);
+    c.providers = Some(path);
+    c.tier1_base_ms = 10;
+    c.tier1_cap_ms = 20;
+    // No probe comes during the test.
+    c.tier2_base_ms = 120_000;
+    c.tier2_cap_ms = 120_000;
+    let server = TestServer::start(c).await;
+    a.set_default(overloaded());
+    b.set_default(Script::reply(&["from ", "b"]));
+
+    // A background session with no fallback opens a/big's outage.
+    let (status, s) = server
+        .post(
+            "/sessions",
+            json!({"title": "parked", "auto_retry": "background", "fallbacks": []}),
+        )
+        .await;
+    assert_eq!(status, 201, "{s}");
+    let receipt = server.send(s["id"].as_str().unwrap(), "hello").await;
+    assert_eq!(
+        server.wait_run_end(&receipt.run_id).await.status,
+        RunStatus::Failed
+    );
+    let report = until_report(&server, Duration::from_secs(5), |r| {
+        r.models
+            .iter()
+            .any(|m| m.model == "a/big" && m.status == ModelStatus::Down)
+    })
+    .await;
+    let next_probe = report.models[0].next_probe_at.expect("a next probe");
+    let asked = a.seen().len();
+    assert_eq!(asked, 3, "the opening turn spent Tier 1's three attempts");
+
+    // Three turns on the chain a → b: each goes to b at once.
+    for i in 0..3 {
+        let (status, s) = server
+            .post("/sessions", json!({"title": format!("t{i}")}))
+            .await;
+        assert_eq!(status, 201, "{s}");
+        let receipt = server.send(s["id"].as_str().unwrap(), "hello").await;
+        let run = server.wait_run_end(&receipt.run_id).await;
+        assert_eq!(run.status, RunStatus::Completed, "{run:?}");
+        let (status, d) = server.get(&format!("/runs/{}", receipt.run_id)).await;
+        assert_eq!(status, 200, "{d}");
+        assert_eq!(d["run"]["served"][0]["model"], "b/small", "{d}");
+        assert_eq!(d["run"]["served"][0]["after"][0]["model"], "a/big", "{d}");
+    }
+    assert_eq!(
+        a.seen().len(),
+        asked,
+        "no request reached the model that is out"
+    );
+    assert_eq!(b.seen().len(), 3);
+
+    // A session with nothing else to try fails at once, retryable at the next probe.
+    let (status, s) = server
+        .post("/sessions", json!({"title": "alone", "fallbacks": []}))
+        .await;
+    assert_eq!(status, 201, "{s}");
+    let receipt = server.send(s["id"].as_str().unwrap(), "hello").await;
+    let run = server.wait_run_end(&receipt.run_id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let retry = run.retry.expect("classified");
+    assert_eq!(
+        (retry.retry_class, retry.retryable, retry.retry_after_until),
+        (app::wire::RetryClass::Overloaded, true, Some(next_probe))
+    );
+    assert_eq!(
+        a.seen().len(),
+        asked,
+        "still no request to the model that is out"
+    );
 }

@@ -42,7 +42,14 @@ impl Engine {
             return Ok(());
         };
         // A provider that cannot take turns: the retry parks behind its model's probe.
-        let parked = self.park_failure(run, &rec.session.model).await?;
+        let parked = self
+            .park_failure(
+                run,
+                &rec.session.model,
+                fired_by_background,
+                rec.parked_on.as_deref(),
+            )
+            .await?;
         if let Some((_, probe_at)) = &parked {
             waiting.fires_at = *probe_at;
         }

@@ -5,7 +5,7 @@
 use super::Engine;
 use crate::clock::now_ms;
 use crate::error::Result;
-use crate::retry::parking::{provider_unavailable, Claim, Outage};
+use crate::retry::parking::{provider_unavailable, Claim, Failure, Outage};
 use app::wire::{ModelList, ModelStatus, ProvenanceKind, ProviderHealth, Run, SessionId};
 
 impl Engine {
@@ -25,6 +25,8 @@ impl Engine {
         &self,
         run: &Run,
         session_model: &str,
+        fired_by_background: bool,
+        parked_on: Option<&str>,
     ) -> Result<Option<(String, i64)>> {
         let Some(retry) = run
             .retry
@@ -37,13 +39,25 @@ impl Engine {
             return Ok(None);
         };
         let parking = self.inner.cfg.parking;
-        let (session, until, now) = (run.session_id.as_str(), retry.retry_after_until, now_ms());
+        let parked = self.store().parked_count(&model, &run.session_id).await?;
+        let failure = Failure {
+            model: &model,
+            session: run.session_id.as_str(),
+            class: &retry.retry_class,
+            advised_until: retry.retry_after_until,
+            // A background retry fired from behind this model: the probe or a released turn.
+            sent_by_release: fired_by_background && parked_on == Some(model.as_str()),
+            parked,
+        };
+        let now = now_ms();
         let (outage, extended) = self
             .store()
             .change_outage(&model, |current| {
-                let before = current.as_ref().map(|o| o.failures);
-                let after = parking.failed(current, &model, session, until, now);
-                let extended = before.is_some_and(|b| after.failures > b);
+                let before = current.as_ref().map(|o| (o.failures, o.since));
+                let after = parking.failed(current, failure, now);
+                // The same outage failed once more (a new one starts at its first step).
+                let extended =
+                    before.is_some_and(|(f, since)| after.failures > f && after.since == since);
                 (Some(after), extended)
             })
             .await?;
@@ -119,10 +133,9 @@ impl Engine {
             }
             Claim::Probe | Claim::Release => {
                 tracing::info!(%model, session = %first, ?claim, "a parked turn goes");
+                // The outage is over once its last parked turn went (`Parking::failed`); the
+                // row stays so that a released turn's failure still counts on it.
                 let fired = self.fire_one(&first).await;
-                if claim == Claim::Release && due.len() == 1 {
-                    self.end_released(model).await?;
-                }
                 if claim == Claim::Probe && !fired {
                     // Nothing was sent (the turn had ended meanwhile): the next one probes.
                     self.store()
@@ -152,17 +165,6 @@ impl Engine {
                 tracing::warn!(session = %session_id, error = %e.message, "cannot announce a parked turn's new time");
             }
         }
-        Ok(())
-    }
-
-    /// The last parked turn was released: the outage is over.
-    async fn end_released(&self, model: &str) -> Result<()> {
-        self.store()
-            .change_outage(model, |current| match current {
-                Some(o) if o.releasing => (None, ()),
-                other => (other, ()),
-            })
-            .await?;
         Ok(())
     }
 

@@ -22,10 +22,14 @@ pub fn provider_unavailable(class: &RetryClass) -> bool {
     )
 }
 
-/// One model's outage as kept.
+/// One model's outage as kept. An outage is *open* until its probe (or a released turn)
+/// succeeds; it is *over* once that happened and no turn is parked behind it any more (the
+/// row may stay, so a released turn that fails still counts on it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outage {
     pub model: String,
+    /// What the failure that opened it (or the latest probe's) was classified as.
+    pub class: RetryClass,
     pub since: Millis,
     /// Probes (and the first failure) that failed in a row.
     pub failures: u32,
@@ -60,29 +64,38 @@ impl Parking {
         advised_until.map_or(backoff, |until| until.max(backoff))
     }
 
-    /// A turn of `session` parked on the model failed with a class that parks.
-    pub fn failed(
-        &self,
-        outage: Option<Outage>,
-        model: &str,
-        session: &str,
-        advised_until: Option<Millis>,
-        now: Millis,
-    ) -> Outage {
+    /// A background turn failed on the model with a class that parks. `failure.sent_by_release`:
+    /// the turn was one the outage's release sent; `failure.parked`: how many other turns are
+    /// parked behind the model now.
+    pub fn failed(&self, outage: Option<Outage>, failure: Failure<'_>, now: Millis) -> Outage {
+        let Failure {
+            model,
+            session,
+            class,
+            advised_until,
+            sent_by_release,
+            parked,
+        } = failure;
+        let opened = || Outage {
+            model: model.to_string(),
+            class: class.clone(),
+            since: now,
+            failures: 1,
+            next_probe_at: self.next_probe(1, advised_until, now),
+            probe_session: None,
+            releasing: false,
+            release_next: 0,
+        };
         match outage {
-            None => Outage {
-                model: model.to_string(),
-                since: now,
-                failures: 1,
-                next_probe_at: self.next_probe(1, advised_until, now),
-                probe_session: None,
-                releasing: false,
-                release_next: 0,
-            },
-            // The probe failed, or a released turn did: the model is still out.
-            Some(o) if o.releasing || o.probe_session.as_deref() == Some(session) => {
+            None => opened(),
+            // The probe failed, or a turn the release sent did: the model is still out.
+            Some(o)
+                if o.probe_session.as_deref() == Some(session)
+                    || (o.releasing && sent_by_release) =>
+            {
                 let failures = o.failures.saturating_add(1);
                 Outage {
+                    class: class.clone(),
                     failures,
                     next_probe_at: self.next_probe(failures, advised_until, now),
                     probe_session: None,
@@ -90,6 +103,10 @@ impl Parking {
                     ..o
                 }
             }
+            // The outage is over (its probe succeeded, every parked turn went): a new one.
+            Some(o) if o.releasing && parked == 0 => opened(),
+            // Released turns are still going out: this one parks and goes with them.
+            Some(o) if o.releasing => o,
             // One more turn parked behind the probe to come.
             Some(o) => Outage {
                 next_probe_at: advised_until.map_or(o.next_probe_at, |u| u.max(o.next_probe_at)),
@@ -136,6 +153,35 @@ impl Parking {
     }
 }
 
+/// A background turn's failure on a model, as [`Parking::failed`] weighs it.
+#[derive(Clone, Copy, Debug)]
+pub struct Failure<'a> {
+    pub model: &'a str,
+    pub session: &'a str,
+    pub class: &'a RetryClass,
+    pub advised_until: Option<Millis>,
+    /// The turn was sent by the outage's release (a parked turn fired while releasing).
+    pub sent_by_release: bool,
+    /// Turns parked behind the model now, this session's aside.
+    pub parked: u32,
+}
+
+impl Outage {
+    /// Whether the model is out: no probe or released turn has succeeded yet.
+    pub fn is_open(&self) -> bool {
+        !self.releasing
+    }
+
+    /// Whether a turn of `session` is kept from the model at `now`, with `waiting` turns
+    /// parked behind it: the outage is open and someone waits for its probe (or the probe is
+    /// in flight, within its deadline), and this turn is not the probe. An open outage nobody
+    /// waits on any more (its turns were cancelled, its probe lost) keeps no one out.
+    pub fn blocks(&self, session: &str, waiting: u32, now: Millis) -> bool {
+        let probing = self.probe_session.is_some() && self.next_probe_at > now;
+        self.is_open() && self.probe_session.as_deref() != Some(session) && (waiting > 0 || probing)
+    }
+}
+
 /// The fire loop's answer for one model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
@@ -159,20 +205,34 @@ mod tests {
         release_per_s: 2,
     };
 
+    const OVERLOADED: &RetryClass = &RetryClass::Overloaded;
+
+    /// A failure of `session`'s turn, not sent by a release, with nothing else parked.
+    fn of(session: &str, advised_until: Option<Millis>) -> Failure<'_> {
+        Failure {
+            model: "a/m",
+            session,
+            class: OVERLOADED,
+            advised_until,
+            sent_by_release: false,
+            parked: 0,
+        }
+    }
+
     #[test]
     fn the_first_failure_opens_an_outage_and_later_ones_wait_behind_it() {
-        let o = P.failed(None, "a/m", "s1", None, 1_000);
+        let o = P.failed(None, of("s1", None), 1_000);
         assert_eq!((o.since, o.failures, o.next_probe_at), (1_000, 1, 3_000));
-        let o = P.failed(Some(o), "a/m", "s2", None, 1_500);
+        let o = P.failed(Some(o), of("s2", None), 1_500);
         assert_eq!((o.failures, o.next_probe_at), (1, 3_000), "no probe moves");
         // A provider's advised wait past the backoff wins.
-        let o = P.failed(Some(o), "a/m", "s3", Some(60_000), 1_600);
+        let o = P.failed(Some(o), of("s3", Some(60_000)), 1_600);
         assert_eq!(o.next_probe_at, 60_000);
     }
 
     #[test]
     fn one_probe_then_the_others_wait_for_it() {
-        let o = P.failed(None, "a/m", "s1", None, 0);
+        let o = P.failed(None, of("s1", None), 0);
         assert_eq!(P.claim(&o, "s1", 1_000).0, Claim::Wait(2_000));
         let (claim, o) = P.claim(&o, "s1", 2_000);
         assert_eq!(claim, Claim::Probe);
@@ -188,9 +248,9 @@ mod tests {
 
     #[test]
     fn a_failed_probe_backs_off_a_successful_one_releases_at_the_rate() {
-        let o = P.failed(None, "a/m", "s1", None, 0);
+        let o = P.failed(None, of("s1", None), 0);
         let (_, o) = P.claim(&o, "s1", 2_000);
-        let o = P.failed(Some(o), "a/m", "s1", None, 2_100);
+        let o = P.failed(Some(o), of("s1", None), 2_100);
         assert_eq!(
             (o.failures, o.next_probe_at, o.probe_session.clone()),
             (2, 6_100, None)
@@ -217,10 +277,64 @@ mod tests {
         }
         assert_eq!(released, 2);
         // A released turn that fails again: the model is still out, probing backs off more.
-        let o = P.failed(Some(o), "a/m", "s5", None, 8_000);
+        let sent = Failure {
+            sent_by_release: true,
+            parked: 3,
+            ..of("s5", None)
+        };
+        let o = P.failed(Some(o), sent, 8_000);
         assert_eq!(
             (o.releasing, o.failures, o.next_probe_at),
             (false, 3, 16_000)
         );
+    }
+
+    /// Issue 35's first report: an outage whose probe succeeded and whose parked turns all
+    /// went is over; the model's next failure opens a new one at the policy's first step.
+    #[test]
+    fn a_failure_after_the_release_opens_a_new_outage_at_the_first_step() {
+        let o = P.failed(None, of("s1", None), 0);
+        let (_, o) = P.claim(&o, "s1", 2_000);
+        let o = P.failed(Some(o), of("s1", None), 2_100);
+        let (_, o) = P.claim(&o, "s1", 6_100);
+        let o = P.failed(Some(o), of("s1", None), 6_200);
+        assert_eq!(o.failures, 3);
+        let (_, o) = P.claim(&o, "s1", 14_200);
+        let o = P.succeeded(o, "s1", 15_000);
+        assert!(!o.is_open() && !o.blocks("s9", 5, 15_000));
+        // Another session fails right after, nothing parked: a new outage, probe in 2 s.
+        let o = P.failed(Some(o), of("s2", None), 16_000);
+        assert_eq!(
+            (o.since, o.failures, o.next_probe_at, o.releasing),
+            (16_000, 1, 18_000, false)
+        );
+        assert!(o.is_open() && o.blocks("s3", 1, 16_500));
+    }
+
+    #[test]
+    fn a_failure_while_turns_are_still_released_parks_it_with_them() {
+        let o = P.failed(None, of("s1", None), 0);
+        let (_, o) = P.claim(&o, "s1", 2_000);
+        let o = P.succeeded(o, "s1", 2_500);
+        let parked = Failure {
+            parked: 4,
+            ..of("s7", None)
+        };
+        let after = P.failed(Some(o.clone()), parked, 2_600);
+        assert_eq!(
+            after, o,
+            "it waits for its release slot; the outage does not move"
+        );
+    }
+
+    #[test]
+    fn only_the_probe_passes_an_open_outage() {
+        let o = P.failed(None, of("s1", None), 0);
+        assert!(o.blocks("s1", 1, 1_000), "no probe claimed yet");
+        let (_, o) = P.claim(&o, "s1", 2_000);
+        assert!(!o.blocks("s1", 0, 2_000), "the probe goes");
+        assert!(o.blocks("s2", 0, 2_000), "the probe is in flight");
+        // Its instance died with it and nobody else waits: nobody is kept out for good.
+        assert!(!o.blocks("s2", 0, 2_000 + PROBE_DEADLINE_MS));
     }
 }

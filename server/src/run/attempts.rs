@@ -64,9 +64,37 @@ impl RunTask {
         catalogue.chain(&model, own.as_deref())
     }
 
-    /// Opens step `step` on the first model of the chain that takes it: a model whose
-    /// cooldown holds is passed over without a request, one whose Tier 1 ends on a class
-    /// the provider may lift ([`provider_unavailable`]) hands the step on. Records who answered.
+    /// The models of `chain` that are out (CONTRACT §7: an open outage with turns parked
+    /// behind its probe) and that this run is not the probe of, each as the error that
+    /// passes it over: its outage's class, askable again at its next probe.
+    async fn kept_out(&self, chain: &[ModelRef]) -> Vec<(String, ProviderError)> {
+        let outages = match self.ctx.store.outages().await {
+            Ok(outages) => outages,
+            Err(e) => {
+                // Not knowing costs a Tier 1 round on a model that is out, nothing worse.
+                tracing::warn!(run = %self.run.id, error = %e, "cannot read the models' outages");
+                return Vec::new();
+            }
+        };
+        let (session, now) = (self.run.session_id.as_str(), now_ms());
+        outages
+            .into_iter()
+            .filter(|(o, waiting)| o.blocks(session, *waiting, now))
+            .filter(|(o, _)| chain.iter().any(|m| m.id() == o.model))
+            .map(|(o, _)| {
+                let err = ProviderError::CoolingDown {
+                    class: o.class,
+                    until: o.next_probe_at,
+                };
+                (o.model, err)
+            })
+            .collect()
+    }
+
+    /// Opens step `step` on the first model of the chain that takes it: a model that is out,
+    /// or whose cooldown holds, is passed over without a request, one whose Tier 1 ends on a
+    /// class the provider may lift ([`provider_unavailable`]) hands the step on. Records who
+    /// answered.
     pub(super) async fn open(
         &mut self,
         request: ChatRequest,
@@ -82,9 +110,18 @@ impl RunTask {
             earliest: None,
             free_now: false,
         };
+        let mut kept_out = self.kept_out(&chain).await;
+        let mut out = |model: &ModelRef| {
+            let i = kept_out.iter().position(|(m, _)| *m == model.id())?;
+            Some(kept_out.swap_remove(i).1)
+        };
         for (i, model) in before.iter().enumerate() {
             let target = Target::in_chain(model, i, chain.len());
-            let err = match self.open_model(&request, step, model, target).await {
+            let opened = match out(model) {
+                Some(err) => Err(err),
+                None => self.open_model(&request, step, model, target).await,
+            };
+            let err = match opened {
                 Ok(opened) => {
                     self.served(step, model, after);
                     return Ok(opened);
@@ -104,7 +141,11 @@ impl RunTask {
             failure.note(err, class.retry_after_until);
         }
         let target = Target::in_chain(last, before.len(), chain.len());
-        match self.open_model(&request, step, last, target).await {
+        let opened = match out(last) {
+            Some(err) => Err(err),
+            None => self.open_model(&request, step, last, target).await,
+        };
+        match opened {
             Ok(opened) => {
                 self.served(step, last, after);
                 Ok(opened)

@@ -2,17 +2,21 @@
 //! an outage is a compare-and-set on its version, so instances racing for one probe or one
 //! release slot cannot both win.
 use super::rows::Get;
+use super::StoreError;
 use super::{with_pool, with_writer, Pool, Result, Store};
 use crate::retry::parking::Outage;
-use app::wire::SessionId;
+use app::wire::{RetryClass, SessionId};
 
-/// How many times a change is tried again after another instance changed the row first.
-const CAS_TRIES: u32 = 8;
+/// How many times a change is tried again after another instance changed the row first:
+/// each lost try means another instance's change landed, so this only runs out when
+/// something writes the row in a loop.
+const CAS_TRIES: u32 = 64;
 
 fn outage_of(row: &impl Get) -> (Outage, i64) {
     (
         Outage {
             model: row.text("model"),
+            class: RetryClass::parse(&row.text("class")),
             since: row.int("since"),
             failures: u32::try_from(row.int("failures")).unwrap_or(u32::MAX),
             next_probe_at: row.int("next_probe_at"),
@@ -25,6 +29,26 @@ fn outage_of(row: &impl Get) -> (Outage, i64) {
 }
 
 impl Store {
+    /// The model's outage, if one is kept.
+    pub async fn outage(&self, model: &str) -> Result<Option<Outage>> {
+        Ok(self.outage_row(model).await?.map(|(o, _)| o))
+    }
+
+    /// How many waiting retries are parked behind `model`, `except` aside.
+    pub async fn parked_count(&self, model: &str, except: &SessionId) -> Result<u32> {
+        with_writer!(self, |pool| {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM sessions
+                 WHERE parked_on = $1 AND retry_fires_at IS NOT NULL AND id <> $2",
+            )
+            .bind(model)
+            .bind(except.as_str())
+            .fetch_one(pool)
+            .await?;
+            Ok(u32::try_from(n).unwrap_or(u32::MAX))
+        })
+    }
+
     /// The model's outage, with its version.
     async fn outage_row(&self, model: &str) -> Result<Option<(Outage, i64)>> {
         with_writer!(self, |pool| {
@@ -37,8 +61,9 @@ impl Store {
     }
 
     /// Changes the model's outage by `change` (`None` after it: the outage ends), as one
-    /// compare-and-set, read again and tried again when another instance changed it first.
-    /// Answers the outage as `change` left it and what `change` said with it.
+    /// compare-and-set, read again and `change` applied again to what another instance
+    /// wrote first. Answers the outage as written and what `change` said with it; an error
+    /// (nothing written) when every try lost.
     pub async fn change_outage<T>(
         &self,
         model: &str,
@@ -58,14 +83,13 @@ impl Store {
                 (Some(o), None) => self.insert_outage(o).await?,
                 (Some(o), Some(v)) => self.update_outage(o, v).await?,
             };
-            if written || tries >= CAS_TRIES {
-                if !written {
-                    tracing::warn!(
-                        model,
-                        "an outage kept changing under this instance; left as is"
-                    );
-                }
+            if written {
                 return Ok((next, said));
+            }
+            if tries >= CAS_TRIES {
+                return Err(StoreError::internal(format!(
+                    "the outage of {model} kept changing under this instance ({tries} tries)"
+                )));
             }
         }
     }
@@ -74,8 +98,8 @@ impl Store {
         with_writer!(self, |pool| {
             let done = sqlx::query(
                 "INSERT INTO model_outages
-                     (model, since, failures, next_probe_at, probe_session, releasing, release_next, version)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, 0)
+                     (model, since, failures, next_probe_at, probe_session, releasing, release_next, class, version)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0)
                  ON CONFLICT (model) DO NOTHING",
             )
             .bind(&o.model)
@@ -85,6 +109,7 @@ impl Store {
             .bind(o.probe_session.as_deref())
             .bind(i64::from(o.releasing))
             .bind(o.release_next)
+            .bind(o.class.as_str())
             .execute(pool)
             .await?;
             Ok(done.rows_affected() == 1)
@@ -95,7 +120,8 @@ impl Store {
         with_writer!(self, |pool| {
             let done = sqlx::query(
                 "UPDATE model_outages SET since = $2, failures = $3, next_probe_at = $4,
-                     probe_session = $5, releasing = $6, release_next = $7, version = version + 1
+                     probe_session = $5, releasing = $6, release_next = $7, class = $9,
+                     version = version + 1
                  WHERE model = $1 AND version = $8",
             )
             .bind(&o.model)
@@ -106,6 +132,7 @@ impl Store {
             .bind(i64::from(o.releasing))
             .bind(o.release_next)
             .bind(version)
+            .bind(o.class.as_str())
             .execute(pool)
             .await?;
             Ok(done.rows_affected() == 1)
