@@ -16,6 +16,10 @@ pub enum Kind {
     Refused(Refusal),
     /// The session's lock was not free within its bound (503 `session.busy`).
     Busy,
+    /// The database did not answer (503 `database.unavailable`).
+    Unavailable,
+    /// The database's disk is full (507 `storage.full`).
+    StorageFull,
     Internal,
 }
 
@@ -65,6 +69,8 @@ impl Error {
             Kind::Conflict => ErrorCode::Conflict,
             Kind::Refused(refusal) => refusal.code(),
             Kind::Busy => ErrorCode::SessionBusy,
+            Kind::Unavailable => ErrorCode::DatabaseUnavailable,
+            Kind::StorageFull => ErrorCode::StorageFull,
             Kind::Internal => ErrorCode::Internal,
         }
     }
@@ -90,8 +96,7 @@ impl From<Refusal> for Error {
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
-        tracing::error!(error = %e, "database error");
-        Error::internal("the database failed; see the server log")
+        crate::store::StoreError::from(e).into()
     }
 }
 

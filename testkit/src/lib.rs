@@ -6,11 +6,13 @@ pub mod fake {
     pub use fake_provider::{FakeProvider, Script};
 }
 
+mod cluster;
 mod crash;
 mod db;
 mod process;
 mod sse;
 
+pub use cluster::{cluster_unavailable, Cluster};
 pub use crash::Crashable;
 pub use db::{database_url, fresh_postgres_database, on_postgres, postgres_url};
 pub use process::{mulligan_bin, serve};

@@ -25,6 +25,12 @@ words! {
         /// The session's lock stayed taken past the wait's bound (another request or
         /// instance is deciding about it): try again. Answered with 503.
         SessionBusy = "session.busy",
+        /// The database did not answer (down, unreachable, or out of connections for
+        /// longer than a request waits): nothing was done; try again. Answered with 503.
+        DatabaseUnavailable = "database.unavailable",
+        /// The database's disk is full: nothing was written; free space, then try again.
+        /// Answered with 507.
+        StorageFull = "storage.full",
         /// An agent token acting on a session outside its own family.
         SubsessionsNotFamily = "subsessions.not_family",
         /// Client side only, never sent: the request got no answer.

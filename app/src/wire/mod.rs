@@ -84,6 +84,8 @@ mod tests {
                 "retry.stopped",
                 "regenerate.stale",
                 "session.busy",
+                "database.unavailable",
+                "storage.full",
                 "subsessions.not_family",
                 "network",
                 "http",

@@ -16,7 +16,8 @@ pub fn status_of(kind: &Kind) -> StatusCode {
         Kind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
         Kind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         Kind::Conflict | Kind::Refused(_) => StatusCode::CONFLICT,
-        Kind::Busy => StatusCode::SERVICE_UNAVAILABLE,
+        Kind::Busy | Kind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Kind::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
         Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

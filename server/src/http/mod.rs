@@ -115,6 +115,7 @@ pub fn router(state: AppState) -> Router {
     }
     router
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         // Each page with its first data (`page.rs`).
         .route("/", get(page::render))
@@ -172,6 +173,25 @@ async fn tools(State(state): State<AppState>) -> Json<app::wire::ToolsResponse> 
         servers: state.engine.tools().servers(),
     })
 }
+
+/// `/readyz`: without auth like `/healthz`; 200 while the database answers, 503
+/// `database.unavailable` (within [`READY_WITHIN`]) while it does not. `/healthz` is the
+/// process's liveness alone.
+async fn readyz(State(state): State<AppState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match tokio::time::timeout(READY_WITHIN, state.engine.store().ping()).await {
+        Ok(Ok(())) => "ready".into_response(),
+        Ok(Err(e)) => crate::error::Error::from(e).into_response(),
+        Err(_) => error::respond(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            app::wire::ErrorCode::DatabaseUnavailable,
+            "the database did not answer in time",
+        ),
+    }
+}
+
+/// How long `/readyz` waits for the database's answer.
+const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// `/metrics`: Prometheus text, without auth like `/healthz` (counters only: no ids, no secrets).
 async fn metrics() -> impl axum::response::IntoResponse {

@@ -1,7 +1,7 @@
 //! The store's errors: what a caller can act on (not found, invalid, conflict, busy), a
 //! constraint the database enforced (by its kind and name), and a database failure with its
 //! cause kept. `crate::error::Error` takes them in, logging a failure's cause once.
-use crate::error::Error;
+use crate::error::{Error, Kind};
 use sqlx::error::ErrorKind;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -36,6 +36,12 @@ pub enum StoreError {
     },
     #[error("the database failed: {0}")]
     Database(#[source] sqlx::Error),
+    /// The database did not answer: down, unreachable, its connections all gone.
+    #[error("the database does not answer: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// The database's disk is full (SQLite's `SQLITE_FULL`, PostgreSQL's `53100`).
+    #[error("the database's disk is full: {0}")]
+    Full(#[source] sqlx::Error),
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// A broken promise of the store's own (a row that must exist did not, a bound passed).
@@ -72,8 +78,41 @@ impl StoreError {
     }
 }
 
+/// What a database failure says about the database: `Some(true)` its disk is full,
+/// `Some(false)` it does not answer, `None` neither (a statement failed).
+fn outage_of(e: &sqlx::Error) -> Option<bool> {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_) => Some(false),
+        sqlx::Error::Database(db) => {
+            let code = db.code()?;
+            match code.as_ref() {
+                // SQLite: SQLITE_FULL, with its extended codes.
+                c if c == "13" || c.parse::<u32>().is_ok_and(|n| n & 0xff == 13) => Some(true),
+                // SQLite: SQLITE_IOERR (and extended), SQLITE_CANTOPEN.
+                c if c.parse::<u32>().is_ok_and(|n| matches!(n & 0xff, 10 | 14)) => Some(false),
+                // PostgreSQL: disk_full, and the classes of a server going away or not
+                // taking connections (08 connection exception, 57P0x shutdown, 53300 too many
+                // connections).
+                "53100" => Some(true),
+                c if c.starts_with("08") || c.starts_with("57P") || c == "53300" => Some(false),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
+        match outage_of(&e) {
+            Some(true) => return StoreError::Full(e),
+            Some(false) => return StoreError::Unavailable(e),
+            None => {}
+        }
         let refused = match &e {
             sqlx::Error::Database(db) => {
                 let kind = match db.kind() {
@@ -117,6 +156,20 @@ impl From<StoreError> for Error {
                 tracing::error!(error = %e, "database error");
                 Error::internal("the database failed; see the server log")
             }
+            StoreError::Unavailable(_) => {
+                tracing::warn!(error = %e, "the database does not answer");
+                Error::new(
+                    Kind::Unavailable,
+                    "the database does not answer; nothing was done: try again in a moment",
+                )
+            }
+            StoreError::Full(_) => {
+                tracing::error!(error = %e, "the database's disk is full");
+                Error::new(
+                    Kind::StorageFull,
+                    "the database's disk is full; nothing was written: free space on it, then try again",
+                )
+            }
         }
     }
 }
@@ -124,7 +177,6 @@ impl From<StoreError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Kind;
 
     #[tokio::test]
     async fn a_refused_write_names_its_constraint_and_the_api_hides_it() {

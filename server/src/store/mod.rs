@@ -129,6 +129,9 @@ impl Store {
 const MESSAGE_COLUMNS: &str = "m.*,
     EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id) AS superseded";
 
+/// The longest a statement waits for a connection of the main pool (PostgreSQL).
+const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4);
+
 impl Store {
     /// Opens (creating if needed) the database and runs the migrations. PostgreSQL's
     /// migrator holds an advisory lock, so instances starting together do not race them.
@@ -150,8 +153,9 @@ impl Store {
             let pool = PgPoolOptions::new()
                 .max_connections(budget - SIDE_CONNECTIONS)
                 // Nothing holds a connection for long (no lock, stream or run keeps one), so a
-                // wait this long means the database is down or the budget far too small.
-                .acquire_timeout(std::time::Duration::from_secs(30))
+                // wait this long means the database is down or the budget far too small: the
+                // request answers `database.unavailable` (CONTRACT §2: within 5 s).
+                .acquire_timeout(ACQUIRE_TIMEOUT)
                 .connect_with(opts.clone())
                 .await?;
             POSTGRES_MIGRATOR.run(&pool).await?;
@@ -193,6 +197,14 @@ impl Store {
             )));
         };
         Ok(Store { pool, side })
+    }
+
+    /// One round trip to the database (`/readyz`).
+    pub async fn ping(&self) -> Result<()> {
+        with_pool!(self, |pool| {
+            sqlx::query("SELECT 1").execute(pool).await?;
+            Ok(())
+        })
     }
 
     /// Whether several instances may share this database (PostgreSQL).
