@@ -106,11 +106,45 @@ fn outage_of(e: &sqlx::Error) -> Option<bool> {
     }
 }
 
+/// When (on [`fault_clock`]) the latest storage fault (a full disk, an I/O error, a lost
+/// connection) was seen, in this process: a SQLite connection that was open then may hold
+/// what the fault left (a transaction half open, a statement holding an old snapshot), so
+/// it is closed instead of going back to its pool ([`outlived_a_fault`]).
+static LAST_FAULT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Milliseconds since the first look at this clock (monotonic).
+fn fault_clock() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+fn fault_seen() {
+    // At least 1: 0 means no fault yet.
+    LAST_FAULT_MS.fetch_max(fault_clock().max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a connection `age` old was open when the latest storage fault was seen.
+pub(super) fn outlived_a_fault(age: std::time::Duration) -> bool {
+    let at = LAST_FAULT_MS.load(std::sync::atomic::Ordering::Relaxed);
+    if at == 0 {
+        return false;
+    }
+    let since = fault_clock().saturating_sub(at);
+    u64::try_from(age.as_millis()).unwrap_or(u64::MAX) >= since
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match outage_of(&e) {
-            Some(true) => return StoreError::Full(e),
-            Some(false) => return StoreError::Unavailable(e),
+            Some(true) => {
+                fault_seen();
+                return StoreError::Full(e);
+            }
+            Some(false) => {
+                fault_seen();
+                return StoreError::Unavailable(e);
+            }
             None => {}
         }
         let refused = match &e {
