@@ -194,24 +194,54 @@ async fn a_cooldown_within_tier1_s_window_is_passed_over_not_slept_out() {
 
 #[tokio::test]
 async fn no_fallback_after_the_first_delta() {
+    // An overloaded error that comes after a text delta, in an OpenAI-compatible stream: a
+    // class that falls back before a delta, so only the delta keeps it from doing so.
     let t = two("fallback-after-delta").await;
-    t.a.set_default(Script::Stream {
-        deltas: vec!["half ".into(), "a reply".into()],
+    t.a.set_default(Script::Frames {
+        frames: vec![chunk("half "), overloaded_chunk()],
         every: Duration::from_millis(5),
-        finish: false,
     });
     t.b.set_default(Script::reply(&["never"]));
     let d = turn(&t, json!({})).await;
     assert_eq!(d.run.status, RunStatus::Failed);
     assert_eq!(
         d.run.retry.as_ref().map(|r| r.retry_class.clone()),
-        Some(RetryClass::StreamInterrupted)
+        Some(RetryClass::Overloaded)
     );
     assert_eq!(
         t.b.seen().len(),
         0,
         "nothing is sent to the fallback mid-reply"
     );
+}
+
+/// The same overloaded error as the stream's first event, before any delta: the step falls
+/// back.
+#[tokio::test]
+async fn an_overloaded_error_before_any_delta_falls_back() {
+    let t = two("fallback-error-first").await;
+    t.a.set_default(Script::Frames {
+        frames: vec![overloaded_chunk()],
+        every: Duration::from_millis(5),
+    });
+    t.b.set_default(Script::reply(&["from ", "b"]));
+    let d = turn(&t, json!({})).await;
+    assert_eq!(d.run.status, RunStatus::Completed, "{:?}", d.run);
+    assert_eq!(d.run.served[0].model, "b/small");
+    assert_eq!(t.b.seen().len(), 1);
+}
+
+/// An OpenAI-compatible chunk of text.
+fn chunk(text: &str) -> String {
+    let c = json!({"id": "c", "object": "chat.completion.chunk",
+                   "choices": [{"index": 0, "delta": {"content": text}}]});
+    format!("data: {c}")
+}
+
+/// An OpenAI-compatible error chunk saying the model is overloaded.
+fn overloaded_chunk() -> String {
+    let e = json!({"error": {"type": "overloaded_error", "message": "Overloaded"}});
+    format!("data: {e}")
 }
 
 #[tokio::test]
