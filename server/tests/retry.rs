@@ -459,11 +459,12 @@ async fn release_lets_held_prompts_go_on() {
 async fn three_held_prompts_are_released_in_order_with_their_ids() {
     let (fake, server) = setup("release-three").await;
     let sid = server.create_session().await;
-    // The first turn starts slowly and fails; three prompts queue behind it meanwhile.
-    fake.push(Script::Stream {
-        deltas: vec![],
-        every: Duration::from_millis(300),
-        finish: false,
+    // The first turn waits out an advised 2 s in Tier 1, then fails; three prompts queue
+    // behind it meanwhile (checked: it is still running once they are in).
+    fake.push(Script::Status {
+        code: 503,
+        headers: vec![("retry-after-ms", "2000".into())],
+        body: json!({"error": {"type": "server_error", "message": "busy"}}),
     })
     .push(fail_401());
     let failing = server.send(&sid, "one").await;
@@ -472,6 +473,11 @@ async fn three_held_prompts_are_released_in_order_with_their_ids() {
         server.send(&sid, "three").await,
         server.send(&sid, "four").await,
     ];
+    assert_eq!(
+        server.run(failing.run_id.as_str()).await.status,
+        RunStatus::Running,
+        "the three prompts were posted while the first turn ran"
+    );
     assert_eq!(
         server.wait_run_end(&failing.run_id).await.status,
         RunStatus::Failed
