@@ -5,8 +5,10 @@
 use super::Engine;
 use crate::clock::now_ms;
 use crate::error::Result;
-use crate::retry::parking::{provider_unavailable, Claim, Failure, Outage};
-use app::wire::{ModelList, ModelStatus, ProvenanceKind, ProviderHealth, Run, SessionId};
+use crate::retry::parking::{provider_unavailable, Claim, Failure, Outage, Parking};
+use app::wire::{
+    ModelList, ModelStatus, ProvenanceKind, ProviderHealth, Run, SessionId, SessionStatus,
+};
 
 impl Engine {
     /// The model a session's turns start on, as the catalogue names it.
@@ -112,6 +114,7 @@ impl Engine {
             return Ok(due);
         };
         let (parking, now) = (self.inner.cfg.parking, now_ms());
+        self.keep_a_running_probe(model, now).await?;
         let (outage, claim) = self
             .store()
             .change_outage(model, |current| match current {
@@ -154,6 +157,32 @@ impl Engine {
             }
         }
         Ok(Vec::new())
+    }
+
+    /// A probe past its deadline whose session still runs a turn is not lost (a long tool
+    /// turn): its deadline moves on, so no second probe goes. A dead instance's run is ended
+    /// by the lease takeover, and then the next look probes again.
+    async fn keep_a_running_probe(&self, model: &str, now: i64) -> Result<()> {
+        let Some(outage) = self.store().outage(model).await? else {
+            return Ok(());
+        };
+        let Some(probe) = outage.probe_session.clone() else {
+            return Ok(());
+        };
+        if !Parking::probe_overdue(&outage, now) {
+            return Ok(());
+        }
+        let probe = SessionId::from(probe);
+        if self.store().session(&probe).await?.session.status != SessionStatus::Running {
+            return Ok(());
+        }
+        tracing::info!(%model, session = %probe, "the probe still runs: its deadline moves on");
+        self.store()
+            .change_outage(model, |current| {
+                (current.map(|o| Parking::probe_still_running(o, now)), ())
+            })
+            .await?;
+        Ok(())
     }
 
     /// Moves the turns parked behind `model` to `at` and announces each moved session, so a

@@ -5,8 +5,10 @@
 //! shared by every instance, so one probe serves the fleet).
 use app::wire::{Backoff, Millis, RetryClass};
 
-/// How long a claimed probe may take before another instance may probe again (its instance
-/// may have died with it).
+/// How long a claimed probe may go unlooked-at before another instance may probe again (its
+/// instance may have died with it). At the deadline the probe's run is looked at: while it
+/// still runs (a long tool turn; a dead instance's runs are ended by the lease takeover),
+/// the deadline moves on by as much ([`Parking::probe_still_running`]).
 pub const PROBE_DEADLINE_MS: Millis = 120_000;
 
 /// Whether a failure of class `class` is the provider being unable to take turns now: it
@@ -123,6 +125,24 @@ impl Parking {
                 probe_session: None,
                 releasing: true,
                 release_next: outage.release_next.max(now),
+                ..outage
+            }
+        } else {
+            outage
+        }
+    }
+
+    /// Whether the outage's probe is past its deadline, so that its run should be looked at.
+    pub fn probe_overdue(outage: &Outage, now: Millis) -> bool {
+        outage.is_open() && outage.probe_session.is_some() && outage.next_probe_at <= now
+    }
+
+    /// The probe's run was found still running at `now`: it is not lost, its deadline moves
+    /// on. (Any other outage is left as it is.)
+    pub fn probe_still_running(outage: Outage, now: Millis) -> Outage {
+        if Parking::probe_overdue(&outage, now) {
+            Outage {
+                next_probe_at: now.saturating_add(PROBE_DEADLINE_MS),
                 ..outage
             }
         } else {
@@ -324,6 +344,28 @@ mod tests {
         assert_eq!(
             after, o,
             "it waits for its release slot; the outage does not move"
+        );
+    }
+
+    /// Issue 35, item 8: a probe that is a long tool turn is not taken for lost while its
+    /// run still runs; a second probe goes only once it is gone.
+    #[test]
+    fn a_probe_still_running_at_its_deadline_keeps_the_others_waiting() {
+        let o = P.failed(None, of("s1", None), 0);
+        let (_, o) = P.claim(&o, "s1", 2_000);
+        let deadline = 2_000 + PROBE_DEADLINE_MS;
+        assert!(!Parking::probe_overdue(&o, deadline - 1));
+        assert!(Parking::probe_overdue(&o, deadline));
+        let o = Parking::probe_still_running(o, deadline);
+        assert_eq!(
+            P.claim(&o, "s2", deadline).0,
+            Claim::Wait(deadline + PROBE_DEADLINE_MS)
+        );
+        assert!(o.blocks("s2", 0, deadline + 1));
+        // Once it is gone (its run ended without a word), the next one probes.
+        assert_eq!(
+            P.claim(&o, "s2", deadline + PROBE_DEADLINE_MS).0,
+            Claim::Probe
         );
     }
 
