@@ -351,3 +351,89 @@ async fn a_model_that_is_out_is_passed_over_without_a_request() {
         "still no request to the model that is out"
     );
 }
+
+/// Issue 35, item 10: parking across two instances on one PostgreSQL database. Twelve
+/// parked turns, half left on each instance: one probe at a time for the fleet, and once it
+/// succeeds the release rate holds for the fleet, not per instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn two_instances_send_one_probe_and_release_at_the_fleets_rate() {
+    const TURNS: usize = 12;
+    assert!(
+        common::on_postgres(),
+        "needs PostgreSQL: set MULLIGAN_TEST_DATABASE=postgres and MULLIGAN_TEST_POSTGRES_URL"
+    );
+    let db = common::fresh_postgres_database(&common::postgres_url().expect("the URL"));
+    let fake = common::fake::FakeProvider::start().await;
+    let instance = |tag: &str| {
+        let mut c = config(&temp_dir(tag), &fake.url);
+        c.database_url = Some(db.clone());
+        c.tier1_max_attempts = 1;
+        c.tier2_base_ms = 1_000;
+        c.tier2_cap_ms = 1_000;
+        c.release_per_s = 4;
+        c
+    };
+    let (a, b) = tokio::join!(
+        TestServer::start(instance("parking-fleet-a")),
+        TestServer::start(instance("parking-fleet-b"))
+    );
+    fake.set_default(overloaded());
+    let mut sessions = parked_sessions(&a, TURNS / 2).await;
+    sessions.extend(parked_sessions(&b, TURNS / 2).await);
+    until_report(&b, Duration::from_secs(5), |r| {
+        r.models.iter().any(|m| m.waiting_turns as usize == TURNS)
+    })
+    .await;
+
+    // Three seconds of outage: one probe a second at most for both instances together.
+    let before = fake.seen().len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let probes = fake.seen().len() - before;
+    assert!(
+        (1..=4).contains(&probes),
+        "one probe at a time for the fleet: {probes} requests in 3 s"
+    );
+
+    fake.set_default(Script::reply(&["back"]));
+    let healed = Instant::now();
+    let deadline = healed + Duration::from_secs(30);
+    loop {
+        let mut done = 0;
+        for sid in &sessions {
+            let d = a.detail(sid).await;
+            let last = d.runs.iter().max_by_key(|r| r.created_at).unwrap();
+            done += usize::from(last.status == RunStatus::Completed);
+        }
+        if done == TURNS {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {TURNS} turns completed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let answered: Vec<Instant> = fake
+        .seen()
+        .iter()
+        .map(|s| s.at)
+        .filter(|at| *at >= healed)
+        .collect();
+    assert_eq!(
+        answered.len(),
+        TURNS,
+        "each parked turn sent once, by one instance"
+    );
+    // After the probe, 11 released turns at 4/s for the fleet take ≥ 2.5 s (twice as fast if
+    // each instance kept a rate of its own).
+    let released = answered[1..]
+        .iter()
+        .max()
+        .unwrap()
+        .duration_since(answered[0]);
+    assert!(
+        released >= Duration::from_millis(2_500),
+        "released faster than the fleet's rate: {released:?}"
+    );
+}

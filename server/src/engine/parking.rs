@@ -68,7 +68,8 @@ impl Engine {
         };
         if extended {
             tracing::info!(%model, failures = outage.failures, next_probe_at = outage.next_probe_at, "the probe failed: the parked turns wait longer");
-            self.reschedule_parked(&model, outage.next_probe_at).await?;
+            self.reschedule_parked(&model, outage.next_probe_at, None)
+                .await?;
         }
         Ok(Some((model, outage.next_probe_at)))
     }
@@ -96,7 +97,7 @@ impl Engine {
             .await?;
         if outage.is_some_and(|o| o.releasing) {
             tracing::info!(%model, "the model answered again: its parked turns are released");
-            self.reschedule_parked(&model, now).await?;
+            self.reschedule_parked(&model, now, None).await?;
             self.inner.background_wake.notify_one();
         }
         Ok(())
@@ -131,7 +132,10 @@ impl Engine {
         match claim {
             Claim::Wait(at) => {
                 if !outage.releasing {
-                    self.reschedule_parked(model, at).await?;
+                    // The probe's own retry stays as its claim left it: another instance may
+                    // be firing it right now.
+                    let probe = outage.probe_session.as_deref();
+                    self.reschedule_parked(model, at, probe).await?;
                 }
             }
             Claim::Probe | Claim::Release => {
@@ -185,10 +189,10 @@ impl Engine {
         Ok(())
     }
 
-    /// Moves the turns parked behind `model` to `at` and announces each moved session, so a
-    /// page showing its waiting retry shows the new time.
-    async fn reschedule_parked(&self, model: &str, at: i64) -> Result<()> {
-        for session_id in self.store().reschedule_parked(model, at).await? {
+    /// Moves the turns parked behind `model` to `at` (the probe's, `except`, aside) and
+    /// announces each moved session, so a page showing its waiting retry shows the new time.
+    async fn reschedule_parked(&self, model: &str, at: i64, except: Option<&str>) -> Result<()> {
+        for session_id in self.store().reschedule_parked(model, at, except).await? {
             // One session that cannot be read does not keep the others' news back.
             if let Err(e) = self.publish_session(&session_id).await {
                 tracing::warn!(session = %session_id, error = %e.message, "cannot announce a parked turn's new time");

@@ -182,17 +182,24 @@ impl Store {
         })
     }
 
-    /// The waiting retries parked behind `model` are next looked at `at`: the outage's next
-    /// probe (held), or now (released). Answers the sessions whose time moved, to announce.
-    pub async fn reschedule_parked(&self, model: &str, at: i64) -> Result<Vec<SessionId>> {
+    /// The waiting retries parked behind `model` (but `except`'s) are next looked at `at`:
+    /// the outage's next probe (held), or now (released). Answers the sessions whose time moved, to announce.
+    pub async fn reschedule_parked(
+        &self,
+        model: &str,
+        at: i64,
+        except: Option<&str>,
+    ) -> Result<Vec<SessionId>> {
         with_writer!(self, |pool| {
             let ids: Vec<String> = sqlx::query_scalar(
                 "UPDATE sessions SET retry_fires_at = $1
                  WHERE parked_on = $2 AND retry_fires_at IS NOT NULL AND retry_fires_at <> $1
+                   AND ($3 IS NULL OR id <> $3)
                  RETURNING id",
             )
             .bind(at)
             .bind(model)
+            .bind(except)
             .fetch_all(pool)
             .await?;
             Ok(ids.into_iter().map(SessionId::from).collect())
