@@ -132,11 +132,14 @@ def call(server: Server, token: str, tool: str, args: dict | None = None):
 
 
 def refusal(result) -> str:
-    """The refusal's code, after checking its shape: isError, text == structured content."""
+    """The refusal's code, after checking its shape (CONTRACT §5): isError, the API's error
+    JSON as its one text block, and no structured content (clients validate that against the
+    tool's outputSchema, which an error body does not match)."""
     assert result.is_error, result
-    body = result.structured_content
+    assert result.structured_content is None, result
+    assert len(result.content) == 1 and result.content[0].type == "text", result
+    body = json.loads(result.content[0].text)
     assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
-    assert json.loads(result.content[0].text) == body
     return body["error"]["code"]
 
 

@@ -745,3 +745,74 @@ async fn mcp_over_stdio_lists_the_models() {
     );
     assert!(listed.models.iter().any(|m| m.id == "openai/fake-model"));
 }
+
+/// A refusal over MCP (CONTRACT §5) is `isError: true` with the API's error JSON as its text
+/// and no `structuredContent`: clients check structured content against the tool's
+/// `outputSchema`, which an error body does not match.
+#[tokio::test]
+async fn mcp_refusals_are_error_text_without_structured_content() {
+    let (_fake, server) = setup("cli-mcp-refusal").await;
+    let sid = server.create_session().await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mulligan"))
+        .arg("mcp")
+        .env("MULLIGAN_URL", &server.base)
+        .env("MULLIGAN_TOKEN", &server.token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let calls = [
+        ("retry_session", serde_json::json!({"session": sid})),
+        ("send_message", serde_json::json!({"session": sid})),
+    ];
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        for (id, (name, arguments)) in calls.iter().enumerate() {
+            let call = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": name, "arguments": arguments}});
+            stdin
+                .write_all(format!("{call}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+    }
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("the bridge ends when stdin closes")
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let mut answers: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 2, "{stdout}");
+    // Requests are forwarded at once, so answers come in any order.
+    answers.sort_by_key(|a| a["id"].as_u64());
+    let codes: Vec<String> = answers
+        .iter()
+        .map(|answer| {
+            let result = &answer["result"];
+            assert_eq!(result["isError"], true, "{answer}");
+            assert!(
+                result.get("structuredContent").is_none(),
+                "no structured content on a refusal: {answer}"
+            );
+            let text = result["content"][0]["text"].as_str().expect("a text block");
+            let body: serde_json::Value = serde_json::from_str(text).expect("JSON text");
+            let error = body["error"].as_object().expect("an error body");
+            let mut keys: Vec<_> = error.keys().map(String::as_str).collect();
+            keys.sort_unstable();
+            assert_eq!(keys, ["code", "message"], "{body}");
+            assert_eq!(body.as_object().map(|o| o.len()), Some(1), "{body}");
+            error["code"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            ErrorCode::RetryNothingFailed.as_str(),
+            ErrorCode::InvalidRequest.as_str()
+        ]
+    );
+}

@@ -32,8 +32,8 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -117,9 +117,11 @@ impl Mulligan {
     }
 }
 
-/// A refusal: a tool result with `isError: true` carrying the API's error body.
+/// A refusal: a tool result with `isError: true` whose text is the API's error body, and
+/// no structured content: clients validate that against the tool's `outputSchema` (the
+/// answer's shape), which an error body does not match (CONTRACT §5).
 fn refusal(e: &Error) -> CallToolResult {
-    CallToolResult::structured_error(refusal_json(e))
+    CallToolResult::error(vec![ContentBlock::text(refusal_json(e).to_string())])
 }
 
 impl ServerHandler for Mulligan {
@@ -129,7 +131,7 @@ impl ServerHandler for Mulligan {
             .with_instructions(
                 "Mulligan runs LLM agent sessions that recover from provider failures. \
                  Tools answer the HTTP API's JSON; a refusal is a tool error whose \
-                 structured content is {\"error\": {\"code\", \"message\"}}.",
+                 text is {\"error\": {\"code\", \"message\"}}.",
             )
     }
 
@@ -207,9 +209,14 @@ mod tests {
         let busy = crate::engine::Refusal::RetryBusy;
         let refused = refusal(&busy.clone().into());
         assert_eq!(refused.is_error, Some(true));
+        assert_eq!(refused.structured_content, None);
+        let text = match refused.content.as_slice() {
+            [ContentBlock::Text(t)] => t.text.clone(),
+            other => panic!("one text block: {other:?}"),
+        };
         assert_eq!(
-            refused.structured_content,
-            Some(json!({"error": {"code": "retry.busy", "message": busy.to_string()}}))
+            serde_json::from_str::<Value>(&text).unwrap(),
+            json!({"error": {"code": "retry.busy", "message": busy.to_string()}})
         );
     }
 }
