@@ -84,6 +84,58 @@ async fn a_provider_quoting_the_api_key_is_stored_and_served_redacted() {
     );
 }
 
+/// A catalogue provider's `headers` value is a secret like an `api_key_env` key: a gateway
+/// that quotes the `api-key` header it was sent (Azure-style) is stored and served redacted.
+#[tokio::test]
+async fn a_gateway_quoting_a_catalogue_header_is_stored_and_served_redacted() {
+    const HEADER_KEY: &str = "0123abcd4567efgh89ij-gateway-key";
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("redact-header");
+    let catalogue = json!({
+        "providers": {"gw": {"kind": "openai", "base_url": fake.url,
+                             "headers": {"api-key": HEADER_KEY},
+                             "models": [{"id": "fake-model"}]}},
+        "default_model": "gw/fake-model"
+    });
+    let path = dir.join("providers.json");
+    std::fs::write(&path, catalogue.to_string()).unwrap();
+    let mut c = config(&dir, &fake.url);
+    c.providers = Some(path);
+    let server = TestServer::start(c).await;
+    let sid = server.create_session().await;
+
+    fake.push(Script::Status {
+        code: 401,
+        headers: vec![],
+        body: json!({"error": {
+            "code": "401",
+            "message": format!("Access denied due to invalid api-key {HEADER_KEY}. Make sure to provide a valid key."),
+        }}),
+    });
+    let sent = server.send(&sid, "hi").await;
+    let run = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let message = run.error_message.unwrap();
+    assert!(
+        message.contains("invalid api-key [redacted]. Make sure"),
+        "{message}"
+    );
+    let (_, detail) = server.get(&format!("/runs/{}", sent.run_id)).await;
+    let attempts = detail["attempts"].as_array().unwrap();
+    assert!(!attempts.is_empty(), "{detail}");
+    assert!(
+        attempts.iter().all(|a| a["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("[redacted]"))),
+        "{detail}"
+    );
+    let all = served(&server, &sid, &sent.run_id).await;
+    assert!(
+        !all.contains(HEADER_KEY),
+        "the header's key is served: {all}"
+    );
+}
+
 /// A key quoted again and again past the 1,024-character cut: the cut lands inside one
 /// quote (at one of the two offsets at least), and none of that quote's characters is kept.
 #[tokio::test]

@@ -53,7 +53,7 @@ pub struct ProviderEntry {
     /// The environment variable holding its API key (the key is never in the file).
     #[serde(default)]
     pub api_key_env: Option<String>,
-    /// Extra request headers (not secrets: they are not redacted).
+    /// Extra request headers; their values are secrets to the redactor (a gateway's key).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     pub models: Vec<ModelSpec>,

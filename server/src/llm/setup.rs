@@ -22,9 +22,14 @@ pub struct Catalogued {
 }
 
 impl Catalogued {
-    /// Every API key, for the redactor.
+    /// Every API key and every provider `headers` value (a gateway's `api-key`, an
+    /// `Authorization`), for the redactor.
     pub fn secrets(&self) -> impl Iterator<Item = String> + '_ {
-        self.keys.values().cloned()
+        let headers = self
+            .catalogue
+            .providers()
+            .flat_map(|(_, entry)| entry.headers.values().cloned());
+        self.keys.values().cloned().chain(headers)
     }
 
     /// The model a session created without one gets: the catalogue's default as
@@ -163,7 +168,9 @@ fn client(entry: &ProviderEntry) -> reqwest::Client {
             reqwest::header::HeaderName::from_bytes(name.as_bytes()),
             reqwest::header::HeaderValue::from_str(value),
         ) {
-            (Ok(n), Ok(v)) => {
+            (Ok(n), Ok(mut v)) => {
+                // A header value may be a credential: kept out of reqwest's Debug output.
+                v.set_sensitive(true);
                 headers.insert(n, v);
             }
             _ => {
