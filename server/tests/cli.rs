@@ -816,3 +816,87 @@ async fn mcp_refusals_are_error_text_without_structured_content() {
         ]
     );
 }
+
+/// No model can drive the operator's terminal (CONTRACT §4): a reply that sets the clipboard
+/// (OSC 52), moves up and erases a line, hides a link (OSC 8) and sends an 8-bit CSI reaches
+/// `send --follow`'s stdout escaped, as does a title in `sessions` and an error quoting
+/// control characters in `--follow`'s end line and `runs show`; `--json` stays the API's JSON.
+#[tokio::test]
+async fn untrusted_text_reaches_the_terminal_escaped() {
+    let (fake, server) = setup("cli-escape").await;
+    let (status, body) = server
+        .post(
+            "/sessions",
+            serde_json::json!({"title": "red \u{1b}[31mtitle"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let sid = body["id"].as_str().unwrap().to_string();
+    fake.push(Script::reply(&[
+        "copy \u{1b}]52;c;ZWNobyBwd25lZA==\u{7}",
+        "up\u{1b}[1A\u{1b}[2K",
+        " \u{1b}]8;;https://evil.test\u{1b}\\link\u{1b}]8;;\u{1b}\\",
+        " csi\u{9b}2J\r\nline\ttab",
+    ]));
+    let out = mulligan(&server, &["send", "--follow", &sid, "go"]).await;
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let controls = |s: &str| s.chars().any(|c| c.is_control() && c != '\n' && c != '\t');
+    assert!(
+        !controls(&out.stdout),
+        "a raw control character: {:?}",
+        out.stdout
+    );
+    for shown in [
+        r"copy \x1b]52;c;ZWNobyBwd25lZA==\x07",
+        r"up\x1b[1A\x1b[2K",
+        r" \x1b]8;;https://evil.test\x1b\link\x1b]8;;\x1b\",
+        " csi\\u{9b}2J\\x0d\nline\ttab",
+    ] {
+        assert!(out.stdout.contains(shown), "{shown:?} in {:?}", out.stdout);
+    }
+
+    let out = mulligan(&server, &["sessions"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains(r"red \x1b[31mtitle"),
+        "{:?}",
+        out.stdout
+    );
+    assert!(!controls(&out.stdout), "{:?}", out.stdout);
+    let out = mulligan(&server, &["sessions", "--json"]).await;
+    let (_, api) = server.get("/sessions").await;
+    let printed: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(printed, api, "--json prints the API's answer as is");
+
+    // A provider's error quoting control characters, at the end of `--follow` and in
+    // `runs show`.
+    fake.push(Script::Status {
+        code: 400,
+        headers: vec![],
+        body: serde_json::json!({"error": {"type": "invalid_request_error",
+            "message": "bad \u{1b}[2J\u{1b}]0;owned\u{7} request"}}),
+    });
+    let out = mulligan(&server, &["send", "--follow", &sid, "again"]).await;
+    assert_eq!(out.code, 3, "{}{}", out.stdout, out.stderr);
+    assert!(!controls(&out.stdout), "{:?}", out.stdout);
+    assert!(
+        out.stdout.contains(r"bad \x1b[2J\x1b]0;owned\x07 request"),
+        "{:?}",
+        out.stdout
+    );
+    let run = out
+        .stdout
+        .lines()
+        .find_map(|l| l.split(", run ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .expect("the run's id")
+        .to_string();
+    let out = mulligan(&server, &["runs", "show", &run]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!controls(&out.stdout), "{:?}", out.stdout);
+    assert!(
+        out.stdout.contains(r"bad \x1b[2J\x1b]0;owned\x07 request"),
+        "{:?}",
+        out.stdout
+    );
+}

@@ -1,6 +1,6 @@
 //! Each client command as one typed call of `app::api` and the line it prints.
 use super::args::RunsCommand;
-use super::render::{one_line, sessions_table, snippet, started, to_wire};
+use super::render::{one_line, sessions_table, snippet, started, to_wire, untrusted};
 use super::{Command, Failure, Outcome};
 use app::api::native::{Answer, CallError, Client};
 use app::api::{self, Endpoint};
@@ -167,7 +167,11 @@ pub async fn execute_and_follow(cmd: &Command) -> Outcome<std::process::ExitCode
         .value
         .last_event_id;
     let Printed { printed, run_id } = answer(&client, cmd).await?;
-    println!("{printed}");
+    if cmd.conn().json {
+        println!("{printed}");
+    } else {
+        println!("{}", untrusted(&printed));
+    }
     let run_id =
         run_id.ok_or_else(|| Failure::Other("the answer named no run to follow".into()))?;
     super::follow::follow(&client, session, &run_id, after).await

@@ -2,7 +2,7 @@
 //! text, each tool call with its status, Tier 1's waits — and ends with the run: exit 0 when
 //! it completed, 3 when it failed (with its class and what a retry would do), 4 when it was
 //! cancelled. Ctrl-C asks whether to cancel the run.
-use super::render::tool_line;
+use super::render::{tool_line, untrusted};
 use super::{Failure, Outcome};
 use app::api::native::Client;
 use app::api::{self};
@@ -69,7 +69,7 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
             };
             match event {
                 Event::Delta(d) if d.run_id == run_id => {
-                    print!("{}", d.text);
+                    print!("{}", untrusted(&d.text));
                     at_line_start = d.text.ends_with('\n');
                     let _ = std::io::stdout().flush();
                 }
@@ -77,13 +77,13 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
                     if !at_line_start {
                         println!();
                     }
-                    println!("{}", tool_line(&t.call));
+                    println!("{}", untrusted(&tool_line(&t.call)));
                     at_line_start = true;
                 }
                 Event::Attempt(a) if a.run_id == run_id => {
                     eprintln!(
                         "[provider failed: {}; Tier 1 tries again in {:.1} s (attempt {})]",
-                        a.reason,
+                        untrusted(&a.reason),
                         a.retry_in_ms as f64 / 1000.0,
                         a.n
                     );
@@ -111,11 +111,11 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
 fn ended(session: &str, r: &Run) -> ExitCode {
     match r.status {
         RunStatus::Completed => {
-            println!("[completed: run {}]", r.id);
+            println!("[completed: run {}]", untrusted(&r.id));
             ExitCode::SUCCESS
         }
         RunStatus::Cancelled => {
-            println!("[cancelled: run {}]", r.id);
+            println!("[cancelled: run {}]", untrusted(&r.id));
             ExitCode::from(4)
         }
         _ => {
@@ -128,11 +128,12 @@ fn ended(session: &str, r: &Run) -> ExitCode {
                 ),
                 _ => format!("`mulligan retry {session}` retries it"),
             };
-            println!(
+            let line = format!(
                 "[failed ({}): {}; {what}]",
                 class.map_or("unclassified", |c| c.retry_class.as_str()),
                 r.error_message.as_deref().unwrap_or("no message")
             );
+            println!("{}", untrusted(&line));
             ExitCode::from(3)
         }
     }
@@ -140,7 +141,7 @@ fn ended(session: &str, r: &Run) -> ExitCode {
 
 /// Asks on the terminal whether to cancel; anything but yes keeps following.
 async fn ask_to_cancel(run_id: &str) -> bool {
-    eprint!("\nCancel run {run_id}? [y/N] ");
+    eprint!("\nCancel run {}? [y/N] ", untrusted(run_id));
     let _ = std::io::stderr().flush();
     let answer = tokio::task::spawn_blocking(|| {
         let mut line = String::new();

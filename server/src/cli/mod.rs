@@ -14,6 +14,7 @@ pub use args::Command;
 
 use app::wire::ApiError;
 use args::Conn;
+use render::untrusted;
 use reqwest::Url;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -51,8 +52,12 @@ pub fn run(cmd: Command) -> ExitCode {
             .unwrap_or_else(|f| fail(f, json));
     }
     match rt.block_on(commands::execute(&cmd)) {
-        Ok(out) => {
+        Ok(out) if json => {
             println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Ok(out) => {
+            println!("{}", untrusted(&out));
             ExitCode::SUCCESS
         }
         Err(f) => fail(f, json),
@@ -65,12 +70,13 @@ fn fail(f: Failure, json: bool) -> ExitCode {
             if json {
                 println!("{body}");
             } else {
-                eprintln!("{}: {}", error.error.code, error.error.message);
+                let said = format!("{}: {}", error.error.code, error.error.message);
+                eprintln!("{}", untrusted(&said));
             }
             ExitCode::from(2)
         }
         Failure::Other(why) => {
-            eprintln!("mulligan: {why}");
+            eprintln!("mulligan: {}", untrusted(&why));
             ExitCode::from(1)
         }
     }

@@ -3,6 +3,33 @@
 use app::clock::{clock_text, relative, utc};
 use app::wire::{Millis, ModelInfo, ModelList, Session, ToolCall, ToolCallStatus, ToolServer};
 use serde_json::Value;
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Untrusted text (model output, titles, errors, tool results and names, anything a server
+/// answered) made safe for a terminal: every control character but newline and tab shown
+/// escaped (`\x1b`; C1 controls as `\u{9b}`), so no text can move the cursor, erase a line,
+/// set the clipboard or hide a link (CONTRACT §4). Printable text is left as it is, so this
+/// is idempotent.
+pub fn untrusted(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !unsafe_char(c) => out.push(c),
+            c if (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// The answer as the server sent it, on one line (JSON strings never hold a raw newline).
 pub fn one_line(raw: &str) -> String {
@@ -67,8 +94,13 @@ pub fn sessions_table(sessions: &[Session]) -> String {
     table(&rows)
 }
 
-/// Rows in aligned columns, two spaces apart.
+/// Rows in aligned columns, two spaces apart; cells are [`untrusted`] text, escaped
+/// before they are measured.
 fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let rows: Vec<[String; N]> = rows
+        .iter()
+        .map(|r| r.clone().map(|c| untrusted(&c).into_owned()))
+        .collect();
     let widths: Vec<usize> = (0..N)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
@@ -191,6 +223,30 @@ pub fn snippet(raw: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn untrusted_text_shows_every_control_character_but_newline_and_tab() {
+        assert!(matches!(
+            untrusted("plain\ttext\nline 2 é"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            untrusted("\x1b]52;c;aGk=\x07 up\x1b[1A\x1b[2K\r"),
+            "\\x1b]52;c;aGk=\\x07 up\\x1b[1A\\x1b[2K\\x0d"
+        );
+        assert_eq!(
+            untrusted("\0 del\x7f c1\u{9b}2J \u{85}"),
+            "\\x00 del\\x7f c1\\u{9b}2J \\u{85}"
+        );
+        // An OSC 8 link shows its target.
+        assert_eq!(
+            untrusted("\x1b]8;;https://x.test\x1b\\click\x1b]8;;\x1b\\"),
+            "\\x1b]8;;https://x.test\\x1b\\click\\x1b]8;;\\x1b\\"
+        );
+        // Escaping twice changes nothing more.
+        let once = untrusted("a\x1b[31mb").into_owned();
+        assert_eq!(untrusted(&once), once);
+    }
 
     #[test]
     fn models_mark_the_default_and_a_cooldown() {
