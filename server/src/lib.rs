@@ -98,6 +98,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
         }
     };
     let default_model = catalogued.default_model(&config);
+    let serve_demo = catalogued.serves_demo();
     // What providers and tool servers send passes this before it is stored, logged or sent
     // to a model.
     let redactor = redact::Redactor::new(
@@ -181,6 +182,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
         config: Arc::new(config),
         token: token.clone().into(),
         leptos,
+        serve_demo,
     };
     let app = http::router(state);
     let stop = tokio_util::sync::CancellationToken::new();

@@ -24,7 +24,9 @@ async fn two(tag: &str) -> Two {
         "providers": {
             "a": {"kind": "openai", "base_url": a.url, "models": [{"id": "big"}]},
             "b": {"kind": "openai", "base_url": b.url,
-                  "models": [{"id": "small"}, {"id": "plain", "tools": false}]}
+                  "models": [{"id": "small"}, {"id": "plain", "tools": false}]},
+            // The built-in demo, named: its entry is in.
+            "demo": {}
         },
         "default_model": "a/big",
         "fallbacks": {"a/big": ["b/small"]}
@@ -33,8 +35,6 @@ async fn two(tag: &str) -> Two {
     std::fs::write(&path, catalogue.to_string()).unwrap();
     let mut c = config(&dir, &a.url);
     c.providers = Some(path);
-    // The demo provider setting (the default) serves the demo endpoint: its entry is in.
-    c.provider = server::config::ProviderKind::Demo;
     let server = TestServer::start(c).await;
     Two { a, b, server }
 }

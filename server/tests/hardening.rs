@@ -151,6 +151,49 @@ async fn the_demo_endpoint_exists_only_with_the_demo_provider() {
     assert_eq!(r.status(), 200);
 }
 
+/// Beside a catalogue, the demo endpoint is served only when the catalogue names `demo`,
+/// whatever `MULLIGAN_PROVIDER` says (its default is `demo`): else anyone could stream from it.
+#[tokio::test]
+async fn beside_a_catalogue_the_demo_endpoint_exists_only_when_it_names_demo() {
+    let fake = FakeProvider::start().await;
+    let body =
+        json!({"model": "demo", "messages": [{"role": "user", "content": "hi"}], "stream": true});
+    for (tag, demo, status) in [
+        ("catalogue-no-demo", false, 404),
+        ("catalogue-demo", true, 200),
+    ] {
+        let dir = temp_dir(tag);
+        let mut providers = json!({"gw": {"kind": "openai", "base_url": fake.url,
+                                         "models": [{"id": "fake-model"}]}});
+        if demo {
+            providers["demo"] = json!({});
+        }
+        let path = dir.join("providers.json");
+        std::fs::write(&path, json!({"providers": providers}).to_string()).unwrap();
+        let mut c = config(&dir, &fake.url);
+        c.providers = Some(path);
+        // The setting at its default.
+        c.provider = server::config::ProviderKind::Demo;
+        c.base_url = None;
+        let server = TestServer::start(c).await;
+        let r = server
+            .http
+            .post(format!("{}/demo/v1/chat/completions", server.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{tag}: an anonymous POST to the demo");
+        let (_, models) = server.get("/models").await;
+        let listed = models["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == "demo/demo");
+        assert_eq!(listed, demo, "{tag}: {models}");
+    }
+}
+
 #[tokio::test]
 async fn mcp_finds_an_agent_token_s_session_and_refuses_a_wrong_one() {
     let fake = FakeProvider::start().await;

@@ -32,6 +32,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub token: Arc<str>,
     pub leptos: LeptosOptions,
+    /// Whether `/demo/v1` is served (the catalogue has the demo entry).
+    pub serve_demo: bool,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -106,8 +108,9 @@ pub fn router(state: AppState) -> Router {
         .nest(app::api::PREFIX, api)
         .route(&format!("{}/", app::api::PREFIX), api_root)
         .merge(mcp);
-    // The built-in demo endpoint exists only while the demo provider is in use.
-    if state.config.provider == crate::config::ProviderKind::Demo {
+    // The built-in demo endpoint exists only while the demo provider is in use: no catalogue
+    // file and `MULLIGAN_PROVIDER=demo`, or a file that names `demo`.
+    if state.serve_demo {
         router = router.nest(
             "/demo/v1",
             crate::llm::demo::routes(std::time::Duration::from_millis(state.config.demo_delta_ms)),

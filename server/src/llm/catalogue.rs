@@ -1,7 +1,8 @@
 //! The provider catalogue (CONTRACT §7): which providers and models there are, how a
 //! session's `model` names one, and each model's fallback chain. Pure: read from the
 //! `MULLIGAN_PROVIDERS` file or made from the single-provider settings; the demo is in
-//! wherever its endpoint is served (`MULLIGAN_PROVIDER=demo`, the default).
+//! (and its endpoint served) with `MULLIGAN_PROVIDER=demo` and no file, or when the file
+//! names it (`"demo": {}`).
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -85,11 +86,11 @@ impl std::fmt::Display for ModelRef {
     }
 }
 
-/// The catalogue file, as written.
+/// The catalogue file, as written (each provider read on its own: `demo` is no entry).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
-    providers: BTreeMap<String, ProviderEntry>,
+    providers: BTreeMap<String, serde_json::Value>,
     #[serde(default)]
     default_model: Option<String>,
     #[serde(default)]
@@ -134,20 +135,29 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 impl Catalogue {
-    /// The catalogue of a `MULLIGAN_PROVIDERS` file, with the demo entry when `demo` (its
-    /// endpoint is served); the error says what to fix.
-    pub fn parse(text: &str, demo: bool) -> Result<Catalogue, String> {
+    /// The catalogue of a `MULLIGAN_PROVIDERS` file, with the built-in demo only when the
+    /// file names it (`"demo": {}`: its endpoint is then served); the error says what to fix.
+    pub fn parse(text: &str) -> Result<Catalogue, String> {
         let file: File = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let mut providers = file.providers;
-        for (name, entry) in &providers {
-            if !valid_name(name) {
+        let mut providers = BTreeMap::new();
+        let mut demo = false;
+        for (name, raw) in file.providers {
+            if !valid_name(&name) {
                 return Err(format!(
                     "provider name {name:?}: names are 1 to 32 of a-z, 0-9, _ and -"
                 ));
             }
             if name == DEMO {
-                return Err(format!("provider name {DEMO:?} is the built-in demo's"));
+                if !raw.as_object().is_some_and(|o| o.is_empty()) {
+                    return Err(format!(
+                        "provider name {DEMO:?} is the built-in demo's: \"{DEMO}\": {{}} serves it, with no settings"
+                    ));
+                }
+                demo = true;
+                continue;
             }
+            let entry: ProviderEntry =
+                serde_json::from_value(raw).map_err(|e| format!("provider {name:?}: {e}"))?;
             if entry.models.is_empty() {
                 return Err(format!("provider {name:?} lists no models"));
             }
@@ -163,9 +173,15 @@ impl Catalogue {
                     ));
                 }
             }
+            providers.insert(name, entry);
         }
         if demo {
             providers.insert(DEMO.to_string(), demo_entry());
+        }
+        if providers.is_empty() {
+            return Err(format!(
+                "the file lists no providers (\"{DEMO}\": {{}} is the built-in demo)"
+            ));
         }
         let mut catalogue = Catalogue {
             default_model: ModelRef {

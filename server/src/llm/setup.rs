@@ -32,6 +32,11 @@ impl Catalogued {
         self.keys.values().cloned().chain(headers)
     }
 
+    /// Whether the demo provider is one the operator runs: its endpoint is served then only.
+    pub fn serves_demo(&self) -> bool {
+        self.catalogue.provider(DEMO).is_some_and(|e| e.demo)
+    }
+
     /// The model a session created without one gets: the catalogue's default as
     /// `<provider>/<model>`, or the single-provider settings' model as they name it.
     pub fn default_model(&self, config: &Config) -> String {
@@ -63,8 +68,8 @@ pub fn catalogue(config: &Config) -> Result<Catalogued, String> {
         });
     };
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    // The demo endpoint is served only with the demo provider setting (the default).
-    let catalogue = Catalogue::parse(&text, config.provider == ProviderKind::Demo)?;
+    // The demo is in (and its endpoint served) only when the file names it.
+    let catalogue = Catalogue::parse(&text)?;
     let mut keys = BTreeMap::new();
     for (name, entry) in catalogue.providers() {
         let Some(var) = &entry.api_key_env else {

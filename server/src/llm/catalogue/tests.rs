@@ -14,7 +14,8 @@ const FILE: &str = r#"{
         "anthropic": {"kind": "anthropic", "api_key_env": "ANTHROPIC_API_KEY",
                       "models": [{"id": "claude-x"}, {"id": "shared"}]},
         "local": {"kind": "openai", "base_url": "http://127.0.0.1:11434/v1",
-                  "models": [{"id": "llama", "tools": false}, {"id": "shared"}]}
+                  "models": [{"id": "llama", "tools": false}, {"id": "shared"}]},
+        "demo": {}
     },
     "default_model": "anthropic/claude-x",
     "fallbacks": {"anthropic/claude-x": ["local/llama", "demo"]}
@@ -22,7 +23,7 @@ const FILE: &str = r#"{
 
 #[test]
 fn a_file_names_providers_models_and_chains() {
-    let c = Catalogue::parse(FILE, true).unwrap();
+    let c = Catalogue::parse(FILE).unwrap();
     assert_eq!(c.default_model(), &r("anthropic/claude-x"));
     assert_eq!(
         c.chain(&r("anthropic/claude-x"), None),
@@ -30,7 +31,7 @@ fn a_file_names_providers_models_and_chains() {
     );
     assert!(!c.tools(&r("local/llama")));
     assert!(c.tools(&r("anthropic/claude-x")));
-    // The demo is always there, with its own chain.
+    // The demo, named, is there with its own chain.
     assert_eq!(
         c.chain(&r("demo/demo-overloaded"), None),
         vec![r("demo/demo-overloaded"), r("demo/demo")]
@@ -39,7 +40,7 @@ fn a_file_names_providers_models_and_chains() {
 
 #[test]
 fn bare_ids_resolve_when_one_entry_has_them() {
-    let c = Catalogue::parse(FILE, true).unwrap();
+    let c = Catalogue::parse(FILE).unwrap();
     assert_eq!(c.resolve("llama").unwrap(), r("local/llama"));
     let both = c.resolve("shared").unwrap_err();
     assert!(both.contains("anthropic/shared and local/shared"), "{both}");
@@ -52,7 +53,7 @@ fn bare_ids_resolve_when_one_entry_has_them() {
 
 #[test]
 fn a_session_chain_overrides_and_no_model_repeats() {
-    let c = Catalogue::parse(FILE, true).unwrap();
+    let c = Catalogue::parse(FILE).unwrap();
     let own = [r("demo/demo"), r("anthropic/claude-x")];
     assert_eq!(
         c.chain(&r("anthropic/claude-x"), Some(&own)),
@@ -66,7 +67,7 @@ fn a_session_chain_overrides_and_no_model_repeats() {
 
 #[test]
 fn bad_files_say_what_to_fix() {
-    let bad = |text: &str| Catalogue::parse(text, true).unwrap_err();
+    let bad = |text: &str| Catalogue::parse(text).unwrap_err();
     assert!(
         bad(r#"{"providers": {"Big": {"kind": "openai", "models": [{"id": "m"}]}}}"#)
             .contains("names are")
@@ -75,6 +76,7 @@ fn bad_files_say_what_to_fix() {
         bad(r#"{"providers": {"demo": {"kind": "openai", "models": [{"id": "m"}]}}}"#)
             .contains("built-in")
     );
+    assert!(bad(r#"{"providers": {}}"#).contains("no providers"));
     assert!(bad(r#"{"providers": {"a": {"kind": "openai", "models": []}}}"#).contains("no models"));
     assert!(
         bad(r#"{"providers": {"a": {"kind": "grpc", "models": [{"id": "m"}]}}}"#)
@@ -111,4 +113,27 @@ fn the_single_provider_settings_are_a_one_entry_catalogue() {
         demo.resolve("demo-overloaded").unwrap(),
         r("demo/demo-overloaded")
     );
+}
+
+#[test]
+fn a_file_has_the_demo_only_when_it_names_it() {
+    let without = r#"{"providers": {"a": {"kind": "openai", "models": [{"id": "m"}]}}}"#;
+    let c = Catalogue::parse(without).unwrap();
+    assert!(c.provider(DEMO).is_none());
+    assert!(c.resolve("demo/demo").is_err());
+    assert_eq!(c.default_model(), &r("a/m"));
+    let with = r#"{"providers": {"a": {"kind": "openai", "models": [{"id": "m"}]}, "demo": {}}}"#;
+    let c = Catalogue::parse(with).unwrap();
+    assert!(c.provider(DEMO).is_some_and(|e| e.demo));
+    assert_eq!(
+        c.default_model(),
+        &r("a/m"),
+        "the demo is never the default"
+    );
+    assert_eq!(
+        c.resolve("demo-overloaded").unwrap(),
+        r("demo/demo-overloaded")
+    );
+    let demo_only = Catalogue::parse(r#"{"providers": {"demo": {}}}"#).unwrap();
+    assert_eq!(demo_only.default_model(), &r("demo/demo"));
 }
