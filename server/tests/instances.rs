@@ -613,3 +613,88 @@ async fn a_tool_turn_continued_from_either_instance_never_runs_its_tool_again() 
         .collect();
     assert_eq!(prompts, ["exactly once"]);
 }
+
+/// Issue 35, item 8: a follower whose `LISTEN` connection drops mid-run misses the deltas
+/// sent meanwhile (they are only in notifications). Its subscribers never see the text with
+/// a hole in it: the reply catches up from the owner's saved text and grows again before the
+/// run ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn a_follower_that_lost_its_listener_catches_up_mid_reply() {
+    let (fake, db, a, b) = two_instances("catch-up").await;
+    let want: String = (0..60).map(|i| format!("w{i} ")).collect();
+    fake.push(Script::slow(60, Duration::from_millis(50)));
+    let sid = a.create_session().await;
+    let mut on_b = b.events(&sid, None).await;
+    let receipt = a.send(&sid, "hello").await;
+
+    // The page's rule: a delta past the text's count is appended, a message replaces it.
+    let mut text = String::new();
+    let mut seq = 0u64;
+    let mut apply = |e: &Event| {
+        match e {
+            Event::Delta(d) if d.run_id == receipt.run_id && d.seq > seq => {
+                text.push_str(&d.text);
+                seq = d.seq;
+            }
+            Event::Message(m) if m.run_id.as_ref() == Some(&receipt.run_id) => {
+                text = m.content.clone();
+                seq = m.delta_seq.unwrap_or(0);
+            }
+            _ => {}
+        }
+        assert!(
+            want.starts_with(&text),
+            "the reply shown has a hole: {text:?}"
+        );
+        (
+            text.len(),
+            matches!(e, Event::Run(r) if r.id == receipt.run_id && !r.status.is_active()),
+        )
+    };
+    let mut shown = 0;
+    while shown < "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 ".len() {
+        let (_, e) = on_b.next(WAIT).await;
+        shown = apply(&e).0;
+    }
+
+    // Every instance's event listener loses its connection for 400 ms.
+    let name = db
+        .split('?')
+        .next()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let admin = sqlx::PgPool::connect(&postgres_url().unwrap())
+        .await
+        .unwrap();
+    let until = Instant::now() + Duration::from_millis(400);
+    while Instant::now() < until {
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = $1 AND query LIKE '%mulligan_events%' AND pid <> pg_backend_pid()",
+        )
+        .bind(&name)
+        .execute(&admin)
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    admin.close().await;
+    let cut_at = shown;
+
+    let mut grew_before_the_end = false;
+    loop {
+        let (_, e) = on_b.next(WAIT).await;
+        let (len, ended) = apply(&e);
+        if ended {
+            break;
+        }
+        grew_before_the_end |= len > cut_at + "w20 w21 ".len();
+    }
+    assert!(grew_before_the_end, "the reply grew again only at its end");
+    let detail = b.detail(&sid).await;
+    assert_eq!(detail.messages.last().unwrap().content, want);
+}

@@ -50,6 +50,17 @@ pub(super) struct Inner {
     pub(super) channels: HashMap<String, Channel>,
     /// Shared: the text streamed so far of each streaming reply seen in the log, by run id.
     pub(super) mirror: HashMap<app::wire::RunId, (String, u64)>,
+    /// Shared: streaming replies whose deltas came with a gap (the listening connection
+    /// dropped, or this instance began following mid-reply), by run id: their later deltas
+    /// are held until the owner's saved text covers the gap (`follower::catch_up`).
+    pub(super) behind: HashMap<app::wire::RunId, Behind>,
+}
+
+/// A streaming reply's deltas held behind a gap: its session, and each held delta with the
+/// event id it came under.
+pub(super) struct Behind {
+    pub(super) session_id: app::wire::SessionId,
+    pub(super) held: Vec<(i64, app::wire::Delta)>,
 }
 
 impl Inner {
@@ -61,6 +72,7 @@ impl Inner {
             held: VecDeque::new(),
             channels: HashMap::new(),
             mirror: HashMap::new(),
+            behind: HashMap::new(),
         }
     }
 
