@@ -285,3 +285,61 @@ async fn the_next_waiting_retry_is_the_earliest() {
     }
     assert_eq!(store.next_waiting_retry().await.unwrap(), Some(4_000));
 }
+
+/// Issue 35, item 10: one reply's save that the database refuses never holds back the other
+/// replies saved in the same batch (the saver writes them again one by one).
+#[tokio::test]
+async fn one_refused_save_holds_back_no_other() {
+    use server::run::{Save, Saver};
+    // SQLite whatever the suite runs on: the refusal is a trigger written in its dialect.
+    let dir = common::temp_dir("store-bad-save");
+    let url = format!("sqlite://{}", dir.join("mulligan.db").display());
+    let store = Store::open(&url).await.unwrap();
+    store.heartbeat("i-test").await.unwrap();
+    let mut replies = Vec::new();
+    for _ in 0..2 {
+        let session = store
+            .create_session(&NewSession::plain("demo", "hash"))
+            .await
+            .unwrap();
+        store
+            .dispatch(NewRun::prompt(&session.id, "go"), None)
+            .await
+            .unwrap();
+        let started = store.start_next(&session.id, "i-test").await.unwrap();
+        replies.push(started.expect("the run starts").reply.id);
+    }
+    let admin = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_poison BEFORE UPDATE OF content ON messages
+         WHEN NEW.content LIKE '%poison%'
+         BEGIN SELECT RAISE(ABORT, 'poison refused'); END",
+    )
+    .execute(&admin)
+    .await
+    .unwrap();
+
+    let saver = Saver::start(store.clone());
+    // Queued together: one batch.
+    for (reply, text) in replies.iter().zip(["poison", "fine"]) {
+        saver.save(Save {
+            message_id: reply.to_string(),
+            text: text.into(),
+            seq: 1,
+        });
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let good = store.message(&replies[1]).await.unwrap();
+        if good.content == "fine" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the good reply's save was held back by the bad one: {:?}",
+            good.content
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(store.message(&replies[0]).await.unwrap().content, "");
+}

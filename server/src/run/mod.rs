@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use live::{overlay_mirrored, Active, Live};
-pub use saver::Saver;
+pub use saver::{Save, Saver};
 
 /// What every run works with (and nothing more of the engine): built once by the engine
 /// and shared by its runs.
