@@ -254,3 +254,51 @@ async fn a_takeover_leaves_a_run_whose_owner_came_back() {
     assert_eq!(end.status, RunStatus::Completed);
     assert_eq!(db.stored_text(&run.reply.id).await, "still mine, whole");
 }
+
+/// Issue 35, item 10: a heartbeat that hangs (its row locked by someone else) fails within
+/// its 2 s bound instead of holding the lease's only connection, and the next beat goes out
+/// on a fresh connection and lands.
+#[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn a_hung_heartbeat_is_given_up_and_the_next_one_lands() {
+    let db = open().await;
+    db.store.heartbeat("i-hung").await.unwrap();
+    // Another connection holds the instance's row: the next beat's update waits on it.
+    let mut blocker = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM instances WHERE id = 'i-hung' FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let asked = std::time::Instant::now();
+    let hung = db.store.heartbeat("i-hung").await;
+    let took = asked.elapsed();
+    assert!(hung.is_err(), "a beat that cannot land reports it");
+    assert!(
+        took < std::time::Duration::from_secs(4),
+        "given up after {took:?}"
+    );
+    blocker.rollback().await.unwrap();
+    let before: i64 = sqlx::query_scalar("SELECT seen_at FROM instances WHERE id = 'i-hung'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let asked = std::time::Instant::now();
+    db.store.heartbeat("i-hung").await.unwrap();
+    assert!(asked.elapsed() < std::time::Duration::from_secs(2));
+    let after: i64 = sqlx::query_scalar("SELECT seen_at FROM instances WHERE id = 'i-hung'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(after > before, "the next beat landed");
+    // Judged by the database's clock: the beat holds the database's now, whatever the host's.
+    let db_now: i64 =
+        sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        (0..2_000).contains(&(db_now - after)),
+        "{db_now} vs {after}"
+    );
+}
