@@ -10,6 +10,10 @@ pub enum ProviderKind {
     Anthropic,
 }
 
+/// The most parked turns a model may release per second: the release interval is whole
+/// milliseconds, so a higher rate would make it 0, that is no limit at all.
+pub const MAX_RELEASE_PER_S: u32 = 1000;
+
 /// Everything `mulligan serve` needs.
 #[derive(Clone, Debug, Args)]
 pub struct Config {
@@ -128,6 +132,19 @@ impl Config {
         c
     }
 
+    /// The settings a value of their type may still get wrong, refused at start; the error
+    /// names the setting and what it takes.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_RELEASE_PER_S).contains(&self.release_per_s) {
+            return Err(format!(
+                "MULLIGAN_RELEASE_PER_S (--release-per-s) is {}: it takes 1 to {MAX_RELEASE_PER_S} \
+                 (parked turns released per second per model)",
+                self.release_per_s
+            ));
+        }
+        Ok(())
+    }
+
     /// What every provider call is held to.
     pub fn provider_limits(&self) -> crate::llm::Limits {
         crate::llm::Limits {
@@ -152,5 +169,29 @@ impl Config {
             }
             .to_string()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_rate_of_0_or_past_1000_is_refused_naming_the_setting() {
+        let mut c = Config::for_data_dir("unused");
+        assert_eq!(c.check(), Ok(()), "the default");
+        for ok in [1, MAX_RELEASE_PER_S] {
+            c.release_per_s = ok;
+            assert_eq!(c.check(), Ok(()), "{ok}");
+        }
+        for bad in [0, MAX_RELEASE_PER_S + 1, u32::MAX] {
+            c.release_per_s = bad;
+            let e = c.check().expect_err("refused");
+            assert!(
+                e.contains("MULLIGAN_RELEASE_PER_S") && e.contains(&bad.to_string()),
+                "{e}"
+            );
+            assert!(e.contains("takes 1 to 1000"), "{e}");
+        }
     }
 }

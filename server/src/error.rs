@@ -109,6 +109,9 @@ impl From<sqlx::migrate::MigrateError> for Error {
 /// Why [`crate::start`] did not start: each says which setting or place to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A setting out of its range (which one, and what it takes).
+    #[error("{0}")]
+    Setting(String),
     /// `MULLIGAN_TOKEN` was refused (what a token must be).
     #[error("{0}")]
     Token(String),

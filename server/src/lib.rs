@@ -56,6 +56,7 @@ impl Running {
 /// Opens the store, recovers runs a stop interrupted, binds and serves until stopped
 /// (by [`Running::stop`] or Ctrl-C/SIGTERM when `signals`).
 pub async fn start(config: Config, signals: bool) -> Result<Running, StartError> {
+    config.check().map_err(StartError::Setting)?;
     if let Some(t) = config.token.as_deref().filter(|t| !t.is_empty()) {
         http::auth::check_chosen_token(t).map_err(StartError::Token)?;
     }

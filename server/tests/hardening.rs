@@ -8,6 +8,19 @@ use common::fake::FakeProvider;
 use common::{config, temp_dir, TestServer};
 use serde_json::json;
 
+/// A release rate the interval cannot hold (past 1000 per second it would be 0 ms: no limit).
+#[tokio::test]
+async fn a_release_rate_past_1000_per_second_is_refused_at_start() {
+    let fake = FakeProvider::start().await;
+    let mut c = config(&temp_dir("release-rate"), &fake.url);
+    c.release_per_s = 1001;
+    let err = match server::start(c, false).await {
+        Ok(_) => panic!("1001 per second was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("MULLIGAN_RELEASE_PER_S"), "{err}");
+}
+
 #[tokio::test]
 async fn a_weak_or_unsafe_operator_token_is_refused_at_start() {
     let fake = FakeProvider::start().await;
