@@ -32,7 +32,10 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     };
     #[cfg(feature = "ssr")]
     let data = first.map(|d| {
-        view! { <script type="application/json" id=page_data::ELEMENT_ID inner_html=d.to_script_text()></script> }
+        // Data, not script, but with the response's nonce like every `<script>` of the page
+        // (its Content-Security-Policy, `server::http::page`).
+        let nonce = leptos::nonce::use_nonce();
+        view! { <script type="application/json" id=page_data::ELEMENT_ID nonce=nonce inner_html=d.to_script_text()></script> }
     });
     #[cfg(not(feature = "ssr"))]
     let (data, title): (Option<()>, String) = (None, nav::title(None));

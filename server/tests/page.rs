@@ -14,12 +14,116 @@ async fn page(server: &TestServer, path: &str, signed_in: bool) -> (u16, String)
     let r = req.send().await.unwrap();
     // It shows the operator's sessions: no other site may frame it.
     assert_eq!(r.headers()["x-frame-options"], "DENY", "{path}");
-    assert_eq!(
-        r.headers()["content-security-policy"],
+    let policy = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let status = r.status().as_u16();
+    let html = r.text().await.unwrap();
+    scripts_only_by_nonce(&policy, &html, path);
+    (status, html)
+}
+
+/// The nonce of a page's Content-Security-Policy, after checking that the policy lets only
+/// this server's scripts and the inline scripts carrying the nonce run (and WebAssembly be
+/// instantiated), allows no plugin and no `<base>`, and forbids framing; and that every
+/// `<script>` of the HTML carries that nonce and no element has an inline event handler.
+fn scripts_only_by_nonce(policy: &str, html: &str, path: &str) -> String {
+    let directives: Vec<&str> = policy.split(';').map(str::trim).collect();
+    let script_src = directives
+        .iter()
+        .find_map(|d| d.strip_prefix("script-src "))
+        .unwrap_or_else(|| panic!("{path}: no script-src in {policy:?}"));
+    let sources: Vec<&str> = script_src.split_whitespace().collect();
+    let nonce = sources
+        .iter()
+        .find_map(|s| s.strip_prefix("'nonce-")?.strip_suffix('\''))
+        .unwrap_or_else(|| panic!("{path}: no nonce in {policy:?}"));
+    assert!(nonce.len() >= 16, "{path}: a short nonce {nonce:?}");
+    let mut rest: Vec<&str> = sources
+        .iter()
+        .copied()
+        .filter(|s| !s.starts_with("'nonce-"))
+        .collect();
+    rest.sort_unstable();
+    assert_eq!(rest, ["'self'", "'wasm-unsafe-eval'"], "{path}: {policy:?}");
+    for d in [
+        "object-src 'none'",
+        "base-uri 'none'",
         "frame-ancestors 'none'",
-        "{path}"
+    ] {
+        assert!(directives.contains(&d), "{path}: {d} in {policy:?}");
+    }
+    let tags: Vec<&str> = html
+        .match_indices("<script")
+        .map(|(at, _)| &html[at..at + html[at..].find('>').unwrap_or(0)])
+        .collect();
+    for tag in &tags {
+        assert!(
+            tag.contains(&format!(" nonce=\"{nonce}\"")),
+            "{path}: a script without the nonce: {tag}"
+        );
+    }
+    // Attributes like onclick= are inline script no nonce can allow.
+    let lower = html.to_ascii_lowercase();
+    let handler = lower.match_indices(" on").find(|(at, _)| {
+        let name: String = lower[at + 1..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase())
+            .collect();
+        name.len() > 2 && lower[at + 1 + name.len()..].starts_with('=')
+    });
+    assert!(
+        handler.is_none(),
+        "{path}: an inline event handler: {}",
+        handler.map_or("", |(at, _)| &html[at..(at + 60).min(html.len())])
     );
-    (r.status().as_u16(), r.text().await.unwrap())
+    nonce.to_string()
+}
+
+/// Every page, the one of an unknown path too, has that policy, and each response its own
+/// nonce.
+#[tokio::test]
+async fn a_page_runs_only_its_own_scripts_by_a_nonce_per_response() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("page-csp"), &fake.url)).await;
+    let sid = server.create_session().await;
+    let mut nonces = Vec::new();
+    for path in [
+        "/".to_string(),
+        format!("/s/{sid}"),
+        "/".into(),
+        "/no/such/page".into(),
+    ] {
+        let r = server
+            .http
+            .get(format!("{}{path}", server.base))
+            .header("cookie", format!("mulligan_token={}", server.token))
+            .send()
+            .await
+            .unwrap();
+        let policy = r
+            .headers()
+            .get("content-security-policy")
+            .unwrap_or_else(|| panic!("{path}: no policy"))
+            .to_str()
+            .unwrap()
+            .to_string();
+        let html = r.text().await.unwrap();
+        assert!(
+            html.contains("<script"),
+            "{path}: the page has scripts: {html}"
+        );
+        nonces.push(scripts_only_by_nonce(&policy, &html, &path));
+    }
+    let mut distinct = nonces.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        nonces.len(),
+        "one nonce per response: {nonces:?}"
+    );
 }
 
 /// The HTML without its scripts: what a reader with JavaScript off sees.

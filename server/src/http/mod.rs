@@ -123,9 +123,10 @@ pub fn router(state: AppState) -> Router {
         // Each page with its first data (`page.rs`).
         .route("/", get(page::render))
         .route("/s/{id}", get(page::render))
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
-            app::shell,
-        ))
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(page::secure, app::shell))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::cookie_from_query,

@@ -10,7 +10,9 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, Request};
 use axum::response::Response;
-use leptos::prelude::provide_context;
+use leptos::nonce::use_nonce;
+use leptos::prelude::{provide_context, use_context};
+use leptos_axum::ResponseOptions;
 
 /// What a page rendered without the operator's cookie says (as the API's refusal does).
 const SIGNED_OUT: &str = "Not signed in: open the URL that `mulligan serve` printed.";
@@ -36,18 +38,33 @@ pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Respon
         move || {
             provide_context(data.clone());
             provide_context(RequestPath(path.clone()));
+            secure();
         },
         move || app::shell(options.clone()),
     );
-    let mut res = handler(req).await;
-    // The page shows the operator's sessions: no other site may frame it (clickjacking).
-    let headers = res.headers_mut();
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("frame-ancestors 'none'"),
+    handler(req).await
+}
+
+/// The headers of a rendered page, set in its rendering's context (also the shell that
+/// unknown paths get): no other site may frame it (it shows the operator's sessions), and
+/// its Content-Security-Policy lets only this server's scripts and the inline scripts that
+/// carry this response's nonce run. Leptos makes that nonce per response (`use_nonce`) and
+/// puts it on every inline script it writes (the hydration loader, streamed chunks);
+/// `app::shell` puts it on the page data's element. `'wasm-unsafe-eval'` lets the page
+/// instantiate its WebAssembly. Outside a page's rendering (no nonce), nothing is set.
+pub fn secure() {
+    let (Some(nonce), Some(res)) = (use_nonce(), use_context::<ResponseOptions>()) else {
+        return;
+    };
+    let policy = format!(
+        "script-src 'self' 'nonce-{nonce}' 'wasm-unsafe-eval'; object-src 'none'; \
+         base-uri 'none'; frame-ancestors 'none'"
     );
-    res
+    // The nonce is base64url: always a valid header value.
+    if let Ok(policy) = HeaderValue::from_str(&policy) {
+        res.insert_header(header::CONTENT_SECURITY_POLICY, policy);
+    }
+    res.insert_header(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
 }
 
 /// The list, and the snapshot of the session whose page it is.
