@@ -194,12 +194,8 @@ async fn last_turn_ended(
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let d = server.detail(sid).await;
-        let last = d
-            .runs
-            .iter()
-            .max_by_key(|r| r.created_at)
-            .map(|r| r.status.clone());
-        if last == Some(status.clone()) && d.session.waiting_retry.is_none() {
+        let last = d.runs.iter().max_by_key(|r| r.created_at).map(|r| r.status);
+        if last == Some(status) && d.session.waiting_retry.is_none() {
             return d;
         }
         assert!(
