@@ -129,10 +129,11 @@ impl Store {
 const MESSAGE_COLUMNS: &str = "m.*,
     EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = m.id) AS superseded";
 
-/// Whether a SQLite connection may go back to its pool: not when it was open at the latest
-/// storage fault (a full disk, an I/O error), which may have left it inside a transaction
-/// that never ends or on an old snapshot. Closing it ends both; the pool opens a new one.
-/// The check is an atomic read per release, no trip to the connection's thread.
+/// Whether a SQLite connection may go back to its pool, or out of it: not when it was open
+/// at the latest storage fault (a full disk, an I/O error), which may have left it inside a
+/// transaction that never ends or on an old snapshot. Closing it ends both; the pool opens a
+/// new one. Checked on release and again on acquire (a connection released just before its
+/// error was seen is caught there). An atomic read, no trip to the connection's thread.
 fn fresh(meta: sqlx::pool::PoolConnectionMetadata) -> bool {
     !error::outlived_a_fault(meta.age)
 }
@@ -183,6 +184,7 @@ impl Store {
                 .max_connections(1)
                 .test_before_acquire(false)
                 .after_release(|_, meta| Box::pin(async move { Ok(fresh(meta)) }))
+                .before_acquire(|_, meta| Box::pin(async move { Ok(fresh(meta)) }))
                 .connect_with(opts.clone())
                 .await?;
             SQLITE_MIGRATOR.run(&write).await?;
@@ -190,6 +192,7 @@ impl Store {
                 .max_connections(8)
                 .test_before_acquire(false)
                 .after_release(|_, meta| Box::pin(async move { Ok(fresh(meta)) }))
+                .before_acquire(|_, meta| Box::pin(async move { Ok(fresh(meta)) }))
                 .connect_with(opts)
                 .await?;
             let end: Option<i64> = sqlx::query_scalar("SELECT MAX(until) FROM cooldowns")
