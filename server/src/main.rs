@@ -34,6 +34,8 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| "info,sqlx=warn,leptos=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal: a log file or journal gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // Only `serve` serves the page, so only it needs the page's files (`server::site`).
     match server::site::locate(config.site_root.as_deref()) {
