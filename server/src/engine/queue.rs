@@ -103,6 +103,8 @@ impl Engine {
         self.publish(session_id, Event::Run(started.run.clone()));
         self.publish(session_id, Event::Message(started.reply.clone()));
         let id = started.run.id.clone();
+        // Every log line of the run (its attempts, tools, saves and end) says whose it is.
+        let span = tracing::info_span!("run", session = %session_id, run = %id);
         let active = Active::default();
         self.inner
             .active
@@ -116,7 +118,9 @@ impl Engine {
             active,
         );
         let engine = self.clone();
-        self.inner.tasks.spawn(engine.execute(task));
+        self.inner
+            .tasks
+            .spawn(tracing::Instrument::instrument(engine.execute(task), span));
         id
     }
 
