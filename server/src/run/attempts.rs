@@ -82,9 +82,17 @@ impl RunTask {
             .filter(|(o, waiting)| o.blocks(session, *waiting, now))
             .filter(|(o, _)| chain.iter().any(|m| m.id() == o.model))
             .map(|(o, _)| {
+                // While its probe is in flight the outage's time is the probe's deadline, not
+                // a time to try again: advising it would push the next probe that far once
+                // this failure parks behind the outage.
+                let until = if o.probe_session.is_some() {
+                    now
+                } else {
+                    o.next_probe_at
+                };
                 let err = ProviderError::CoolingDown {
                     class: o.class,
-                    until: o.next_probe_at,
+                    until,
                 };
                 (o.model, err)
             })
