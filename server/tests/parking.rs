@@ -63,6 +63,50 @@ async fn parked_sessions(server: &TestServer, n: usize) -> Vec<String> {
     sessions
 }
 
+/// Heals the fake, waits (with a deadline) until each session's last turn completed, and
+/// answers when each request since the healing reached the fake.
+async fn heal_and_wait(
+    fake: &common::fake::FakeProvider,
+    server: &TestServer,
+    sessions: &[String],
+    within: Duration,
+) -> Vec<Instant> {
+    fake.set_default(Script::reply(&["back"]));
+    let healed = Instant::now();
+    let deadline = healed + within;
+    loop {
+        let mut done = 0;
+        for sid in sessions {
+            let d = server.detail(sid).await;
+            let last = d.runs.iter().max_by_key(|r| r.created_at).unwrap();
+            done += usize::from(last.status == RunStatus::Completed);
+        }
+        if done == sessions.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {} turns completed",
+            sessions.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    fake.seen()
+        .iter()
+        .map(|s| s.at)
+        .filter(|at| *at >= healed)
+        .collect()
+}
+
+/// How long the released turns took, from the probe (the first request) to the last one.
+fn released_over(answered: &[Instant]) -> Duration {
+    answered[1..]
+        .iter()
+        .max()
+        .unwrap()
+        .duration_since(answered[0])
+}
+
 #[tokio::test]
 async fn twenty_parked_turns_wait_behind_one_probe_then_go_at_the_rate() {
     const TURNS: usize = 20;
@@ -103,38 +147,10 @@ async fn twenty_parked_turns_wait_behind_one_probe_then_go_at_the_rate() {
     );
 
     // The model answers again: the next probe succeeds, then the rest go at 5 per second.
-    fake.set_default(Script::reply(&["back"]));
-    let healed = Instant::now();
-    let deadline = healed + Duration::from_secs(20);
-    loop {
-        let mut done = 0;
-        for sid in &sessions {
-            let d = server.detail(sid).await;
-            let last = d.runs.iter().max_by_key(|r| r.created_at).unwrap();
-            done += usize::from(last.status == RunStatus::Completed);
-        }
-        if done == TURNS {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{done} of {TURNS} turns completed"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let answered: Vec<Instant> = fake
-        .seen()
-        .iter()
-        .map(|s| s.at)
-        .filter(|at| *at >= healed)
-        .collect();
+    let answered = heal_and_wait(&fake, &server, &sessions, Duration::from_secs(20)).await;
     assert_eq!(answered.len(), TURNS, "each parked turn sent once");
     // After the probe, the released turns keep the rate: 19 turns at 5/s take ≥ 3.4 s.
-    let released = answered[1..]
-        .iter()
-        .max()
-        .unwrap()
-        .duration_since(answered[0]);
+    let released = released_over(&answered);
     assert!(
         released >= Duration::from_millis(3_400),
         "released too fast: {released:?}"
@@ -391,31 +407,7 @@ async fn two_instances_send_one_probe_and_release_at_the_fleets_rate() {
         "one probe at a time for the fleet: {probes} requests in 3 s"
     );
 
-    fake.set_default(Script::reply(&["back"]));
-    let healed = Instant::now();
-    let deadline = healed + Duration::from_secs(30);
-    loop {
-        let mut done = 0;
-        for sid in &sessions {
-            let d = a.detail(sid).await;
-            let last = d.runs.iter().max_by_key(|r| r.created_at).unwrap();
-            done += usize::from(last.status == RunStatus::Completed);
-        }
-        if done == TURNS {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{done} of {TURNS} turns completed"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let answered: Vec<Instant> = fake
-        .seen()
-        .iter()
-        .map(|s| s.at)
-        .filter(|at| *at >= healed)
-        .collect();
+    let answered = heal_and_wait(&fake, &a, &sessions, Duration::from_secs(30)).await;
     assert_eq!(
         answered.len(),
         TURNS,
@@ -423,11 +415,7 @@ async fn two_instances_send_one_probe_and_release_at_the_fleets_rate() {
     );
     // After the probe, 11 released turns at 4/s for the fleet take ≥ 2.5 s (twice as fast if
     // each instance kept a rate of its own).
-    let released = answered[1..]
-        .iter()
-        .max()
-        .unwrap()
-        .duration_since(answered[0]);
+    let released = released_over(&answered);
     assert!(
         released >= Duration::from_millis(2_500),
         "released faster than the fleet's rate: {released:?}"
