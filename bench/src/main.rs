@@ -3,10 +3,12 @@
 //!
 //! B1 relay overhead, B2 concurrency, B3 cancel latency, B4 "no quota for 50 minutes",
 //! B5 WASM bundle size, B6 added latency per tool-call step of an agent turn, B7 two
-//! instances on PostgreSQL (with `--b7-postgres`). The provider is a fast fake on loopback ([`fake`]); the server is a
-//! real Mulligan (SQLite, persistence on) run as a child process of this binary ([`client`]),
-//! so its RSS and CPU are its own. `--smoke` runs each benchmark once at small size and
-//! checks correctness only; any correctness failure exits 1.
+//! instances on PostgreSQL (with `--b7-postgres`), B8 parking, B10 parse (the Markdown
+//! parser on adversarial replies, natively; `--only b10-parse`). The provider is a fast fake
+//! on loopback ([`fake`]); the server is a real Mulligan (SQLite, persistence on) run as a
+//! child process of this binary ([`client`]), so its RSS and CPU are its own. `--smoke` runs
+//! each benchmark once at small size and checks correctness only; any correctness failure
+//! exits 1.
 mod benches;
 mod client;
 mod fake;
@@ -79,6 +81,10 @@ struct Opts {
     /// B8's `MULLIGAN_RELEASE_PER_S` (the server's default).
     #[arg(long, default_value_t = 2)]
     b8_release_per_s: u32,
+    /// B10 parse: how many times each adversarial Markdown reply is parsed (the median is
+    /// taken).
+    #[arg(long, default_value_t = 5)]
+    b10_parse_runs: usize,
     /// Run only these benchmarks, e.g. `--only b1,b3`.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -98,6 +104,7 @@ impl Opts {
         self.b6_sessions = 2;
         self.b8_sessions = 6;
         self.b8_release_per_s = 10;
+        self.b10_parse_runs = 1;
         self
     }
 
@@ -188,6 +195,11 @@ async fn run(opts: Opts) -> ExitCode {
     if opts.wants("b8") {
         if let Err(e) = benches::b8::run(&opts, &fake, &mut t).await {
             t.fail("B8", e);
+        }
+    }
+    if opts.wants("b10") || opts.wants("b10-parse") {
+        if let Err(e) = benches::b10_parse::run(&opts, &mut t) {
+            t.fail("B10 parse", e);
         }
     }
     println!();
