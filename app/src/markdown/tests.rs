@@ -305,3 +305,82 @@ fn hostile_input_is_bounded() {
     }
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
+
+/// Parses `md`, failing if it took more than 2 s. Every rule is linear: each input below
+/// parses in milliseconds natively in release (`mulligan-bench --only b10-parse`) and in
+/// under 200 ms in a debug build; a rule quadratic again would take far longer (before the
+/// bare-URL rule was made linear, `http://a` and 100,000 `)` took 17 s natively in release).
+/// So the bound holds on a slow or busy machine and still catches such a regression.
+fn parse_in_time(md: &str) -> Vec<Block> {
+    let started = std::time::Instant::now();
+    let blocks = parse(md);
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "{} bytes ({:?}…) took {took:?}",
+        md.len(),
+        md.chars().take(24).collect::<String>()
+    );
+    blocks
+}
+
+/// `got == want`, or a failure that shows where they part (not the megabytes of both).
+#[track_caller]
+fn assert_same(got: &[Block], want: &[Block]) {
+    if got == want {
+        return;
+    }
+    let at = got.iter().zip(want).take_while(|(g, w)| g == w).count();
+    let show = |b: Option<&Block>| format!("{b:?}").chars().take(400).collect::<String>();
+    panic!(
+        "{} blocks, {} wanted; block {at} is\n{}\nnot\n{}",
+        got.len(),
+        want.len(),
+        show(got.get(at)),
+        show(want.get(at))
+    );
+}
+
+fn url(href: &str) -> Inline {
+    Link {
+        href: href.into(),
+        text: vec![t(href)],
+    }
+}
+
+#[test]
+fn a_bare_url_ends_before_the_punctuation_and_parens_after_it() {
+    for (md, href, after) in [
+        ("http://a/(b)))", "http://a/(b)", "))"),
+        ("http://a((b)))", "http://a((b))", ")"),
+        ("http://a).)", "http://a", ").)"),
+        ("HTTPS://a.b/c?d=(e)!'", "HTTPS://a.b/c?d=(e)", "!'"),
+        ("https://x.y/)*_)", "https://x.y/", ")*_)"),
+    ] {
+        assert_eq!(inlines(md), vec![url(href), t(after)], "{md}");
+    }
+    assert_eq!(inlines("http://a)("), vec![url("http://a)(")]);
+    assert_eq!(
+        inlines("see (http://a/b_(c))._"),
+        vec![t("see ("), url("http://a/b_(c)"), t(")._")]
+    );
+    // Trimmed from the end in one pass, however long the tail.
+    for tail in [
+        ")".repeat(100_000),
+        ").".repeat(50_000),
+        "'),".repeat(30_000),
+    ] {
+        let md = format!("http://a{tail}");
+        let want = vec![Block::Paragraph(vec![url("http://a"), t(&tail)])];
+        assert_same(&parse_in_time(&md), &want);
+    }
+    // The parentheses it opened it keeps, the one more after them not.
+    let nested = format!("http://a/{}", "(".repeat(50_000));
+    let md = format!("({nested}{}", ")".repeat(50_001));
+    let want = vec![Block::Paragraph(vec![
+        t("("),
+        url(&format!("{nested}{}", ")".repeat(50_000))),
+        t(")"),
+    ])];
+    assert_same(&parse_in_time(&md), &want);
+}
