@@ -74,8 +74,12 @@ pub fn parse_sourced(text: &str) -> Vec<(&str, Block)> {
         .collect();
     // Each line is a slice of `text`: its place in it is where it starts.
     let at = |line: &str| line.as_ptr() as usize - text.as_ptr() as usize;
-    sourced(&lines, 0)
+    let mut ranges = Vec::new();
+    let mut scratch: [Vec<&str>; MAX_DEPTH] = Default::default();
+    let blocks = blocks(&lines, 0, &mut scratch, Some(&mut ranges));
+    ranges
         .into_iter()
+        .zip(blocks)
         .map(|(r, b)| {
             let last = lines[r.end - 1];
             (&text[at(lines[r.start])..at(last) + last.len()], b)
@@ -263,12 +267,20 @@ fn interrupts(rest: &str, depth: usize) -> bool {
         || (depth < MAX_DEPTH && (rest.starts_with('>') || item()))
 }
 
-fn blocks(lines: &[&str], depth: usize) -> Vec<Block> {
-    sourced(lines, depth).into_iter().map(|(_, b)| b).collect()
-}
-
-/// The blocks of `lines`, each with the lines it was parsed from.
-fn sourced(lines: &[&str], depth: usize) -> Vec<(Range<usize>, Block)> {
+/// The blocks of `lines` (at `depth`), and into `ranges` (when asked) the lines each was
+/// parsed from. `scratch` holds a list of lines per deeper level, reused for each quote's and
+/// list item's lines at that level: nested blocks take no allocation per item but their own.
+///
+/// Linear in the lines' length at each level: each line is looked at a bounded number of
+/// times by the block it is in (whether it starts, goes on or ends a block), and is handed
+/// once, as a slice, to the quote or list item it belongs to one level deeper; at most
+/// `MAX_DEPTH` levels deep.
+fn blocks<'a>(
+    lines: &[&'a str],
+    depth: usize,
+    scratch: &mut [Vec<&'a str>],
+    mut ranges: Option<&mut Vec<Range<usize>>>,
+) -> Vec<Block> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
@@ -300,8 +312,11 @@ fn sourced(lines: &[&str], depth: usize) -> Vec<(Range<usize>, Block)> {
         } else if rule(rest) {
             i += 1;
             Block::Rule
-        } else if depth < MAX_DEPTH && rest.starts_with('>') {
-            let mut inner = Vec::new();
+        } else if let Some((inner, deeper)) = scratch
+            .split_first_mut()
+            .filter(|_| depth < MAX_DEPTH && rest.starts_with('>'))
+        {
+            inner.clear();
             while i < lines.len() && !blank(lines[i]) {
                 let rest = indent(lines[i]).1;
                 match rest.strip_prefix('>') {
@@ -312,9 +327,12 @@ fn sourced(lines: &[&str], depth: usize) -> Vec<(Range<usize>, Block)> {
                 }
                 i += 1;
             }
-            Block::Quote(blocks(&inner, depth + 1))
-        } else if let Some(marker) = list_marker(rest).filter(|_| depth < MAX_DEPTH) {
-            let (list, next) = list(lines, i, ind, marker, depth);
+            Block::Quote(blocks(inner, depth + 1, deeper, None))
+        } else if let Some((marker, (item, deeper))) = list_marker(rest)
+            .filter(|_| depth < MAX_DEPTH)
+            .zip(scratch.split_first_mut())
+        {
+            let (list, next) = list(lines, i, ind, marker, depth, item, deeper);
             i = next;
             list
         } else if let Some(align) = table_start(lines, i) {
@@ -334,13 +352,15 @@ fn sourced(lines: &[&str], depth: usize) -> Vec<(Range<usize>, Block)> {
             }
             Block::Table { align, head, rows }
         } else {
-            let mut text = String::from(rest.trim_end());
+            // (A paragraph of one line is parsed where it is, not copied.)
+            let mut text = std::borrow::Cow::Borrowed(rest.trim_end());
             i += 1;
             while i < lines.len() && !blank(lines[i]) {
                 let rest = indent(lines[i]).1;
                 if interrupts(rest, depth) || table_start(lines, i).is_some() {
                     break;
                 }
+                let text = text.to_mut();
                 text.push('\n');
                 text.push_str(rest.trim_end());
                 i += 1;
@@ -352,19 +372,37 @@ fn sourced(lines: &[&str], depth: usize) -> Vec<(Range<usize>, Block)> {
             .rev()
             .find(|&e| !blank(lines[e - 1]))
             .unwrap_or(i);
-        out.push((start..end, block));
+        if let Some(ranges) = ranges.as_mut() {
+            ranges.push(start..end);
+        }
+        push(&mut out, block);
     }
     out
 }
 
+/// `v.push(x)`, the first element allocated alone: most quotes, list items and spans hold
+/// one block or span, and a vector grown by `push` would take room for four.
+fn push<T>(v: &mut Vec<T>, x: T) {
+    if v.capacity() == 0 {
+        v.reserve_exact(1);
+    }
+    v.push(x);
+}
+
 /// The list starting at `lines[first]` (its marker at column `ind`): the list and the index
-/// of the line after it.
-fn list(
-    lines: &[&str],
+/// of the line after it. Each item's lines are gathered in `item` (`deeper`: the lists of
+/// the levels below).
+///
+/// Linear: each line is looked at a bounded number of times (a run of blank lines once,
+/// whether the item goes on past it or not), and goes to one item.
+fn list<'a>(
+    lines: &[&'a str],
     first: usize,
     ind: usize,
     (ordered, start, _): (bool, u32, usize),
     depth: usize,
+    item: &mut Vec<&'a str>,
+    deeper: &mut [Vec<&'a str>],
 ) -> (Block, usize) {
     let mut items = Vec::new();
     let mut i = first;
@@ -379,7 +417,8 @@ fn list(
             break;
         }
         let content = at + width;
-        let mut item = vec![rest.get(width..).unwrap_or("")];
+        item.clear();
+        item.push(rest.get(width..).unwrap_or(""));
         i += 1;
         while i < lines.len() {
             let line = lines[i];
@@ -415,7 +454,7 @@ fn list(
             }
             i += 1;
         }
-        items.push(blocks(&item, depth + 1));
+        push(&mut items, blocks(item, depth + 1, deeper, None));
         // A line that is not this list's next item ends it.
         if i < lines.len() && list_marker(indent(lines[i]).1).is_none() {
             break;

@@ -72,7 +72,7 @@ impl<'a> Spans<'a> {
                     push_text(&mut out, &s[text..i]);
                     match span {
                         Inline::Text(t) => push_text(&mut out, &t),
-                        span => out.push(span),
+                        span => push(&mut out, span),
                     }
                     i = end;
                     text = end;
@@ -265,7 +265,7 @@ fn push_text(out: &mut Vec<Inline>, t: &str) {
     }
     match out.last_mut() {
         Some(Inline::Text(last)) => last.push_str(t),
-        _ => out.push(Inline::Text(t.to_string())),
+        _ => push(out, Inline::Text(t.to_string())),
     }
 }
 
