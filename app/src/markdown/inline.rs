@@ -45,6 +45,10 @@ impl<'a> Spans<'a> {
         Spans::new(&self.s[from..to], self.depth + 1, self.links && links).parse()
     }
 
+    /// Linear in the text, times the nesting depth: each byte is stepped over once (a run of
+    /// one marker at once), every rule's scan is linear over all openers (see each), and a
+    /// span found is skipped whole, its inside parsed once one level deeper (the insides of
+    /// one level's spans do not overlap), at most `MAX_DEPTH` levels deep.
     fn parse(mut self) -> Vec<Inline> {
         let (s, b) = (self.s, self.s.as_bytes());
         let mut out = Vec::new();
@@ -92,6 +96,9 @@ impl<'a> Spans<'a> {
     }
 
     /// `` `code` ``: closed by a run of as many backticks.
+    ///
+    /// Linear: a scan ends at its closer (and the text up to it is skipped) or at the end,
+    /// and then no later run of that length scans again (at most `MAX_TICKS` such scans).
     fn code(&mut self, i: usize) -> Found {
         let b = self.s.as_bytes();
         let n = run_len(b, i, b'`');
@@ -144,6 +151,11 @@ impl<'a> Spans<'a> {
     }
 
     /// `**strong**`, `*em*`, `***both***` (or with `_`, not inside a word).
+    ///
+    /// Linear: as for code, a scan for a closer ends at it (the span is skipped) or at the
+    /// end, and then no later opener of that kind scans again: a closer missing after one
+    /// opener is missing after every later one (whether a run closes does not depend on
+    /// where the span opened).
     fn emphasis(&mut self, i: usize) -> Found {
         let (s, b) = (self.s, self.s.as_bytes());
         let c = b[i];
@@ -190,8 +202,11 @@ impl<'a> Spans<'a> {
     }
 
     /// `[text](url)`: a link when the url is http, https or mailto; another url stays
-    /// text as written, the text with it. (Each scan stops at the next `[` or `<`: no
-    /// text is scanned for two openers.)
+    /// text as written, the text with it.
+    ///
+    /// Linear: the scans for the `]` and for the url both stop at the next `[` (the url's at
+    /// most `MAX_URL` bytes on), so no text is scanned for two openers; with no `]` or `[`
+    /// left, no later `[` scans at all.
     fn link(&mut self, i: usize) -> Found {
         let (s, b) = (self.s, self.s.as_bytes());
         if self.no_bracket {
@@ -241,6 +256,9 @@ impl<'a> Spans<'a> {
     }
 
     /// `<https://…>`: the url inside, as a link.
+    ///
+    /// Linear: the scan stops at the next `<` (or `MAX_URL` bytes on), where the next
+    /// autolink's would start.
     fn autolink(&self, i: usize) -> Found {
         let rest = &self.s[i + 1..];
         let end = rest
