@@ -257,10 +257,18 @@ async fn a_second_outage_starts_again_at_the_first_step() {
     let failed = server.wait_run_end(&receipt.run_id).await;
     assert_eq!(failed.status, RunStatus::Failed);
     let ended = failed.finished_at.expect("an ended run has its end");
-    let waiting = server.detail(second).await.session.waiting_retry;
-    let fires_at = waiting
-        .expect("the failed turn waits for a background retry")
-        .fires_at;
+    // The waiting retry is written just after the run's end: wait for it, with a deadline.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let fires_at = loop {
+        if let Some(w) = server.detail(second).await.session.waiting_retry {
+            break w.fires_at;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failed turn never waited for a background retry"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let wait = fires_at - ended;
     assert!(
         (500..=1_500).contains(&wait),
