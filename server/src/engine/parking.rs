@@ -5,7 +5,7 @@
 use super::Engine;
 use crate::clock::now_ms;
 use crate::error::Result;
-use crate::retry::parking::{provider_unavailable, Claim, Failure, Outage, Parking};
+use crate::retry::parking::{provider_unavailable, Claim, Failure, Outage};
 use app::wire::{
     ModelList, ModelStatus, ProvenanceKind, ProviderHealth, Run, SessionId, SessionStatus,
 };
@@ -173,7 +173,7 @@ impl Engine {
         let Some(probe) = outage.probe_session.clone() else {
             return Ok(());
         };
-        if !Parking::probe_overdue(&outage, now) {
+        if !outage.probe_overdue(now) {
             return Ok(());
         }
         let probe = SessionId::from(probe);
@@ -183,7 +183,7 @@ impl Engine {
         tracing::info!(%model, session = %probe, "the probe still runs: its deadline moves on");
         self.store()
             .change_outage(model, |current| {
-                (current.map(|o| Parking::probe_still_running(o, now)), ())
+                (current.map(|o| o.probe_still_running(now)), ())
             })
             .await?;
         Ok(())

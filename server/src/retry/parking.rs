@@ -8,7 +8,7 @@ use app::wire::{Backoff, Millis, RetryClass};
 /// How long a claimed probe may go unlooked-at before another instance may probe again (its
 /// instance may have died with it). At the deadline the probe's run is looked at: while it
 /// still runs (a long tool turn; a dead instance's runs are ended by the lease takeover),
-/// the deadline moves on by as much ([`Parking::probe_still_running`]).
+/// the deadline moves on by as much ([`Outage::probe_still_running`]).
 pub const PROBE_DEADLINE_MS: Millis = 120_000;
 
 /// Whether a failure of class `class` is the provider being unable to take turns now: it
@@ -132,24 +132,6 @@ impl Parking {
         }
     }
 
-    /// Whether the outage's probe is past its deadline, so that its run should be looked at.
-    pub fn probe_overdue(outage: &Outage, now: Millis) -> bool {
-        outage.is_open() && outage.probe_session.is_some() && outage.next_probe_at <= now
-    }
-
-    /// The probe's run was found still running at `now`: it is not lost, its deadline moves
-    /// on. (Any other outage is left as it is.)
-    pub fn probe_still_running(outage: Outage, now: Millis) -> Outage {
-        if Parking::probe_overdue(&outage, now) {
-            Outage {
-                next_probe_at: now.saturating_add(PROBE_DEADLINE_MS),
-                ..outage
-            }
-        } else {
-            outage
-        }
-    }
-
     /// What the fire loop may do for the model's parked turns at `now`, and the outage after.
     pub fn claim(&self, outage: &Outage, session: &str, now: Millis) -> (Claim, Outage) {
         let mut next = outage.clone();
@@ -190,6 +172,24 @@ impl Outage {
     /// Whether the model is out: no probe or released turn has succeeded yet.
     pub fn is_open(&self) -> bool {
         !self.releasing
+    }
+
+    /// Whether the probe is past its deadline, so that its run should be looked at.
+    pub fn probe_overdue(&self, now: Millis) -> bool {
+        self.is_open() && self.probe_session.is_some() && self.next_probe_at <= now
+    }
+
+    /// The probe's run was found still running at `now`: it is not lost, its deadline moves
+    /// on. (Any other outage is left as it is.)
+    pub fn probe_still_running(self, now: Millis) -> Outage {
+        if self.probe_overdue(now) {
+            Outage {
+                next_probe_at: now.saturating_add(PROBE_DEADLINE_MS),
+                ..self
+            }
+        } else {
+            self
+        }
     }
 
     /// Whether a turn of `session` is kept from the model at `now`, with `waiting` turns
@@ -354,9 +354,9 @@ mod tests {
         let o = P.failed(None, of("s1", None), 0);
         let (_, o) = P.claim(&o, "s1", 2_000);
         let deadline = 2_000 + PROBE_DEADLINE_MS;
-        assert!(!Parking::probe_overdue(&o, deadline - 1));
-        assert!(Parking::probe_overdue(&o, deadline));
-        let o = Parking::probe_still_running(o, deadline);
+        assert!(!o.probe_overdue(deadline - 1));
+        assert!(o.probe_overdue(deadline));
+        let o = o.probe_still_running(deadline);
         assert_eq!(
             P.claim(&o, "s2", deadline).0,
             Claim::Wait(deadline + PROBE_DEADLINE_MS)
