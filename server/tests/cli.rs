@@ -706,9 +706,12 @@ async fn an_agent_lists_the_models_and_runs_show_shows_the_tool_call() {
     assert!(one < tool && tool < two, "in order: {}", out.stdout);
 }
 
-#[tokio::test]
-async fn mcp_over_stdio_lists_the_models() {
-    let (_fake, server) = setup("cli-mcp-models").await;
+/// Sends `calls` (tool name, arguments) to `mulligan mcp` on stdin, one JSON-RPC request a
+/// line with ids 0, 1, …, closes stdin, and answers the bridge's answers by id.
+async fn mcp_calls(
+    server: &TestServer,
+    calls: &[(&str, serde_json::Value)],
+) -> Vec<serde_json::Value> {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mulligan"))
         .arg("mcp")
         .env("MULLIGAN_URL", &server.base)
@@ -717,54 +720,6 @@ async fn mcp_over_stdio_lists_the_models() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("the binary runs");
-    let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "list_models", "arguments": {}}});
-    {
-        use tokio::io::AsyncWriteExt;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin
-            .write_all(format!("{call}\n").as_bytes())
-            .await
-            .unwrap();
-    }
-    let out = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
-        .await
-        .expect("the bridge ends when stdin closes")
-        .unwrap();
-    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let result = &answer["result"];
-    assert_ne!(result["isError"], true, "{answer}");
-    let listed: app::wire::ModelList =
-        serde_json::from_value(result["structuredContent"].clone()).expect("a ModelList");
-    let (_, api) = server.get("/models").await;
-    assert_eq!(
-        serde_json::to_value(&listed).unwrap()["models"]
-            .as_array()
-            .map(Vec::len),
-        api["models"].as_array().map(Vec::len)
-    );
-    assert!(listed.models.iter().any(|m| m.id == "openai/fake-model"));
-}
-
-/// A refusal over MCP (CONTRACT §5) is `isError: true` with the API's error JSON as its text
-/// and no `structuredContent`: clients check structured content against the tool's
-/// `outputSchema`, which an error body does not match.
-#[tokio::test]
-async fn mcp_refusals_are_error_text_without_structured_content() {
-    let (_fake, server) = setup("cli-mcp-refusal").await;
-    let sid = server.create_session().await;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mulligan"))
-        .arg("mcp")
-        .env("MULLIGAN_URL", &server.base)
-        .env("MULLIGAN_TOKEN", &server.token)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("the binary runs");
-    let calls = [
-        ("retry_session", serde_json::json!({"session": sid})),
-        ("send_message", serde_json::json!({"session": sid})),
-    ];
     {
         use tokio::io::AsyncWriteExt;
         let mut stdin = child.stdin.take().unwrap();
@@ -786,9 +741,43 @@ async fn mcp_refusals_are_error_text_without_structured_content() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(answers.len(), 2, "{stdout}");
+    assert_eq!(answers.len(), calls.len(), "{stdout}");
     // Requests are forwarded at once, so answers come in any order.
     answers.sort_by_key(|a| a["id"].as_u64());
+    answers
+}
+
+#[tokio::test]
+async fn mcp_over_stdio_lists_the_models() {
+    let (_fake, server) = setup("cli-mcp-models").await;
+    let answers = mcp_calls(&server, &[("list_models", serde_json::json!({}))]).await;
+    let answer = &answers[0];
+    let result = &answer["result"];
+    assert_ne!(result["isError"], true, "{answer}");
+    let listed: app::wire::ModelList =
+        serde_json::from_value(result["structuredContent"].clone()).expect("a ModelList");
+    let (_, api) = server.get("/models").await;
+    assert_eq!(
+        serde_json::to_value(&listed).unwrap()["models"]
+            .as_array()
+            .map(Vec::len),
+        api["models"].as_array().map(Vec::len)
+    );
+    assert!(listed.models.iter().any(|m| m.id == "openai/fake-model"));
+}
+
+/// A refusal over MCP (CONTRACT §5) is `isError: true` with the API's error JSON as its text
+/// and no `structuredContent`: clients check structured content against the tool's
+/// `outputSchema`, which an error body does not match.
+#[tokio::test]
+async fn mcp_refusals_are_error_text_without_structured_content() {
+    let (_fake, server) = setup("cli-mcp-refusal").await;
+    let sid = server.create_session().await;
+    let calls = [
+        ("retry_session", serde_json::json!({"session": sid})),
+        ("send_message", serde_json::json!({"session": sid})),
+    ];
+    let answers = mcp_calls(&server, &calls).await;
     let codes: Vec<String> = answers
         .iter()
         .map(|answer| {
