@@ -131,10 +131,8 @@ async fn cookie_requests_that_change_state_must_come_from_this_origin() {
     assert_eq!(status, 201);
 }
 
-#[tokio::test]
-async fn the_demo_endpoint_exists_only_with_the_demo_provider() {
-    let fake = FakeProvider::start().await;
-    let server = TestServer::start(config(&temp_dir("no-demo"), &fake.url)).await;
+/// The status of an anonymous request to the built-in demo endpoint.
+async fn anonymous_demo_post(server: &TestServer) -> u16 {
     let body =
         json!({"model": "demo", "messages": [{"role": "user", "content": "hi"}], "stream": true});
     let r = server
@@ -144,8 +142,15 @@ async fn the_demo_endpoint_exists_only_with_the_demo_provider() {
         .send()
         .await
         .unwrap();
+    r.status().as_u16()
+}
+
+#[tokio::test]
+async fn the_demo_endpoint_exists_only_with_the_demo_provider() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("no-demo"), &fake.url)).await;
     assert_eq!(
-        r.status(),
+        anonymous_demo_post(&server).await,
         404,
         "the demo endpoint answered with the openai provider"
     );
@@ -154,14 +159,7 @@ async fn the_demo_endpoint_exists_only_with_the_demo_provider() {
     c.provider = server::config::ProviderKind::Demo;
     c.base_url = None;
     let demo = TestServer::start(c).await;
-    let r = demo
-        .http
-        .post(format!("{}/demo/v1/chat/completions", demo.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(anonymous_demo_post(&demo).await, 200);
 }
 
 /// Beside a catalogue, the demo endpoint is served only when the catalogue names `demo`,
@@ -169,9 +167,7 @@ async fn the_demo_endpoint_exists_only_with_the_demo_provider() {
 #[tokio::test]
 async fn beside_a_catalogue_the_demo_endpoint_exists_only_when_it_names_demo() {
     let fake = FakeProvider::start().await;
-    let body =
-        json!({"model": "demo", "messages": [{"role": "user", "content": "hi"}], "stream": true});
-    for (tag, demo, status) in [
+    for (tag, demo, want) in [
         ("catalogue-no-demo", false, 404),
         ("catalogue-demo", true, 200),
     ] {
@@ -189,14 +185,11 @@ async fn beside_a_catalogue_the_demo_endpoint_exists_only_when_it_names_demo() {
         c.provider = server::config::ProviderKind::Demo;
         c.base_url = None;
         let server = TestServer::start(c).await;
-        let r = server
-            .http
-            .post(format!("{}/demo/v1/chat/completions", server.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), status, "{tag}: an anonymous POST to the demo");
+        assert_eq!(
+            anonymous_demo_post(&server).await,
+            want,
+            "{tag}: an anonymous POST to the demo"
+        );
         let (_, models) = server.get("/models").await;
         let listed = models["models"]
             .as_array()
