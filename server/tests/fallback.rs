@@ -6,7 +6,7 @@ use testkit as common;
 
 use app::wire::{FellBack, ModelList, RetryClass, RunDetail, RunStatus, Served};
 use common::fake::{FakeProvider, Script};
-use common::{config, temp_dir, TestServer};
+use common::{config_with_catalogue, temp_dir, TestServer};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -31,11 +31,7 @@ async fn two(tag: &str) -> Two {
         "default_model": "a/big",
         "fallbacks": {"a/big": ["b/small"]}
     });
-    let path = dir.join("providers.json");
-    std::fs::write(&path, catalogue.to_string()).unwrap();
-    let mut c = config(&dir, &a.url);
-    c.providers = Some(path);
-    let server = TestServer::start(c).await;
+    let server = TestServer::start(config_with_catalogue(&dir, &a.url, &catalogue)).await;
     Two { a, b, server }
 }
 

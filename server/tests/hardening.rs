@@ -177,10 +177,8 @@ async fn beside_a_catalogue_the_demo_endpoint_exists_only_when_it_names_demo() {
         if demo {
             providers["demo"] = json!({});
         }
-        let path = dir.join("providers.json");
-        std::fs::write(&path, json!({"providers": providers}).to_string()).unwrap();
-        let mut c = config(&dir, &fake.url);
-        c.providers = Some(path);
+        let catalogue = json!({"providers": providers});
+        let mut c = common::config_with_catalogue(&dir, &fake.url, &catalogue);
         // The setting at its default.
         c.provider = server::config::ProviderKind::Demo;
         c.base_url = None;

@@ -295,10 +295,7 @@ async fn a_model_that_is_out_is_passed_over_without_a_request() {
         "default_model": "a/big",
         "fallbacks": {"a/big": ["b/small"]}
     });
-    let path = dir.join("providers.json");
-    std::fs::write(&path, catalogue.to_string()).unwrap();
-    let mut c = config(&dir, &a.url);
-    c.providers = Some(path);
+    let mut c = common::config_with_catalogue(&dir, &a.url, &catalogue);
     c.tier1_base_ms = 10;
     c.tier1_cap_ms = 20;
     // No probe comes during the test.

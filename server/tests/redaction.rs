@@ -97,11 +97,8 @@ async fn a_gateway_quoting_a_catalogue_header_is_stored_and_served_redacted() {
                              "models": [{"id": "fake-model"}]}},
         "default_model": "gw/fake-model"
     });
-    let path = dir.join("providers.json");
-    std::fs::write(&path, catalogue.to_string()).unwrap();
-    let mut c = config(&dir, &fake.url);
-    c.providers = Some(path);
-    let server = TestServer::start(c).await;
+    let server =
+        TestServer::start(common::config_with_catalogue(&dir, &fake.url, &catalogue)).await;
     let sid = server.create_session().await;
 
     fake.push(Script::Status {

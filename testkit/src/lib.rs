@@ -101,6 +101,20 @@ pub fn config(data_dir: &std::path::Path, provider_url: &str) -> Config {
     c
 }
 
+/// [`config`] with `catalogue` (CONTRACT §7) as its `MULLIGAN_PROVIDERS` file, written into
+/// `data_dir`.
+pub fn config_with_catalogue(
+    data_dir: &std::path::Path,
+    provider_url: &str,
+    catalogue: &Value,
+) -> Config {
+    let path = data_dir.join("providers.json");
+    std::fs::write(&path, catalogue.to_string()).unwrap();
+    let mut c = config(data_dir, provider_url);
+    c.providers = Some(path);
+    c
+}
+
 impl TestServer {
     pub async fn start(config: Config) -> TestServer {
         let data_dir = config.data_dir.clone();
