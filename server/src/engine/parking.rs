@@ -167,15 +167,13 @@ impl Engine {
     /// turn): its deadline moves on, so no second probe goes. A dead instance's run is ended
     /// by the lease takeover, and then the next look probes again.
     async fn keep_a_running_probe(&self, model: &str, now: i64) -> Result<()> {
-        let Some(outage) = self.store().outage(model).await? else {
+        let overdue = self.store().outage(model).await?;
+        let Some(probe) = overdue
+            .filter(|o| o.probe_overdue(now))
+            .and_then(|o| o.probe_session)
+        else {
             return Ok(());
         };
-        let Some(probe) = outage.probe_session.clone() else {
-            return Ok(());
-        };
-        if !outage.probe_overdue(now) {
-            return Ok(());
-        }
         let probe = SessionId::from(probe);
         if self.store().session(&probe).await?.session.status != SessionStatus::Running {
             return Ok(());
