@@ -3,9 +3,9 @@
 //! (the browser, the CLI, the tests, the bench) builds its URLs from them, so the API is
 //! spelled out once. A native client over it is in [`native`] (feature `native`).
 use crate::wire::{
-    ClearCooldown, ClientConfig, CreateSession, CreatedSession, ModelList, PatchSession,
-    PostMessage, ProvidersResponse, Receipt, Regenerate, Released, RetryReceipt, Run, RunDetail,
-    Session, SessionDetail, SessionList, ToolsResponse,
+    Approvals, ClearCooldown, ClientConfig, CreateSession, CreatedSession, DecideToolCall,
+    DecidedCall, ModelList, PatchSession, PostMessage, ProvidersResponse, Receipt, Regenerate,
+    Released, RetryReceipt, Run, RunDetail, Session, SessionDetail, SessionList, ToolsResponse,
 };
 use std::marker::PhantomData;
 
@@ -123,6 +123,9 @@ pub const EVENTS: Route = Route {
     path: "/sessions/{sid}/events",
 };
 pub const RUN: Endpoint<(), RunDetail> = Endpoint::new(Method::Get, "/runs/{rid}");
+pub const DECIDE_TOOL_CALL: Endpoint<DecideToolCall, DecidedCall> =
+    Endpoint::new(Method::Post, "/runs/{rid}/tool_calls/{cid}/decision");
+pub const APPROVALS: Endpoint<(), Approvals> = Endpoint::new(Method::Get, "/approvals");
 pub const PROVIDERS: Endpoint<(), ProvidersResponse> = Endpoint::new(Method::Get, "/providers");
 pub const CLEAR_COOLDOWN: Endpoint<ClearCooldown, ProvidersResponse> =
     Endpoint::new(Method::Delete, "/providers/cooldowns");

@@ -113,6 +113,14 @@ pub struct Config {
     /// One tool call's limit; a longer call ends as an error result the model sees.
     #[arg(long, env = "MULLIGAN_TOOL_TIMEOUT_MS", default_value_t = 120_000)]
     pub tool_timeout_ms: u64,
+    /// How long a tool call waits for the operator's decision before it is `timed_out`
+    /// (a rejection the model is told of).
+    #[arg(
+        long,
+        env = "MULLIGAN_APPROVAL_TIMEOUT_MS",
+        default_value_t = 86_400_000
+    )]
+    pub approval_timeout_ms: u64,
     /// Milliseconds between two deltas of the demo provider (its "human pace").
     #[arg(long, env = "MULLIGAN_DEMO_DELTA_MS", default_value_t = 40)]
     pub demo_delta_ms: u64,

@@ -118,10 +118,15 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
         redactor.clone(),
     );
     let tools_stop = tokio_util::sync::CancellationToken::new();
+    let rules = mcp_specs
+        .iter()
+        .map(|s| (s.name.clone(), s.approval.clone()))
+        .collect();
     let toolbox = tools::Toolbox::new(
         mcp_client::McpServers::start(mcp_specs, redactor, tools_stop.clone()),
         tools::builtin::infos(),
-    );
+    )
+    .with_rules(rules);
     let engine = Engine::new(
         store.clone(),
         hub,
@@ -142,6 +147,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
                 release_per_s: config.release_per_s.max(1),
             },
             reconcile_every: Duration::from_millis(config.reconcile_ms.max(10)),
+            approval_timeout: Duration::from_millis(config.approval_timeout_ms.max(1)),
             run: crate::run::RunConfig {
                 stream_idle: Duration::from_millis(config.stream_idle_ms),
                 save_every: Duration::from_millis(250),
@@ -166,6 +172,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
     engine.reconcile_periodically();
     engine.fire_background_retries();
     engine.pump_periodically();
+    engine.time_out_approvals_periodically();
 
     let site_root = match &config.site_root {
         Some(dir) => dir.to_string_lossy().into_owned(),

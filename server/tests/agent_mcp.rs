@@ -24,12 +24,13 @@ fn bin(name: &str) -> PathBuf {
     path
 }
 
-/// An `mcpServers` file with `fs` (on `files`) and `every`, in `dir`.
+/// An `mcpServers` file with `fs` (on `files`) and `every`, in `dir`. Neither asks for
+/// approval: these tests are about executing calls (approval.rs is about asking).
 fn mcp_config(dir: &Path, files: &Path) -> PathBuf {
     let path = dir.join("mcp.json");
     let config = json!({"mcpServers": {
-        "fs": {"command": bin("mcp-server-filesystem"), "args": [files]},
-        "every": {"command": bin("mcp-server-everything")},
+        "fs": {"command": bin("mcp-server-filesystem"), "args": [files], "approval": "never"},
+        "every": {"command": bin("mcp-server-everything"), "approval": "never"},
     }});
     std::fs::write(&path, config.to_string()).unwrap();
     path

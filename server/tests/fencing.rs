@@ -98,6 +98,8 @@ impl Db {
             result: None,
             started_at: common::now_ms(),
             finished_at: None,
+            approval: None,
+            annotations: None,
         };
         self.store
             .tool_call_started(&NewToolCall {

@@ -32,6 +32,7 @@ fn stdio(name: &str, command: &Path, args: &[&str]) -> ServerSpec {
             env: vec![],
             cwd: None,
         },
+        approval: Default::default(),
     }
 }
 
@@ -233,6 +234,7 @@ async fn secrets_in_env_stay_out_of_errors() {
             env: vec![("API_KEY".into(), "sk-very-secret".into())],
             cwd: None,
         },
+        approval: Default::default(),
     };
     let s = start(vec![spec]);
     s.servers.settled(START_WITHIN).await;
@@ -454,6 +456,7 @@ async fn streamable_http_server_lists_tools_answers_and_cancels() {
             url: format!("http://127.0.0.1:{}/mcp", http.port),
             headers: vec![("X-Test".into(), "secret-header-value".into())],
         },
+        approval: Default::default(),
     };
     // The server may not listen yet at the first attempt: it is retried.
     let s = start(vec![spec]);

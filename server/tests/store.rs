@@ -108,6 +108,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         run: started,
         reply,
         call,
+        ..
     } = first
         .started
         .expect("a free session starts the run at once");

@@ -85,7 +85,10 @@ impl Retrier {
                 live,
                 now: now_ms(),
             },
-            RunStatus::Queued | RunStatus::Running => Input::RunActive,
+            // A run waiting for approval is not a failure: Tier 2 never arms on it.
+            RunStatus::Queued | RunStatus::Running | RunStatus::AwaitingApproval => {
+                Input::RunActive
+            }
             RunStatus::Completed => Input::RunCompleted,
             RunStatus::Cancelled => return,
         };

@@ -169,6 +169,7 @@ fn NewSession() -> impl IntoView {
             parent_id: None,
             tools: None,
             fallbacks: None,
+            approval: None,
         };
         leptos::task::spawn_local(async move {
             let body = serde_json::to_string(&body).ok();

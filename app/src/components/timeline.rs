@@ -264,6 +264,7 @@ pub fn layout(d: &RunDetail, auto_retry: AutoRetry, this_tab: Option<&str>, now:
     let state = match run.status {
         RunStatus::Queued => "queued",
         RunStatus::Running => "running",
+        RunStatus::AwaitingApproval => "waiting for approval",
         RunStatus::Completed => "completed",
         RunStatus::Failed => "failed",
         RunStatus::Cancelled => "stopped",

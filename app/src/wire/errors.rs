@@ -31,6 +31,10 @@ words! {
         /// The database's disk is full: nothing was written; free space, then try again.
         /// Answered with 507.
         StorageFull = "storage.full",
+        /// A decision on a tool call that was decided already (the answer says how).
+        ApprovalDecided = "approval.decided",
+        /// A decision on a tool call that does not wait for one.
+        ApprovalNotWaiting = "approval.not_waiting",
         /// An agent token acting on a session outside its own family.
         SubsessionsNotFamily = "subsessions.not_family",
         /// Client side only, never sent: the request got no answer.

@@ -86,6 +86,8 @@ mod tests {
                 "session.busy",
                 "database.unavailable",
                 "storage.full",
+                "approval.decided",
+                "approval.not_waiting",
                 "subsessions.not_family",
                 "network",
                 "http",
@@ -97,7 +99,14 @@ mod tests {
         );
         pin(
             RunStatus::ALL,
-            &["queued", "running", "completed", "failed", "cancelled"],
+            &[
+                "queued",
+                "running",
+                "awaiting_approval",
+                "completed",
+                "failed",
+                "cancelled",
+            ],
         );
         pin(
             RunKind::ALL,
@@ -108,7 +117,22 @@ mod tests {
             &["streaming", "complete", "failed", "cancelled"],
         );
         pin(Role::ALL, &["operator", "agent"]);
-        pin(SessionStatus::ALL, &["idle", "running"]);
+        pin(
+            SessionStatus::ALL,
+            &["idle", "running", "awaiting_approval"],
+        );
+        pin(ApprovalMode::ALL, &["policy", "ask_all", "trust"]);
+        pin(
+            Decision::ALL,
+            &[
+                "allow_once",
+                "allow_always",
+                "reject_once",
+                "reject_always",
+                "timed_out",
+            ],
+        );
+        pin(DecidedBy::ALL, &["page", "cli", "api", "mcp"]);
         pin(AutoRetry::ALL, &["browser", "background", "off"]);
     }
 

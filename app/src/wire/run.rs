@@ -10,6 +10,9 @@ words! {
     closed enum RunStatus {
         Queued = "queued",
         Running = "running",
+        /// At least one of its tool calls waits for the operator's decision (CONTRACT §8):
+        /// no task, no provider request, no connection holds it; a decision resumes it.
+        AwaitingApproval = "awaiting_approval",
         Completed = "completed",
         Failed = "failed",
         Cancelled = "cancelled",
@@ -18,7 +21,10 @@ words! {
 
 impl RunStatus {
     pub fn is_active(self) -> bool {
-        matches!(self, RunStatus::Queued | RunStatus::Running)
+        matches!(
+            self,
+            RunStatus::Queued | RunStatus::Running | RunStatus::AwaitingApproval
+        )
     }
 }
 

@@ -11,7 +11,45 @@ words! {
         #[default]
         Idle = "idle",
         Running = "running",
+        /// Its active run waits for the operator to decide a tool call (CONTRACT §8).
+        AwaitingApproval = "awaiting_approval",
     }
+}
+
+words! {
+    /// Which tool calls of a session ask the operator first (CONTRACT §8).
+    #[derive(Serialize, Deserialize, Default)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    closed enum ApprovalMode {
+        /// Each tool source's policy (`approval`, `approval_tools`) decides.
+        #[default]
+        Policy = "policy",
+        /// Every call asks.
+        AskAll = "ask_all",
+        /// Nothing asks: every call runs.
+        Trust = "trust",
+    }
+}
+
+words! {
+    /// What a remembered ("always") decision grants.
+    #[derive(Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    closed enum GrantDecision {
+        Allow = "allow",
+        Reject = "reject",
+    }
+}
+
+/// An "always" decision the session remembers for one tool of one source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ToolGrant {
+    pub server: String,
+    pub tool: String,
+    pub decision: GrantDecision,
 }
 
 words! {
@@ -61,6 +99,12 @@ pub struct Session {
     /// This session's fallback chain, overriding the catalogue's (CONTRACT §7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallbacks: Option<Vec<String>>,
+    /// Which tool calls ask the operator first (CONTRACT §8).
+    #[serde(default)]
+    pub approval: ApprovalMode,
+    /// What the operator's "always" decisions remembered for this session.
+    #[serde(default)]
+    pub tool_grants: Vec<ToolGrant>,
 }
 
 /// `POST /sessions` answers the session plus its agent token, shown this once.
@@ -108,6 +152,9 @@ pub struct CreateSession {
     /// Models to fall back to, in order (default: the catalogue's chain for `model`).
     #[serde(default)]
     pub fallbacks: Option<Vec<String>>,
+    /// `policy` (default), `ask_all` or `trust`.
+    #[serde(default)]
+    pub approval: Option<ApprovalMode>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -122,4 +169,9 @@ pub struct PatchSession {
     /// A new fallback chain (`[]`: none).
     #[serde(default)]
     pub fallbacks: Option<Vec<String>>,
+    #[serde(default)]
+    pub approval: Option<ApprovalMode>,
+    /// The remembered decisions that stay (`[]`: forget them all); only removals are taken.
+    #[serde(default)]
+    pub tool_grants: Option<Vec<ToolGrant>>,
 }

@@ -1,6 +1,7 @@
 //! CONTRACT §6 wire types: the parts of an agent's reply, its tool calls, and the tool
 //! sources a session can use.
-use super::{MessageId, Millis, RunId, ToolCallId};
+use super::text::words;
+use super::{MessageId, Millis, RunId, SessionId, ToolCallId};
 use serde::{Deserialize, Serialize};
 
 /// One part of an agent message, in the order it happened.
@@ -22,6 +23,13 @@ pub enum ToolCallStatus {
     Cancelled,
     /// Started, with no recorded result: its outcome is unknown.
     Interrupted,
+    /// Recorded, not sent: it waits for the operator's decision (CONTRACT §8).
+    AwaitingApproval,
+    /// The operator declined it (or its wait timed out): never sent.
+    Denied,
+    /// Recorded, not sent, needing no decision: it waits for the other calls of its step
+    /// to be decided, then runs in its order.
+    Queued,
 }
 
 impl ToolCallStatus {
@@ -32,6 +40,9 @@ impl ToolCallStatus {
             ToolCallStatus::Error => "error",
             ToolCallStatus::Cancelled => "cancelled",
             ToolCallStatus::Interrupted => "interrupted",
+            ToolCallStatus::AwaitingApproval => "awaiting_approval",
+            ToolCallStatus::Denied => "denied",
+            ToolCallStatus::Queued => "queued",
         }
     }
 
@@ -42,6 +53,9 @@ impl ToolCallStatus {
             "error" => ToolCallStatus::Error,
             "cancelled" => ToolCallStatus::Cancelled,
             "interrupted" => ToolCallStatus::Interrupted,
+            "awaiting_approval" => ToolCallStatus::AwaitingApproval,
+            "denied" => ToolCallStatus::Denied,
+            "queued" => ToolCallStatus::Queued,
             _ => return None,
         })
     }
@@ -67,6 +81,145 @@ pub struct ToolCall {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub finished_at: Option<Millis>,
+    /// The operator's question and answer, when the call asked (CONTRACT §8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+    /// What the tool's source says of it (MCP annotations), as the call was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolAnnotations>,
+}
+
+impl ToolCall {
+    /// Waiting for a decision: asked, not yet decided.
+    pub fn is_waiting(&self) -> bool {
+        self.status == ToolCallStatus::AwaitingApproval
+            && self.approval.as_ref().is_some_and(|a| a.decision.is_none())
+    }
+}
+
+/// What a tool's source says of it (MCP `ToolAnnotations`: hints, not guarantees).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ToolAnnotations {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world: Option<bool>,
+}
+
+impl ToolAnnotations {
+    /// None set: nothing said.
+    pub fn is_empty(&self) -> bool {
+        *self == ToolAnnotations::default()
+    }
+}
+
+words! {
+    /// The operator's answer to a waiting call (CONTRACT §8).
+    #[derive(Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    closed enum Decision {
+        AllowOnce = "allow_once",
+        /// Allow, and allow this tool of this source in this session from now on.
+        AllowAlways = "allow_always",
+        RejectOnce = "reject_once",
+        /// Reject, and reject this tool of this source in this session from now on.
+        RejectAlways = "reject_always",
+        /// Nobody decided within `MULLIGAN_APPROVAL_TIMEOUT_MS`: a rejection.
+        TimedOut = "timed_out",
+    }
+}
+
+impl Decision {
+    /// Whether the call runs.
+    pub fn allows(self) -> bool {
+        matches!(self, Decision::AllowOnce | Decision::AllowAlways)
+    }
+}
+
+words! {
+    /// Where a decision came from.
+    #[derive(Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    closed enum DecidedBy {
+        Page = "page",
+        Cli = "cli",
+        Api = "api",
+        Mcp = "mcp",
+    }
+}
+
+/// A call's question to the operator and its answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Approval {
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
+    pub asked_at: Millis,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub decided_at: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<DecidedBy>,
+    /// The tab that decided (a page's decision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+/// The longest reason a decision may carry, in characters.
+pub const MAX_DECISION_REASON_CHARS: usize = 2000;
+
+/// `POST /runs/:rid/tool_calls/:cid/decision`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DecideToolCall {
+    /// `allow_once`, `allow_always`, `reject_once` or `reject_always`.
+    pub decision: Decision,
+    /// Told to the model with a rejection (at most 2,000 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The deciding tab's id (`tab-…`), from the page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Where the decision comes from; `api` when not said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<DecidedBy>,
+}
+
+/// The decision's answer: the call as decided.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DecidedCall {
+    pub call: ToolCall,
+}
+
+/// One call waiting for the operator.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaitingCall {
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub session_id: SessionId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub run_id: RunId,
+    pub call: ToolCall,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
+    pub waiting_since: Millis,
+}
+
+/// `GET /approvals`: every call waiting, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Approvals {
+    pub approvals: Vec<WaitingCall>,
 }
 
 /// A tool result longer than this is truncated, with a note saying so.
@@ -113,6 +266,22 @@ pub struct ToolInfo {
     pub read_only: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destructive: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world: Option<bool>,
+}
+
+impl ToolInfo {
+    /// Its annotations as a call carries them.
+    pub fn annotations(&self) -> ToolAnnotations {
+        ToolAnnotations {
+            read_only: self.read_only,
+            destructive: self.destructive,
+            idempotent: self.idempotent,
+            open_world: self.open_world,
+        }
+    }
 }
 
 /// One tool source: a configured MCP server or the built-in `mulligan`.
@@ -218,6 +387,8 @@ mod tests {
             result: Some("done".into()),
             started_at: 1,
             finished_at: Some(2),
+            approval: None,
+            annotations: None,
         }
     }
 

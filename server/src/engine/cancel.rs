@@ -48,6 +48,11 @@ impl Engine {
                 self.publish(session_id, Event::Run(run.clone()));
                 Ok(run)
             }
+            RunStatus::AwaitingApproval => {
+                let run = self.cancel_waiting_run(&run).await?;
+                drop(guard);
+                Ok(run)
+            }
             RunStatus::Running => {
                 let active = self.active(run_id);
                 let Some(active) = active else {
@@ -85,7 +90,7 @@ impl Engine {
         let runs = self.store().runs(session_id).await?;
         let target = runs
             .iter()
-            .find(|r| r.status == RunStatus::Running)
+            .find(|r| matches!(r.status, RunStatus::Running | RunStatus::AwaitingApproval))
             .or_else(|| {
                 runs.iter()
                     .find(|r| r.status == RunStatus::Queued && r.held_by.is_none())

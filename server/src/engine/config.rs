@@ -15,6 +15,8 @@ pub struct EngineConfig {
     pub parking: crate::retry::parking::Parking,
     /// How often this instance ends the runs it recorded `running` but no longer executes.
     pub reconcile_every: Duration,
+    /// How long a tool call waits for the operator's decision before it is `timed_out`.
+    pub approval_timeout: Duration,
     /// What a run works with.
     pub run: RunConfig,
 }

@@ -190,7 +190,9 @@ impl Engine {
                     && match r.status {
                         RunStatus::Failed => true,
                         RunStatus::Completed | RunStatus::Cancelled => manual,
-                        RunStatus::Queued | RunStatus::Running => false,
+                        RunStatus::Queued | RunStatus::Running | RunStatus::AwaitingApproval => {
+                            false
+                        }
                     }
             });
             if !fresh {
@@ -206,6 +208,15 @@ impl Engine {
         if !manual && if_last_run.is_some() && latest.as_ref().is_some_and(|r| r.tools_executed > 0)
         {
             return Ok(self.retry_queue(session_id, from, false).await?.1);
+        }
+        // A run waiting for approval holds no task to end: Regenerate supersedes it here
+        // (ended `cancelled`, nothing of it executed), or its question would block the queue.
+        let waiting = self.store().runs(session_id).await?;
+        if let Some(w) = waiting
+            .iter()
+            .find(|r| r.status == RunStatus::AwaitingApproval)
+        {
+            self.cancel_waiting_run(w).await?;
         }
         let attempt = self.store().tries_of(mid).await? + 1;
         self.queue(NewRun {

@@ -71,6 +71,9 @@ impl Engine {
     /// next run the same transaction started. Answers whether that transaction looked for
     /// a next run (else the caller starts it).
     async fn record_end(&self, run: &Run, outcome: &Outcome) -> Result<bool> {
+        if outcome.status == RunStatus::AwaitingApproval {
+            return self.record_park(run, outcome).await;
+        }
         let session_id = &run.session_id;
         let guard = match self.lock(session_id).await {
             Ok(g) => Some(g),

@@ -161,7 +161,7 @@ impl Engine {
         loop {
             let run = store.run(run_id).await?;
             match run.status {
-                RunStatus::Queued | RunStatus::Running => {}
+                RunStatus::Queued | RunStatus::Running | RunStatus::AwaitingApproval => {}
                 RunStatus::Cancelled => return Ok(run),
                 // It ended some other way before the cancel reached it.
                 RunStatus::Completed | RunStatus::Failed => {

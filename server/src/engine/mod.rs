@@ -5,6 +5,7 @@
 //! per session", the claims and the ordering of queued prompts atomic. Each run executes as a
 //! task of [`crate::run`], which the engine launches and whose end it records.
 mod active;
+mod approvals;
 mod background;
 mod cancel;
 mod config;
@@ -37,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::run::overlay_mirrored;
+pub use approvals::Deciding;
 pub use config::EngineConfig;
 pub use refusal::Refusal;
 
@@ -236,6 +238,31 @@ impl crate::tools::builtin::Commands for Engine {
     }
     async fn model_list(&self) -> app::wire::ModelList {
         self.models().list(crate::clock::now_ms()).await
+    }
+    async fn rename(&self, session: &SessionId, title: &str) -> Result<app::wire::Session> {
+        let patch = app::wire::PatchSession {
+            title: Some(title.to_string()),
+            ..Default::default()
+        };
+        Engine::patch_session(self, session, patch).await
+    }
+    async fn approvals(&self) -> Result<app::wire::Approvals> {
+        Engine::approvals(self).await
+    }
+    async fn decide(
+        &self,
+        run: &app::wire::RunId,
+        call: &app::wire::ToolCallId,
+        decision: app::wire::Decision,
+        reason: Option<String>,
+    ) -> Result<app::wire::ToolCall> {
+        let deciding = Deciding {
+            decision,
+            reason,
+            by: Some(app::wire::DecidedBy::Mcp),
+            from: None,
+        };
+        Engine::decide(self, run, call, deciding).await
     }
 }
 

@@ -44,6 +44,22 @@ pub enum Refusal {
     /// Dismiss-retry of a run that did not fail.
     #[error("run {run} is {status}, not failed: there is no automatic retry to cancel")]
     NotFailed { run: RunId, status: RunStatus },
+    /// A decision on a tool call that was decided already.
+    #[error(
+        "tool call {call} was already decided: {decision}{}; the first decision stands",
+        by_of(by)
+    )]
+    ApprovalDecided {
+        call: app::wire::ToolCallId,
+        decision: app::wire::Decision,
+        by: Option<app::wire::DecidedBy>,
+    },
+    /// A decision on a tool call that waits for none.
+    #[error("tool call {call} is {status}, not waiting for a decision")]
+    ApprovalNotWaiting {
+        call: app::wire::ToolCallId,
+        status: &'static str,
+    },
     /// This instance's end of a run it no longer owns (its lease lapsed): fenced.
     #[error(
         "this instance's lease on run {run} lapsed; the run's end waits for its next heartbeat"
@@ -63,6 +79,8 @@ impl Refusal {
                 ErrorCode::RegenerateStale
             }
             Refusal::NotFamily { .. } => ErrorCode::SubsessionsNotFamily,
+            Refusal::ApprovalDecided { .. } => ErrorCode::ApprovalDecided,
+            Refusal::ApprovalNotWaiting { .. } => ErrorCode::ApprovalNotWaiting,
             Refusal::RunEnded { .. }
             | Refusal::CancelPending { .. }
             | Refusal::NothingToStop
@@ -71,6 +89,10 @@ impl Refusal {
             | Refusal::LeaseLapsed { .. } => ErrorCode::Conflict,
         }
     }
+}
+
+fn by_of(by: &Option<app::wire::DecidedBy>) -> String {
+    by.map(|b| format!(" (by {b})")).unwrap_or_default()
 }
 
 fn latest_of(latest: &Option<(RunId, RunStatus)>) -> String {

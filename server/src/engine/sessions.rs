@@ -68,6 +68,7 @@ impl Engine {
                 auto_retry: new.auto_retry.unwrap_or_default(),
                 tools: &tools,
                 fallbacks: fallbacks.as_deref(),
+                approval: new.approval.unwrap_or_default(),
             })
             .await?;
         self.publish(&session.id, Event::Session(session.clone()));
@@ -96,11 +97,28 @@ impl Engine {
             Some(chosen) => Some(self.tools().check_choice(chosen).map_err(Error::invalid)?),
             None => None,
         };
+        // Remembered decisions can be forgotten here, never granted: a grant is a decision.
+        let tool_grants = match patch.tool_grants {
+            Some(kept) => {
+                let now = self.store().session(session_id).await?.session.tool_grants;
+                if let Some(new) = kept.iter().find(|g| !now.contains(g)) {
+                    return Err(Error::invalid(format!(
+                        "tool_grants may only remove remembered decisions; {}/{} ({}) is not one \
+                         of them: decide a waiting call with allow_always or reject_always instead",
+                        new.server, new.tool, new.decision
+                    )));
+                }
+                Some(kept)
+            }
+            None => None,
+        };
         let change = SessionChange {
             title: title.map(str::to_string),
             auto_retry: patch.auto_retry,
             tools,
             fallbacks: self.checked_fallbacks(patch.fallbacks.as_deref())?,
+            approval: patch.approval,
+            tool_grants,
         };
         self.update_settings(session_id, change).await
     }

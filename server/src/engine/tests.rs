@@ -63,6 +63,7 @@ async fn engine_at(background: app::wire::Backoff) -> (Engine, String) {
         instance: crate::clock::new_id("i"),
         default_model: "demo".into(),
         reconcile_every: Duration::from_secs(30),
+        approval_timeout: Duration::from_secs(3600),
         background,
         parking: crate::retry::parking::Parking {
             probe: background,
@@ -175,6 +176,7 @@ async fn session(engine: &Engine, auto_retry: AutoRetry) -> SessionId {
             auto_retry,
             tools: &[],
             fallbacks: None,
+            approval: app::wire::ApprovalMode::Policy,
         })
         .await
         .unwrap()

@@ -173,6 +173,16 @@ pub async fn require_operator(State(state): State<AppState>, req: Request, next:
             }
         }
         Some((t, _)) if token_matches(t, &state.token) => next.run(req).await,
+        // An agent never decides a tool call, its own or anyone's (CONTRACT §8): said as
+        // such, not as a wrong token.
+        Some((t, _)) if is_approval_path(req.uri().path()) && is_agent_token(&state, t).await => {
+            respond(
+                StatusCode::FORBIDDEN,
+                ErrorCode::Forbidden,
+                "an agent token never decides tool calls, its own or its sub-sessions': only \
+                 the operator does",
+            )
+        }
         Some(_) => respond(
             StatusCode::UNAUTHORIZED,
             ErrorCode::Unauthorized,
@@ -184,6 +194,20 @@ pub async fn require_operator(State(state): State<AppState>, req: Request, next:
             "send Authorization: Bearer <token>, or open the URL `mulligan serve` printed",
         ),
     }
+}
+
+/// The approval routes (CONTRACT §8): `…/decision` and `/approvals`.
+fn is_approval_path(path: &str) -> bool {
+    path.ends_with("/decision") || path.ends_with("/approvals")
+}
+
+/// Whether `token` is some session's agent token.
+async fn is_agent_token(state: &AppState, token: &str) -> bool {
+    let hash = crate::secrets::hex_sha256(token);
+    matches!(
+        state.engine.store().session_by_token_hash(&hash).await,
+        Ok(Some(_))
+    )
 }
 
 /// `/?token=…`: sets the HttpOnly session cookie and redirects to the same page without it.

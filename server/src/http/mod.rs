@@ -1,6 +1,7 @@
 //! The HTTP surface: `/api/v1` (CONTRACT §2), `/mcp` (§5, see [`mcp`]), `/healthz`,
 //! `/metrics`, the demo provider's endpoint and the server-rendered Leptos app. Handlers parse,
 //! call the engine, map to the contract.
+mod approvals;
 pub mod auth;
 pub mod error;
 pub mod mcp;
@@ -61,6 +62,8 @@ fn api_routes() -> Vec<(Route, MethodRouter<AppState>)> {
         at(api::DISMISS_RETRY.route, runs::dismiss_retry),
         at(api::EVENTS, sse::events),
         at(api::RUN.route, runs::detail),
+        at(api::DECIDE_TOOL_CALL.route, approvals::decide),
+        at(api::APPROVALS.route, approvals::list),
         at(api::PROVIDERS.route, providers::list),
         at(api::CLEAR_COOLDOWN.route, providers::clear),
         at(api::MODELS.route, providers::models),

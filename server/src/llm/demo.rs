@@ -47,7 +47,22 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "demo-agent-flaky",
         "like demo-agent, but the step after the tool call fails with 503: a retry continues the turn without calling the tool again",
     ),
+    (
+        "demo-agent-writes",
+        "an agent turn that renames its own session with the built-in mulligan tool: a tool that changes something, so it asks for the operator's approval first",
+    ),
 ];
+
+/// Which demo agent plays a step.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Agent {
+    /// Lists its sub-sessions (a read-only tool), then answers.
+    Lists,
+    /// The same, failing 503 on the step after the tool call.
+    Flaky,
+    /// Renames its own session (a tool that writes: it asks first).
+    Writes,
+}
 
 #[derive(Clone)]
 struct Demo {
@@ -120,12 +135,13 @@ async fn chat(State(demo): State<Demo>, Json(body): Json<ChatBody>) -> Response 
         .find(|m| m.role == "user")
         .map(|m| m.content.as_str());
     let reply = reply_for(prompt.unwrap_or(""), &body.model);
-    if let Some(flaky) = match body.model.as_str() {
-        "demo-agent" => Some(false),
-        "demo-agent-flaky" => Some(true),
+    if let Some(agent) = match body.model.as_str() {
+        "demo-agent" => Some(Agent::Lists),
+        "demo-agent-flaky" => Some(Agent::Flaky),
+        "demo-agent-writes" => Some(Agent::Writes),
         _ => None,
     } {
-        return agent_step(demo.delta_every, &body.messages, flaky);
+        return agent_step(demo.delta_every, &body.messages, agent);
     }
     match body.model.as_str() {
         "demo-flaky" if call <= 2 => error(
@@ -172,7 +188,7 @@ async fn chat(State(demo): State<Demo>, Json(body): Json<ChatBody>) -> Response 
 /// One step of the demo agent. A turn's first step asks for `mulligan__list_sessions`; the
 /// step after a tool result answers with what it found (the flaky agent answers 503 there
 /// instead, every time, so only a continuation gets past it); a continuation answers.
-fn agent_step(every: Duration, messages: &[super::ChatMessage], flaky: bool) -> Response {
+fn agent_step(every: Duration, messages: &[super::ChatMessage], agent: Agent) -> Response {
     let since_prompt = messages
         .iter()
         .rev()
@@ -184,12 +200,24 @@ fn agent_step(every: Duration, messages: &[super::ChatMessage], flaky: bool) -> 
     });
     if since_prompt.is_empty() && !continuing {
         let asked = last.and_then(|m| asked_call(&m.content));
-        let (intro, name, arguments) = match asked {
-            Some((name, arguments)) => ("Calling the tool you asked for. ", name, arguments),
-            None => (
+        let rename =
+            serde_json::json!({"title": demo_title(last.map_or("", |m| m.content.as_str()))})
+                .to_string();
+        let (intro, name, arguments) = match (asked, agent) {
+            (Some((name, arguments)), _) => (
+                "Calling the tool you asked for. ",
+                name,
+                arguments.to_string(),
+            ),
+            (None, Agent::Writes) => (
+                "I will give this session a title that says what it is about. ",
+                "mulligan__rename_session",
+                rename,
+            ),
+            (None, _) => (
                 "Let me check my sub-sessions first. ",
                 "mulligan__list_sessions",
-                "{}",
+                "{}".to_string(),
             ),
         };
         let mut words = words(intro);
@@ -199,7 +227,7 @@ fn agent_step(every: Duration, messages: &[super::ChatMessage], flaky: bool) -> 
         words.push(String::new());
         return stream_with_call(every, words, call);
     }
-    if flaky && last.is_some_and(|m| m.role == "tool") {
+    if agent == Agent::Flaky && last.is_some_and(|m| m.role == "tool") {
         return error(
             503,
             &[],
@@ -207,10 +235,26 @@ fn agent_step(every: Duration, messages: &[super::ChatMessage], flaky: bool) -> 
             "The demo agent's provider failed after the tool call: retry to continue the turn.",
         );
     }
-    let found = messages
-        .iter()
-        .rev()
-        .find(|m| m.role == "tool")
+    let result = messages.iter().rev().find(|m| m.role == "tool");
+    if agent == Agent::Writes {
+        let declined = result.is_some_and(|m| {
+            m.content.contains("declined") || m.content.contains("did not decide")
+        });
+        let renamed = result
+            .and_then(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
+            .and_then(|v| v["title"].as_str().map(str::to_string));
+        let text = match (declined, renamed) {
+            (true, _) => {
+                "Understood: you declined the rename, so I left the title as it was.".to_string()
+            }
+            (false, Some(t)) => format!("Done: this session is now titled “{t}”."),
+            (false, None) => {
+                "The rename did not go through; the tool's answer is above.".to_string()
+            }
+        };
+        return stream(every, words(&text), true);
+    }
+    let found = result
         .and_then(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
         .and_then(|v| v["sessions"].as_array().map(Vec::len));
     let text = match found {
@@ -219,6 +263,16 @@ fn agent_step(every: Duration, messages: &[super::ChatMessage], flaky: bool) -> 
         None => "I checked what already finished; the tool's result is above. Nothing else is needed.".to_string(),
     };
     stream(every, words(&text), true)
+}
+
+/// The title the writing demo agent gives its session: the prompt's first words.
+fn demo_title(prompt: &str) -> String {
+    let words: Vec<&str> = prompt.split_whitespace().take(6).collect();
+    let mut title = format!("About: {}", words.join(" "));
+    if title.chars().count() > 60 {
+        title = title.chars().take(60).collect();
+    }
+    title
 }
 
 /// The tool an operator's prompt `call <server>__<tool> [json arguments]` asks the demo agent

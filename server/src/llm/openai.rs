@@ -264,6 +264,8 @@ mod tests {
                 input_schema: serde_json::json!({"type": "object"}),
                 read_only: None,
                 destructive: None,
+                idempotent: None,
+                open_world: None,
             }],
         );
         let messages = [super::super::ChatMessage::text("user", "hi")];

@@ -17,6 +17,8 @@ pub const MAX_SERVERS: usize = 64;
 pub struct ServerSpec {
     pub name: String,
     pub transport: TransportSpec,
+    /// Which of its calls ask the operator first (CONTRACT §8).
+    pub approval: crate::tools::approval::SourceRule,
 }
 
 /// How to reach a server.
@@ -182,8 +184,13 @@ pub fn parse(text: &str) -> Result<Vec<ServerSpec>, ConfigError> {
                 "listed twice; give each server its own name",
             ));
         }
+        let approval = approval_of(&name, &value)?;
         let transport = server(&name, value)?;
-        specs.push(ServerSpec { name, transport });
+        specs.push(ServerSpec {
+            name,
+            transport,
+            approval,
+        });
     }
     Ok(specs)
 }
@@ -210,8 +217,71 @@ fn check_name(name: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-const STDIO_FIELDS: &[&str] = &["command", "args", "env", "cwd", "type"];
-const HTTP_FIELDS: &[&str] = &["url", "headers", "type"];
+const STDIO_FIELDS: &[&str] = &[
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "type",
+    "approval",
+    "approval_tools",
+];
+const HTTP_FIELDS: &[&str] = &["url", "headers", "type", "approval", "approval_tools"];
+
+/// A server's `"approval"` (`writes`, `always`, `never`) and `"approval_tools"` (a tool name
+/// to `always` or `never`).
+fn approval_of(
+    name: &str,
+    value: &serde_json::Value,
+) -> Result<crate::tools::approval::SourceRule, ConfigError> {
+    use crate::tools::approval::{Rule, SourceRule};
+    let mut out = SourceRule::default();
+    match value.get("approval") {
+        None => {}
+        Some(serde_json::Value::String(w)) => {
+            out.rule = Rule::parse(w).ok_or_else(|| {
+                ConfigError::server(
+                    name,
+                    "\"approval\" must be \"writes\" (ask before tools not marked read-only),                      \"always\" or \"never\"",
+                )
+            })?;
+        }
+        Some(_) => {
+            return Err(ConfigError::server(
+                name,
+                "\"approval\" must be a string: \"writes\", \"always\" or \"never\"",
+            ))
+        }
+    }
+    match value.get("approval_tools") {
+        None => {}
+        Some(serde_json::Value::Object(tools)) => {
+            for (tool, rule) in tools {
+                let rule = match rule.as_str() {
+                    Some("always") => Rule::Always,
+                    Some("never") => Rule::Never,
+                    _ => {
+                        let shown: String = tool.chars().take(64).collect();
+                        return Err(ConfigError::server(
+                            name,
+                            format!(
+                                "\"approval_tools\": \"{shown}\" must be \"always\" or \"never\""
+                            ),
+                        ));
+                    }
+                };
+                out.tools.push((tool.clone(), rule));
+            }
+        }
+        Some(_) => {
+            return Err(ConfigError::server(
+                name,
+                "\"approval_tools\" must be an object of tool names to \"always\" or \"never\"",
+            ))
+        }
+    }
+    Ok(out)
+}
 /// Headers the transport sets itself.
 const RESERVED_HEADERS: &[&str] = &[
     "accept",

@@ -71,6 +71,8 @@ pub fn tools(list: Vec<Tool>, redactor: &Redactor) -> (Vec<ToolInfo>, usize) {
             input_schema: schema,
             read_only: annotations.and_then(|a| a.read_only_hint),
             destructive: annotations.and_then(|a| a.destructive_hint),
+            idempotent: annotations.and_then(|a| a.idempotent_hint),
+            open_world: annotations.and_then(|a| a.open_world_hint),
         });
     }
     (out, skipped)

@@ -6,9 +6,10 @@ use crate::clock::{new_id, now_ms};
 use crate::llm::tool_calls::AssembledCall;
 use crate::llm::{ChatMessage, ChatToolCall};
 use crate::store::{NewToolCall, RecordedCall};
+use crate::tools::approval::{self, Verdict};
 use crate::tools::builtin::{self, Caller};
 use crate::tools::{bounded_result, model_name, CallEnd, Offered, BUILTIN};
-use app::wire::{Event, ToolCall, ToolCallEvent, ToolCallStatus};
+use app::wire::{Approval, Event, ToolCall, ToolCallEvent, ToolCallStatus};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,8 +83,16 @@ fn text_boundary(content: &str, at: usize) -> usize {
 fn result_for_model(call: &ToolCall) -> String {
     match call.status {
         ToolCallStatus::Ok | ToolCallStatus::Error => call.result.clone().unwrap_or_default(),
+        ToolCallStatus::Denied => call
+            .result
+            .clone()
+            .unwrap_or_else(|| approval::declined_text(None, false)),
         ToolCallStatus::Cancelled => "The operator cancelled this tool call.".into(),
         ToolCallStatus::Running | ToolCallStatus::Interrupted => OUTCOME_UNKNOWN.into(),
+        // Never sent (its run ended while it waited).
+        ToolCallStatus::AwaitingApproval | ToolCallStatus::Queued => {
+            "This tool call was not run: its turn ended before it was decided.".into()
+        }
     }
 }
 
@@ -102,6 +111,18 @@ pub enum Executed {
     Cancelled,
     /// A call's start or end could not be recorded: the turn cannot go on safely.
     Unrecorded(String),
+    /// Calls wait for the operator's decision: the run parks (CONTRACT §8).
+    Awaiting,
+}
+
+/// One call of a step, checked and about to be recorded.
+struct Prepared {
+    ord: u32,
+    provider_id: String,
+    call: ToolCall,
+    found: Option<Offered>,
+    arguments: Option<Map<String, Value>>,
+    verdict: Verdict,
 }
 
 /// The first step's note to the model when tool sources were still starting.
@@ -147,10 +168,12 @@ impl RunTask {
 
     /// Executes one step's calls in order and records each; answers the assistant message
     /// that asked for them and their results, as the next step's conversation needs them.
+    /// When one of them needs the operator's decision (CONTRACT §8), none is sent: all are
+    /// recorded (the asking ones `awaiting_approval`, the others `queued`) and the run parks.
     pub(super) async fn execute_calls(&mut self, asked: Asked, offered: &[Offered]) -> Executed {
         let Asked { step, text, calls } = asked;
         let mut assistant = ChatMessage::text("assistant", text);
-        let mut results = Vec::with_capacity(calls.len());
+        let mut prepared = Vec::with_capacity(calls.len());
         for mut a in calls {
             self.tally.calls = self.tally.calls.saturating_add(1);
             let ord = self.tally.calls;
@@ -164,44 +187,28 @@ impl RunTask {
             assistant
                 .tool_calls
                 .push(ChatToolCall::new(&a.id, &a.name, &a.arguments));
-            let found = offered.iter().find(|o| o.model_name == a.name);
-            let arguments = parse_arguments(&a.arguments);
-            let mut call = ToolCall {
-                id: new_id("tc").into(),
-                step,
-                server: found.map(|o| o.server.clone()).unwrap_or_default(),
-                tool: found.map_or_else(|| limited(&a.name, 128), |o| o.tool().to_string()),
-                arguments: match &arguments {
-                    Ok(map) => Value::Object(map.clone()),
-                    Err(_) => Value::String(limited(&a.arguments, 4096)),
-                },
-                status: ToolCallStatus::Running,
-                result: None,
-                started_at: now_ms(),
-                finished_at: None,
-            };
-            // Not executable: answered at once, never sent.
-            let refusal = match (found, &arguments) {
-                (None, _) => Some(format!(
-                    "There is no tool named {:?} in this session. Available: {}.",
-                    limited(&a.name, 128),
-                    offered.iter().map(|o| o.model_name.as_str()).collect::<Vec<_>>().join(", ")
-                )),
-                (_, Err(e)) => Some(format!("The arguments are not a JSON object: {e}. Call the tool again with valid JSON arguments.")),
-                _ => None,
-            };
-            if let Some(text) = &refusal {
-                call.status = ToolCallStatus::Error;
-                call.result = Some(text.clone());
-                call.finished_at = Some(now_ms());
-            }
-            let text_offset = self.active.live().text.len();
+            prepared.push(self.prepare(a, ord, step, offered));
+        }
+        let text_offset = self.active.live().text.len();
+        if prepared.iter().any(|p| p.verdict == Verdict::Ask) {
+            return self.ask(prepared, text_offset).await;
+        }
+        let mut results = Vec::with_capacity(prepared.len());
+        for Prepared {
+            ord,
+            provider_id,
+            mut call,
+            found,
+            arguments,
+            verdict,
+        } in prepared
+        {
             let new = NewToolCall {
                 run_id: &self.run.id,
                 message_id: &self.reply.id,
                 session_id: &self.run.session_id,
                 ord,
-                provider_id: &a.id,
+                provider_id: &provider_id,
                 call: &call,
                 text_offset,
             };
@@ -210,36 +217,238 @@ impl RunTask {
                 return Executed::Unrecorded(format!("could not record a tool call's start: {e}"));
             }
             self.announce(&call);
-            if refusal.is_none() {
-                let (Some(o), Ok(map)) = (found, arguments) else {
+            if call.status == ToolCallStatus::Running && verdict == Verdict::Run {
+                let (Some(o), Some(map)) = (found.as_ref(), arguments) else {
                     unreachable!("executable calls have a tool and arguments")
                 };
-                let (status, text, not_sent) = self.call_tool(o, map).await;
-                call.status = status;
-                call.result = text.map(|t| bounded_result(&t));
-                call.finished_at = Some(now_ms());
-                let ended = self
-                    .ctx
-                    .store
-                    .tool_call_ended(&call, &self.run.id, not_sent);
-                if let Err(e) = ended.await {
-                    return Executed::Unrecorded(format!(
-                        "could not record a tool call's end: {e}"
-                    ));
-                }
-                self.announce(&call);
-                if status == ToolCallStatus::Cancelled {
-                    return Executed::Cancelled;
+                match self.send_recorded(&mut call, o, map).await {
+                    Ok(true) => {}
+                    Ok(false) => return Executed::Cancelled,
+                    Err(e) => return e,
                 }
             }
             let mut answer = ChatMessage::text("tool", result_for_model(&call));
-            answer.tool_call_id = Some(a.id.clone());
+            answer.tool_call_id = Some(provider_id);
             results.push(answer);
         }
         let mut messages = Vec::with_capacity(results.len() + 1);
         messages.push(assistant);
         messages.extend(results);
         Executed::Done(messages)
+    }
+
+    /// A call the model asked for, checked: its tool, its arguments, and what the approval
+    /// policy says of it. One that cannot run (no such tool, arguments that are not an
+    /// object, a tool the session always rejects) is answered at once and never sent.
+    fn prepare(&self, a: AssembledCall, ord: u32, step: u32, offered: &[Offered]) -> Prepared {
+        let found = offered.iter().find(|o| o.model_name == a.name).cloned();
+        let arguments = parse_arguments(&a.arguments);
+        let annotations = found.as_ref().map(Offered::annotations);
+        let mut call = ToolCall {
+            id: new_id("tc").into(),
+            step,
+            server: found.as_ref().map(|o| o.server.clone()).unwrap_or_default(),
+            tool: found
+                .as_ref()
+                .map_or_else(|| limited(&a.name, 128), |o| o.tool().to_string()),
+            arguments: match &arguments {
+                Ok(map) => Value::Object(map.clone()),
+                Err(_) => Value::String(limited(&a.arguments, 4096)),
+            },
+            status: ToolCallStatus::Running,
+            result: None,
+            started_at: now_ms(),
+            finished_at: None,
+            approval: None,
+            annotations: annotations.filter(|a| !a.is_empty()),
+        };
+        let refusal = match (&found, &arguments) {
+            (None, _) => Some(format!(
+                "There is no tool named {:?} in this session. Available: {}.",
+                limited(&a.name, 128),
+                offered.iter().map(|o| o.model_name.as_str()).collect::<Vec<_>>().join(", ")
+            )),
+            (_, Err(e)) => Some(format!("The arguments are not a JSON object: {e}. Call the tool again with valid JSON arguments.")),
+            _ => None,
+        };
+        let verdict = match (&refusal, &found) {
+            (None, Some(o)) => approval::verdict(
+                self.session.approval,
+                &self.session.tool_grants,
+                &self.ctx.tools.rule(&o.server),
+                &o.server,
+                o.tool(),
+                &o.annotations(),
+            ),
+            _ => Verdict::Run,
+        };
+        if let Some(text) = refusal {
+            call.status = ToolCallStatus::Error;
+            call.result = Some(text);
+            call.finished_at = Some(now_ms());
+        } else if verdict == Verdict::Deny {
+            call.status = ToolCallStatus::Denied;
+            call.result = Some(approval::declined_text(None, false));
+            call.finished_at = Some(now_ms());
+        }
+        Prepared {
+            ord,
+            provider_id: a.id,
+            call,
+            found,
+            arguments: arguments.ok(),
+            verdict,
+        }
+    }
+
+    /// Records a step's calls asking the operator (CONTRACT §8): nothing is sent; the run
+    /// parks once they are recorded.
+    async fn ask(&mut self, prepared: Vec<Prepared>, text_offset: usize) -> Executed {
+        let asked_at = now_ms();
+        let mut calls = Vec::with_capacity(prepared.len());
+        for mut p in prepared {
+            if p.call.status == ToolCallStatus::Running {
+                p.call.status = match p.verdict {
+                    Verdict::Ask => {
+                        p.call.approval = Some(Approval {
+                            asked_at,
+                            decision: None,
+                            reason: None,
+                            decided_at: None,
+                            by: None,
+                            from: None,
+                        });
+                        ToolCallStatus::AwaitingApproval
+                    }
+                    _ => ToolCallStatus::Queued,
+                };
+            }
+            calls.push(p);
+        }
+        let new: Vec<NewToolCall> = calls
+            .iter()
+            .map(|p| NewToolCall {
+                run_id: &self.run.id,
+                message_id: &self.reply.id,
+                session_id: &self.run.session_id,
+                ord: p.ord,
+                provider_id: &p.provider_id,
+                call: &p.call,
+                text_offset,
+            })
+            .collect();
+        self.active.live().tool_calls += u32::try_from(new.len()).unwrap_or(u32::MAX);
+        if let Err(e) = self.ctx.store.record_calls(&new).await {
+            return Executed::Unrecorded(format!("could not record the tool calls asked for: {e}"));
+        }
+        drop(new);
+        for p in &calls {
+            self.announce(&p.call);
+        }
+        let waiting = calls
+            .iter()
+            .filter(|p| p.call.status == ToolCallStatus::AwaitingApproval)
+            .count();
+        tracing::info!(run = %self.run.id, waiting, "tool calls wait for the operator's decision");
+        Executed::Awaiting
+    }
+
+    /// Sends a recorded call and records its end: `Ok(true)` to go on, `Ok(false)` when the
+    /// run was cancelled during it.
+    async fn send_recorded(
+        &mut self,
+        call: &mut ToolCall,
+        o: &Offered,
+        arguments: Map<String, Value>,
+    ) -> Result<bool, Executed> {
+        let (status, text, not_sent) = self.call_tool(o, arguments).await;
+        call.status = status;
+        call.result = text.map(|t| bounded_result(&t));
+        call.finished_at = Some(now_ms());
+        let ended = self.ctx.store.tool_call_ended(call, &self.run.id, not_sent);
+        if let Err(e) = ended.await {
+            return Err(Executed::Unrecorded(format!(
+                "could not record a tool call's end: {e}"
+            )));
+        }
+        self.announce(call);
+        Ok(status != ToolCallStatus::Cancelled)
+    }
+
+    /// Executes the decided step of a resumed run (CONTRACT §8), in the calls' order: an
+    /// allowed or queued call is sent (its start recorded first), a denied one keeps its
+    /// refusal. Answers the run's calls as they are now.
+    pub(super) async fn execute_decided(
+        &mut self,
+        mut recorded: Vec<RecordedCall>,
+        offered: &[Offered],
+    ) -> Result<Vec<RecordedCall>, Executed> {
+        let last = recorded.iter().map(|c| c.call.step).max().unwrap_or(0);
+        for c in recorded.iter_mut().filter(|c| c.call.step == last) {
+            let call = &mut c.call;
+            let send = match call.status {
+                ToolCallStatus::Queued => true,
+                ToolCallStatus::AwaitingApproval => call
+                    .approval
+                    .as_ref()
+                    .and_then(|a| a.decision)
+                    .is_some_and(|d| d.allows()),
+                _ => false,
+            };
+            if !send {
+                continue;
+            }
+            match self
+                .ctx
+                .store
+                .decided_call_sent(&self.run.id, &call.id)
+                .await
+            {
+                Ok(at) => {
+                    call.status = ToolCallStatus::Running;
+                    call.started_at = at;
+                }
+                Err(e) => {
+                    return Err(Executed::Unrecorded(format!(
+                        "could not record a tool call's start: {e}"
+                    )))
+                }
+            }
+            self.announce(call);
+            let name = model_name(&call.server, &call.tool);
+            let found = offered
+                .iter()
+                .find(|o| o.server == call.server && o.tool() == call.tool)
+                .or_else(|| offered.iter().find(|o| o.model_name == name))
+                .cloned();
+            let arguments = match &call.arguments {
+                Value::Object(map) => map.clone(),
+                _ => Map::new(),
+            };
+            match found {
+                Some(o) => match self.send_recorded(call, &o, arguments).await {
+                    Ok(true) => {}
+                    Ok(false) => return Err(Executed::Cancelled),
+                    Err(e) => return Err(e),
+                },
+                None => {
+                    call.status = ToolCallStatus::Error;
+                    call.result = Some(format!(
+                        "The tool {name} is no longer available in this session (its source \
+                         is not ready or not chosen), so the call was not sent."
+                    ));
+                    call.finished_at = Some(now_ms());
+                    let ended = self.ctx.store.tool_call_ended(call, &self.run.id, true);
+                    if let Err(e) = ended.await {
+                        return Err(Executed::Unrecorded(format!(
+                            "could not record a tool call's end: {e}"
+                        )));
+                    }
+                    self.announce(call);
+                }
+            }
+        }
+        Ok(recorded)
     }
 
     /// Sends one call to its source: its status, its text, and whether it was never sent.
@@ -349,6 +558,8 @@ mod tests {
                 result: Some(format!("result {id}")),
                 started_at: 1,
                 finished_at: Some(2),
+                approval: None,
+                annotations: None,
             },
             message_id: "m".into(),
             provider_id: format!("call_{id}"),

@@ -83,6 +83,8 @@ pub struct RunTask {
     session: SessionCall,
     active: Active,
     tally: Tally,
+    /// Resumed after its calls were decided: the milliseconds it executed before.
+    resumed: Option<i64>,
 }
 
 /// What a run's steps add up.
@@ -105,6 +107,8 @@ enum End {
     Cancelled,
     /// The server is stopping: the run is recorded as interrupted.
     Stopping,
+    /// A step's calls wait for the operator (CONTRACT §8): the run parks.
+    AwaitingApproval,
     /// Failed before or without the provider (spend limit, the server itself), or ended by
     /// one of Mulligan's own limits (a reply too large).
     Refused {

@@ -1,7 +1,7 @@
 //! Executing one run: its stream (the step loop is `turn`) under its cancel, the server's
 //! stop and the run's time limit, a panic caught, and how the run ended said as an outcome
 //! to record.
-use super::{Active, Builtins, End, RunContext, RunTask};
+use super::{Active, Builtins, End, RunContext, RunTask, Tally};
 use crate::clock::now_ms;
 use crate::llm::{limits, ProviderError};
 use crate::retry::classify;
@@ -21,7 +21,23 @@ impl RunTask {
         started: Started,
         active: Active,
     ) -> RunTask {
-        let Started { run, reply, call } = started;
+        let Started {
+            run,
+            reply,
+            call,
+            resumed,
+        } = started;
+        let mut tally = Tally::default();
+        if resumed.is_some() {
+            // It goes on from what it recorded: its text, its steps, its attempts' numbers.
+            let mut live = active.live();
+            live.text = reply.content.clone();
+            live.seq = reply.delta_seq.unwrap_or(0);
+            live.steps = run.steps;
+            live.tool_calls = 1;
+            tally.attempts = run.tier1_attempts;
+            tally.served = run.served.clone();
+        }
         RunTask {
             ctx,
             builtins,
@@ -29,7 +45,8 @@ impl RunTask {
             reply,
             session: call,
             active,
-            tally: Default::default(),
+            tally,
+            resumed,
         }
     }
 
@@ -73,7 +90,11 @@ impl RunTask {
 
     /// Streams the run and says how to record its end.
     async fn outcome(&mut self) -> Outcome {
-        let max_run = self.ctx.cfg.max_run;
+        // Waiting for a decision is not run time: a resumed run has what it had left.
+        let used =
+            std::time::Duration::from_millis(u64::try_from(self.resumed.unwrap_or(0)).unwrap_or(0));
+        let max_run = self.ctx.cfg.max_run.saturating_sub(used);
+        let limit_s = self.ctx.cfg.max_run.as_secs();
         let (ctx, active) = (self.ctx.clone(), self.active.clone());
         // Polled only when they are woken, not on each of the stream's wake-ups (the stopping
         // token is shared by every run: polling it takes its lock).
@@ -88,7 +109,7 @@ impl RunTask {
             () = limit => End::Failed(ProviderError::Timeout {
                 message: format!(
                     "the run took longer than its limit of {} s (MULLIGAN_MAX_RUN_MS)",
-                    max_run.as_secs()
+                    limit_s
                 ),
             }),
         };
@@ -111,6 +132,9 @@ impl RunTask {
         match end {
             End::Completed => outcome(RunStatus::Completed, content, None, None, tokens),
             End::Cancelled => outcome(RunStatus::Cancelled, content, None, None, tokens),
+            End::AwaitingApproval => {
+                outcome(RunStatus::AwaitingApproval, content, None, None, tokens)
+            }
             End::Stopping => failed(
                 content,
                 "the server stopped while this reply was being written".into(),

@@ -46,7 +46,46 @@ impl RunTask {
         };
         let mut messages = turn.messages;
         let max_steps = self.ctx.cfg.max_steps.max(1);
-        for step in 1..=max_steps {
+        let mut first_step = 1;
+        if self.resumed.is_some() {
+            // A run resumed after its calls were decided (CONTRACT §8): its last step's calls
+            // run now, and the turn goes on from the steps it recorded.
+            let recorded = match self.ctx.store.tool_calls_of_message(&self.reply.id).await {
+                Ok(r) => r,
+                Err(e) => {
+                    return End::Refused {
+                        class: RetryClass::ServerError,
+                        message: limits::error_text(&format!(
+                            "could not read the decided tool calls: {e}"
+                        )),
+                    }
+                }
+            };
+            self.tally.calls = u32::try_from(recorded.len()).unwrap_or(u32::MAX);
+            first_step = recorded
+                .iter()
+                .map(|c| c.call.step)
+                .max()
+                .unwrap_or(0)
+                .saturating_add(1);
+            let recorded = match self.execute_decided(recorded, &turn.offered).await {
+                Ok(r) => r,
+                Err(Executed::Cancelled) => return End::Cancelled,
+                Err(Executed::Unrecorded(message)) => {
+                    return End::Refused {
+                        class: RetryClass::ServerError,
+                        message,
+                    }
+                }
+                Err(_) => return End::Cancelled,
+            };
+            let content = self.active.live().text.clone();
+            messages.extend(conversation_of(&content, &recorded));
+            if self.active.cancel.is_cancelled() {
+                return End::Cancelled;
+            }
+        }
+        for step in first_step..=max_steps {
             if let Some(limit) = self.ctx.cfg.spend_limit_tokens {
                 let spent = turn.spent.saturating_add(self.tally.tokens);
                 if spent >= limit {
@@ -84,6 +123,7 @@ impl RunTask {
             match self.execute_calls(asked, &turn.offered).await {
                 Executed::Done(more) => messages.extend(more),
                 Executed::Cancelled => return End::Cancelled,
+                Executed::Awaiting => return End::AwaitingApproval,
                 Executed::Unrecorded(message) => {
                     return End::Refused {
                         class: RetryClass::ServerError,

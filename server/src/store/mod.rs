@@ -5,6 +5,7 @@
 //! `sessions`, `messages`, `runs` (with `run_reads`, `starts` and their `attempts`),
 //! `tool_calls`, `events` (the event log, `notify` its notifications) and `cooldowns`; `rows` maps rows to wire types,
 //! `script` sends a transaction's statements together (one trip on SQLite), `shared` holds what several PostgreSQL instances share (session locks, notifications).
+mod approvals;
 mod attempts;
 mod cooldowns;
 mod error;
@@ -23,8 +24,8 @@ mod tool_calls;
 
 use crate::clock::{new_id, now_ms};
 use app::wire::{
-    Attempt, AutoRetry, Message, MessageStatus, Provenance, RetryClass, RetryClassification, Run,
-    RunKind, RunStatus, Session, SessionStatus, WaitingRetry,
+    ApprovalMode, Attempt, AutoRetry, Message, MessageStatus, Provenance, RetryClass,
+    RetryClassification, Run, RunKind, RunStatus, Session, SessionStatus, ToolGrant, WaitingRetry,
 };
 pub use error::{Constraint, Result, StoreError};
 use rows::Get;
@@ -33,6 +34,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::Row;
 use std::str::FromStr;
 
+pub use approvals::{Decided, NewDecision, NotDecided};
 pub use events::LoggedEvent;
 pub use messages::HistoryEntry;
 pub use notify::{decode as decode_notification, Notified};

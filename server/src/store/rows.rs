@@ -195,6 +195,8 @@ pub fn session_call(row: &impl Get) -> super::SessionCall {
         fallbacks: row
             .opt_text("session_fallbacks")
             .map(|_| json_list(row, "session_fallbacks")),
+        approval: word(row, "session_approval", Default::default()),
+        tool_grants: json_list(row, "session_tool_grants"),
     }
 }
 

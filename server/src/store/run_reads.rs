@@ -89,7 +89,7 @@ impl Store {
         with_pool!(self, |pool| {
             Ok(sqlx::query_scalar(
                 "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1
-                AND (status = 'running' OR (status = 'queued' AND held_by IS NULL)))",
+                AND (status IN ('running', 'awaiting_approval') OR (status = 'queued' AND held_by IS NULL)))",
             )
             .bind(session_id.as_str())
             .fetch_one(pool)
@@ -141,7 +141,8 @@ impl Store {
                 "SELECT DISTINCT q.session_id FROM runs q
                  WHERE q.status = 'queued' AND q.held_by IS NULL
                    AND NOT EXISTS (SELECT 1 FROM runs r
-                                   WHERE r.session_id = q.session_id AND r.status = 'running')",
+                                   WHERE r.session_id = q.session_id
+                                     AND r.status IN ('running', 'awaiting_approval'))",
             )
             .fetch_all(pool)
             .await?;

@@ -104,7 +104,7 @@ const END_RUN: &str =
     "UPDATE runs SET status = $1, error_message = $2, retryable = $3, retry_class = $4,
          retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7,
          served = COALESCE($9, served)
-     WHERE id = $8 AND status IN ('queued', 'running')
+     WHERE id = $8 AND status IN ('queued', 'running', 'awaiting_approval')
      RETURNING *";
 
 /// Who records a run's end, which decides what the end's statement checks on a shared
@@ -126,14 +126,14 @@ pub enum EndBy {
 /// [`END_RUN`] for the owner of a run on a shared database.
 static END_RUN_OWNER: LazyLock<String> = LazyLock::new(|| {
     END_RUN.replace(
-        "AND status IN ('queued', 'running')",
+        "AND status IN ('queued', 'running', 'awaiting_approval')",
         &format!("AND status = 'running' AND {}", shared::lease_live("runs")),
     )
 });
 /// [`END_RUN`] for a takeover on a shared database.
 static END_RUN_TAKEOVER: LazyLock<String> = LazyLock::new(|| {
     END_RUN.replace(
-        "AND status IN ('queued', 'running')",
+        "AND status IN ('queued', 'running', 'awaiting_approval')",
         &format!(
             "AND status = 'running' AND NOT {}",
             shared::lease_live("runs")
@@ -162,6 +162,10 @@ const END_REPLY: &str = "UPDATE messages SET content = $1, status = $2, error_me
 /// Run $3's calls still running end as $1 at $2.
 const END_TOOL_CALLS: &str = "UPDATE tool_calls SET status = $1, finished_at = $2
      WHERE run_id = $3 AND status = 'running'";
+
+/// Run $2's calls recorded but never sent end `cancelled` at $1.
+const END_UNSENT_CALLS: &str = "UPDATE tool_calls SET status = 'cancelled', finished_at = $1
+     WHERE run_id = $2 AND status IN ('awaiting_approval', 'queued')";
 
 /// Run $2's tokens ($1) count to its session's spend.
 const ADD_SPEND: &str = "UPDATE sessions SET tokens_used = tokens_used + $1
@@ -396,6 +400,8 @@ impl Store {
                 END_TOOL_CALLS,
                 vec![status.into(), now.into(), run_id.into()],
             );
+            // Calls that waited (for a decision, or for their step's other calls) never ran.
+            script.push(END_UNSENT_CALLS, vec![now.into(), run_id.into()]);
         }
         script.push(ADD_SPEND, vec![o.tokens_used.into(), run_id.into()]);
         // Prompts queued behind a failed turn are held in the same step, so no reader sees

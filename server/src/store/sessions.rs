@@ -29,7 +29,9 @@ fn session_select() -> String {
     format!(
         "SELECT s.*,
             EXISTS (SELECT 1 FROM runs a WHERE a.session_id = s.id
-                    AND a.status IN ('queued','running') AND a.held_by IS NULL) AS busy,
+                    AND a.status IN ('queued','running','awaiting_approval') AND a.held_by IS NULL) AS busy,
+            EXISTS (SELECT 1 FROM runs w WHERE w.session_id = s.id
+                    AND w.status = 'awaiting_approval') AS awaiting,
             {}
          FROM sessions s
          LEFT JOIN runs lr ON lr.id =
@@ -48,6 +50,7 @@ pub struct NewSession<'a> {
     pub tools: &'a [String],
     /// Its own fallback chain (`None`: the catalogue's).
     pub fallbacks: Option<&'a [String]>,
+    pub approval: ApprovalMode,
 }
 
 impl<'a> NewSession<'a> {
@@ -62,6 +65,7 @@ impl<'a> NewSession<'a> {
             auto_retry: AutoRetry::Off,
             tools: &[],
             fallbacks: None,
+            approval: ApprovalMode::Policy,
         }
     }
 }
@@ -74,6 +78,9 @@ pub struct SessionChange {
     pub tools: Option<Vec<String>>,
     /// A new fallback chain (`Some(vec![])`: none at all).
     pub fallbacks: Option<Vec<String>>,
+    pub approval: Option<ApprovalMode>,
+    /// The grants that stay (the engine checks that only removals are asked).
+    pub tool_grants: Option<Vec<ToolGrant>>,
 }
 
 /// What a run's provider request needs of its session, read as the run starts.
@@ -86,6 +93,9 @@ pub struct SessionCall {
     pub tools: Vec<String>,
     /// Its own fallback chain (`None`: the catalogue's).
     pub fallbacks: Option<Vec<String>>,
+    /// Which of its calls ask (CONTRACT §8), and what it remembers.
+    pub approval: ApprovalMode,
+    pub tool_grants: Vec<ToolGrant>,
 }
 
 /// The largest page `GET /sessions?limit=` and MCP `list_sessions` give.
@@ -130,7 +140,9 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
             title: row.text("title"),
             model: row.text("model"),
             parent_id: row.opt_text("parent_id").map(SessionId::from),
-            status: if row.flag("busy") {
+            status: if row.flag("awaiting") {
+                SessionStatus::AwaitingApproval
+            } else if row.flag("busy") {
                 SessionStatus::Running
             } else {
                 SessionStatus::Idle
@@ -147,6 +159,8 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
             fallbacks: row
                 .opt_text("fallbacks")
                 .map(|_| rows::json_list(row, "fallbacks")),
+            approval: rows::word(row, "approval", ApprovalMode::default()),
+            tool_grants: rows::json_list(row, "tool_grants"),
         },
         agent_token_hash: row.text("agent_token_hash"),
         tokens_used: row.int("tokens_used"),
@@ -163,8 +177,8 @@ impl Store {
         with_writer!(self, |pool| {
             let id = SessionId::from(new_id("s"));
             sqlx::query(
-            "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry, tools, fallbacks)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry, tools, fallbacks, approval)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(id.as_str())
         .bind(self.storable(new.title))
@@ -175,6 +189,7 @@ impl Store {
         .bind(new.auto_retry.as_str())
         .bind(tools)
         .bind(fallbacks)
+        .bind(new.approval.as_str())
         .execute(pool)
         .await?;
             Ok(self.session(&id).await?.session)
@@ -304,10 +319,15 @@ impl Store {
         let json = |list: &Vec<String>| serde_json::to_string(list).unwrap_or_else(|_| "[]".into());
         let tools = change.tools.as_ref().map(json);
         let fallbacks = change.fallbacks.as_ref().map(json);
+        let grants = change
+            .tool_grants
+            .as_ref()
+            .map(|g| serde_json::to_string(g).unwrap_or_else(|_| "[]".into()));
         with_writer!(self, |pool| {
             sqlx::query(
             "UPDATE sessions SET title = COALESCE($1, title), auto_retry = COALESCE($2, auto_retry),
-                 tools = COALESCE($3, tools), fallbacks = COALESCE($5, fallbacks)
+                 tools = COALESCE($3, tools), fallbacks = COALESCE($5, fallbacks),
+                 approval = COALESCE($6, approval), tool_grants = COALESCE($7, tool_grants)
              WHERE id = $4",
         )
         .bind(self.storable_opt(change.title.as_deref()))
@@ -315,6 +335,8 @@ impl Store {
         .bind(tools)
         .bind(id.as_str())
         .bind(fallbacks)
+        .bind(change.approval.map(|a| a.as_str()))
+        .bind(grants)
         .execute(pool)
         .await?;
             Ok(self.session(id).await?.session)

@@ -11,6 +11,9 @@ pub struct Started {
     pub run: Run,
     pub reply: Message,
     pub call: SessionCall,
+    /// A run resumed after its tool calls were decided (CONTRACT §8): the milliseconds it
+    /// executed before (waiting is not run time). `None` for a run's first start.
+    pub resumed: Option<i64>,
 }
 
 /// The streaming reply of the session's next startable run: the first queued, unheld run,
@@ -23,7 +26,8 @@ const START_REPLY: &str = "INSERT INTO messages (id, session_id, seq, role, cont
      FROM runs r
      WHERE r.id = (SELECT id FROM runs
                    WHERE session_id = $2 AND status = 'queued' AND held_by IS NULL
-                     AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $2 AND status = 'running')
+                     AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $2
+                                     AND status IN ('running', 'awaiting_approval'))
                    ORDER BY seq LIMIT 1)
      RETURNING *, FALSE AS superseded";
 
@@ -44,7 +48,9 @@ const START_RUN: &str =
          (SELECT model FROM sessions s WHERE s.id = runs.session_id) AS session_model,
          (SELECT tokens_used FROM sessions s WHERE s.id = runs.session_id) AS session_tokens_used,
          (SELECT tools FROM sessions s WHERE s.id = runs.session_id) AS session_tools,
-         (SELECT fallbacks FROM sessions s WHERE s.id = runs.session_id) AS session_fallbacks";
+         (SELECT fallbacks FROM sessions s WHERE s.id = runs.session_id) AS session_fallbacks,
+         (SELECT approval FROM sessions s WHERE s.id = runs.session_id) AS session_approval,
+         (SELECT tool_grants FROM sessions s WHERE s.id = runs.session_id) AS session_tool_grants";
 
 /// Where a start's statements are in a [`Script`].
 pub(super) struct Start {
@@ -90,6 +96,7 @@ impl Start {
             run: rows::run(run),
             reply: rows::message(reply),
             call: rows::session_call(run),
+            resumed: None,
         })
     }
 }

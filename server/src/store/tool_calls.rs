@@ -8,7 +8,9 @@ use crate::clock::now_ms;
 use app::wire::MessageId;
 use app::wire::RunId;
 use app::wire::SessionId;
-use app::wire::{Message, Part, Role, ToolCall, ToolCallStatus};
+use app::wire::{
+    Approval, DecidedBy, Decision, Message, Part, Role, ToolAnnotations, ToolCall, ToolCallStatus,
+};
 use std::collections::HashMap;
 
 /// A recorded call as the engine needs it: the wire call, the model's own id for it (sent
@@ -33,9 +35,22 @@ pub struct NewToolCall<'a> {
     pub text_offset: usize,
 }
 
-fn recorded(row: &impl Get) -> RecordedCall {
+pub(super) fn recorded(row: &impl Get) -> RecordedCall {
     let status = ToolCallStatus::parse(&row.text("status")).unwrap_or(ToolCallStatus::Interrupted);
     let arguments = serde_json::from_str(&row.text("arguments")).unwrap_or(serde_json::Value::Null);
+    let approval = row.opt_int("asked_at").map(|asked_at| Approval {
+        asked_at,
+        decision: row.opt_text("decision").and_then(|d| Decision::parse(&d)),
+        reason: row.opt_text("reason"),
+        decided_at: row.opt_int("decided_at"),
+        by: row
+            .opt_text("decided_by")
+            .and_then(|b| DecidedBy::parse(&b)),
+        from: row.opt_text("decided_from"),
+    });
+    let annotations = row
+        .opt_text("annotations")
+        .and_then(|a| serde_json::from_str::<ToolAnnotations>(&a).ok());
     RecordedCall {
         call: ToolCall {
             id: row.text("id").into(),
@@ -47,6 +62,8 @@ fn recorded(row: &impl Get) -> RecordedCall {
             result: row.opt_text("result"),
             started_at: row.int("started_at"),
             finished_at: row.opt_int("finished_at"),
+            approval,
+            annotations,
         },
         message_id: row.text("message_id"),
         provider_id: row.text("provider_id"),
@@ -60,8 +77,20 @@ impl Store {
     /// again), or already ended when it is answered without a tool server (an unknown tool,
     /// malformed arguments).
     pub async fn tool_call_started(&self, c: &NewToolCall<'_>) -> Result<()> {
-        let arguments = serde_json::to_string(&c.call.arguments).unwrap_or_else(|_| "null".into());
-        let sent = c.call.status == ToolCallStatus::Running;
+        self.record_calls(std::slice::from_ref(c)).await
+    }
+
+    /// Records several calls of one run in one transaction (a step's calls, asked together:
+    /// CONTRACT §8), under the same fence as [`Store::tool_call_started`].
+    pub async fn record_calls(&self, calls: &[NewToolCall<'_>]) -> Result<()> {
+        let Some(first) = calls.first() else {
+            return Ok(());
+        };
+        let run_id = first.run_id;
+        let sent = calls
+            .iter()
+            .filter(|c| c.call.status == ToolCallStatus::Running)
+            .count();
         let fenced = self.is_shared().then(super::shared::fence_sql);
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
@@ -71,7 +100,7 @@ impl Store {
             // partitioned) records no call, and so executes none.
             if let Some(sql) = &fenced {
                 let held: Option<i64> = sqlx::query_scalar(sql)
-                    .bind(c.run_id)
+                    .bind(run_id)
                     .fetch_optional(&mut *tx)
                     .await?;
                 if held.is_none() {
@@ -81,11 +110,21 @@ impl Store {
                     ));
                 }
             }
-            sqlx::query(
+            for c in calls {
+                let arguments =
+                    serde_json::to_string(&c.call.arguments).unwrap_or_else(|_| "null".into());
+                let annotations = c
+                    .call
+                    .annotations
+                    .filter(|a| !a.is_empty())
+                    .and_then(|a| serde_json::to_string(&a).ok());
+                let reached = c.call.status == ToolCallStatus::Running;
+                sqlx::query(
                 "INSERT INTO tool_calls (id, run_id, message_id, session_id, step, ord, provider_id,
                      server, tool, arguments, text_offset, status, result, reached, started_at,
-                     finished_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                     finished_at, asked_at, annotations)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                     $17, $18)",
             )
             .bind(c.call.id.as_str())
             .bind(c.run_id)
@@ -100,14 +139,18 @@ impl Store {
             .bind(i64::try_from(c.text_offset).unwrap_or(i64::MAX))
             .bind(c.call.status.as_str())
             .bind(self.storable_opt(c.call.result.as_deref()))
-            .bind(i64::from(sent))
+            .bind(i64::from(reached))
             .bind(c.call.started_at)
             .bind(c.call.finished_at)
+            .bind(c.call.approval.as_ref().map(|a| a.asked_at))
+            .bind(annotations)
             .execute(&mut *tx)
             .await?;
-            if sent {
-                sqlx::query("UPDATE runs SET tools_executed = tools_executed + 1 WHERE id = $1")
-                    .bind(c.run_id)
+            }
+            if sent > 0 {
+                sqlx::query("UPDATE runs SET tools_executed = tools_executed + $2 WHERE id = $1")
+                    .bind(run_id)
+                    .bind(i64::try_from(sent).unwrap_or(i64::MAX))
                     .execute(&mut *tx)
                     .await?;
             }

@@ -29,6 +29,40 @@ pub(crate) trait Commands {
     async fn stop(&self, session: &SessionId) -> Result<Run>;
     /// The catalogue's models with their status now, as `GET /models` answers them.
     async fn model_list(&self) -> ModelList;
+    /// Renames a session.
+    async fn rename(&self, session: &SessionId, title: &str) -> Result<app::wire::Session>;
+    /// `GET /approvals`.
+    async fn approvals(&self) -> Result<app::wire::Approvals>;
+    /// The operator's decision on a waiting call, from MCP.
+    async fn decide(
+        &self,
+        run: &app::wire::RunId,
+        call: &app::wire::ToolCallId,
+        decision: app::wire::Decision,
+        reason: Option<String>,
+    ) -> Result<app::wire::ToolCall>;
+}
+
+/// The tools only the operator may call: never offered to a model.
+pub const OPERATOR_ONLY: &[&str] = &["list_approvals", "decide_tool_call"];
+
+/// `rename_session`.
+#[derive(Debug, Deserialize)]
+struct Rename {
+    /// Omitted by an agent: its own session.
+    #[serde(default)]
+    session: Option<SessionId>,
+    title: String,
+}
+
+/// `decide_tool_call`.
+#[derive(Debug, Deserialize)]
+struct Decide {
+    run: app::wire::RunId,
+    call: app::wire::ToolCallId,
+    decision: app::wire::Decision,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 /// `list_sessions`: an optional page.
@@ -65,6 +99,9 @@ enum Call {
     RetrySession(Target),
     StopSession(Target),
     ListModels(NoInput),
+    RenameSession(Rename),
+    ListApprovals(NoInput),
+    DecideToolCall(Decide),
 }
 
 impl Call {
@@ -84,6 +121,9 @@ impl Call {
             "retry_session" => Call::RetrySession(input(name, args)?),
             "stop_session" => Call::StopSession(input(name, args)?),
             "list_models" => Call::ListModels(input(name, args)?),
+            "rename_session" => Call::RenameSession(input(name, args)?),
+            "list_approvals" => Call::ListApprovals(input(name, args)?),
+            "decide_tool_call" => Call::DecideToolCall(input(name, args)?),
             other => return Err(Error::not_found("tool", other)),
         })
     }
@@ -135,8 +175,50 @@ pub(crate) async fn run(
         }
         // Read-only and secret-free: anyone who may call a tool may list the models.
         Call::ListModels(NoInput {}) => serde_json::to_value(commands.model_list().await),
+        // An agent may rename its own session (the demo's tool that changes something).
+        Call::RenameSession(Rename { session, title }) => {
+            let session = match (session, caller) {
+                (Some(s), _) => s,
+                (None, Caller::Agent(me)) => me.clone(),
+                (None, Caller::Operator) => {
+                    return Err(Error::invalid(
+                        "the arguments of `rename_session`: `session` is required",
+                    ))
+                }
+            };
+            if *caller != Caller::Agent(session.clone()) {
+                authorize(store, caller, &session).await?;
+            }
+            serde_json::to_value(commands.rename(&session, &title).await?)
+        }
+        Call::ListApprovals(NoInput {}) => {
+            operator_only(caller)?;
+            serde_json::to_value(commands.approvals().await?)
+        }
+        Call::DecideToolCall(Decide {
+            run,
+            call,
+            decision,
+            reason,
+        }) => {
+            operator_only(caller)?;
+            let call = commands.decide(&run, &call, decision, reason).await?;
+            serde_json::to_value(app::wire::DecidedCall { call })
+        }
     };
     value.map_err(|e| Error::internal(format!("cannot encode the answer: {e}")))
+}
+
+/// `forbidden` for an agent: only the operator decides tool calls (CONTRACT §8).
+fn operator_only(caller: &Caller) -> Result<()> {
+    match caller {
+        Caller::Operator => Ok(()),
+        Caller::Agent(_) => Err(Error::new(
+            crate::error::Kind::Forbidden,
+            "an agent token never sees or decides tool calls waiting for approval, its own or \
+             its sub-sessions': only the operator does",
+        )),
+    }
 }
 
 /// The API's error body of a tool's refusal (an internal failure is logged).
@@ -226,6 +308,50 @@ pub fn tools() -> Vec<Tool> {
             &["models", "default_model"],
         ))
         .with_annotations(ToolAnnotations::new().read_only(true)),
+        Tool::new(
+            "rename_session",
+            "Give a session a new title: the agent's own session, or one of its sub-sessions. Answers the session.",
+            input(
+                json!({"session": {"type": "string", "description": "The session's id; an agent may leave it out for its own session."}, "title": {"type": "string", "minLength": 1, "maxLength": 200, "description": "The new title."}}),
+                &["title"],
+            ),
+        )
+        .with_raw_output_schema(output(
+            json!({"id": string, "title": string}),
+            &["id", "title"],
+        ))
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(false)
+                .idempotent(true),
+        ),
+        Tool::new(
+            "list_approvals",
+            "List the tool calls waiting for the operator's decision, oldest first (operator only).",
+            input(json!({}), &[]),
+        )
+        .with_raw_output_schema(output(
+            json!({"approvals": {"type": "array", "items": {"type": "object"}}}),
+            &["approvals"],
+        ))
+        .with_annotations(ToolAnnotations::new().read_only(true)),
+        Tool::new(
+            "decide_tool_call",
+            "Decide a tool call waiting for approval (operator only): allow_once, allow_always (this tool in this session from now on), reject_once or reject_always, with an optional reason the model is told. Refused with approval.decided or approval.not_waiting.",
+            input(
+                json!({"run": {"type": "string", "description": "The run's id."},
+                       "call": {"type": "string", "description": "The tool call's id."},
+                       "decision": {"type": "string", "enum": ["allow_once", "allow_always", "reject_once", "reject_always"]},
+                       "reason": {"type": "string", "maxLength": app::wire::MAX_DECISION_REASON_CHARS}}),
+                &["run", "call", "decision"],
+            ),
+        )
+        .with_raw_output_schema(output(
+            json!({"call": {"type": "object"}}),
+            &["call"],
+        ))
+        .with_annotations(ToolAnnotations::new().destructive(false)),
     ]
 }
 
@@ -233,12 +359,15 @@ pub fn tools() -> Vec<Tool> {
 pub fn infos() -> Vec<ToolInfo> {
     tools()
         .into_iter()
+        .filter(|t| !OPERATOR_ONLY.contains(&t.name.as_ref()))
         .map(|t| ToolInfo {
             name: t.name.to_string(),
             description: t.description.as_ref().map(|d| d.to_string()),
             input_schema: Value::Object((*t.input_schema).clone()),
             read_only: t.annotations.as_ref().and_then(|a| a.read_only_hint),
             destructive: t.annotations.as_ref().and_then(|a| a.destructive_hint),
+            idempotent: t.annotations.as_ref().and_then(|a| a.idempotent_hint),
+            open_world: t.annotations.as_ref().and_then(|a| a.open_world_hint),
         })
         .collect()
 }

@@ -3,6 +3,7 @@
 //! every tool result is held to. The built-in tools are defined and run in [`builtin`],
 //! through the session commands the engine lends them; the configured MCP servers are reached through
 //! [`McpServers`] (`crate::mcp_client`).
+pub mod approval;
 pub mod builtin;
 
 use crate::mcp_client::McpServers;
@@ -24,6 +25,8 @@ pub use crate::mcp_client::CallEnd;
 pub struct Toolbox {
     external: McpServers,
     builtin: Arc<Vec<ToolInfo>>,
+    /// Each configured source's approval rule (a source not here: `writes`).
+    rules: Arc<Vec<(String, approval::SourceRule)>>,
 }
 
 /// A tool a model may call in a step, by the name it was given. Its description and schema
@@ -54,6 +57,11 @@ impl Offered {
     pub fn input_schema(&self) -> &Value {
         &self.info().input_schema
     }
+
+    /// What its source says of it.
+    pub fn annotations(&self) -> app::wire::ToolAnnotations {
+        self.info().annotations()
+    }
 }
 
 impl Toolbox {
@@ -61,7 +69,23 @@ impl Toolbox {
         Toolbox {
             external,
             builtin: Arc::new(builtin),
+            rules: Arc::default(),
         }
+    }
+
+    /// With the configured sources' approval rules.
+    pub fn with_rules(mut self, rules: Vec<(String, approval::SourceRule)>) -> Toolbox {
+        self.rules = Arc::new(rules);
+        self
+    }
+
+    /// A source's approval rule (`writes` unless its config says otherwise).
+    pub fn rule(&self, server: &str) -> approval::SourceRule {
+        self.rules
+            .iter()
+            .find(|(name, _)| name == server)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_default()
     }
 
     /// The configured MCP servers.
@@ -213,6 +237,8 @@ mod tests {
             input_schema: serde_json::json!({"type": "object", "title": name}),
             read_only: None,
             destructive: None,
+            idempotent: None,
+            open_world: None,
         }
     }
 

@@ -35,6 +35,8 @@ fn call(started: Millis, finished: Millis) -> ToolCall {
         result: None,
         started_at: started,
         finished_at: Some(finished),
+        approval: None,
+        annotations: None,
     }
 }
 

@@ -1,0 +1,299 @@
+//! Approval before a tool acts (CONTRACT §8), the engine's side: a run parked while its
+//! calls wait (it leaves this instance: no task, no connection), the operator's decision
+//! recorded once under the session's lock, the run resumed here by the last decision, the
+//! waits that time out, and a waiting run cancelled.
+use super::{Engine, Refusal, LOOP_LOCK_WAIT};
+use crate::error::{Error, Kind, Result};
+use crate::store::{Decided, EndBy, NewDecision, NotDecided, Outcome, RecordedCall};
+use crate::tools::approval::declined_text;
+use app::wire::{
+    Approvals, DecidedBy, Decision, Event, Run, RunId, RunStatus, SessionId, ToolCall,
+    ToolCallEvent, ToolCallId, MAX_DECISION_REASON_CHARS,
+};
+use std::time::Duration;
+
+/// The most waiting calls `GET /approvals` answers (oldest first).
+pub const MAX_APPROVALS_LISTED: i64 = 1000;
+
+/// A decision as the operator gave it.
+pub struct Deciding {
+    pub decision: Decision,
+    pub reason: Option<String>,
+    pub by: Option<DecidedBy>,
+    pub from: Option<String>,
+}
+
+impl Engine {
+    /// Records that a run's calls wait for the operator: the run is `awaiting_approval` with
+    /// its text so far, and leaves this instance. Answers whether the session's next run was
+    /// looked for (it never is: the waiting run is the session's active run).
+    pub(super) async fn record_park(&self, run: &Run, outcome: &Outcome) -> Result<bool> {
+        let session_id = &run.session_id;
+        let _guard = self.lock(session_id).await?;
+        let parked = self
+            .store()
+            .park_run(
+                &run.id,
+                &outcome.content,
+                outcome.tokens_used,
+                &outcome.served,
+            )
+            .await?;
+        let Some((run, reply)) = parked else {
+            tracing::info!(run = %run.id, "the run ended before it could wait for approval");
+            return Ok(true);
+        };
+        if let Some(mut reply) = reply {
+            if let Err(e) = self.store().with_parts_of(&mut reply).await {
+                tracing::warn!(run = %run.id, error = %e, "could not read a reply's tool calls");
+            }
+            self.publish(session_id, Event::Message(reply));
+        }
+        self.publish(session_id, Event::Run(run));
+        self.publish_session(session_id).await?;
+        Ok(true)
+    }
+
+    /// The operator's decision on call `call_id` of run `run_id` (CONTRACT §8): recorded
+    /// once; when it is the run's last question, the run resumes here. Answers the call as
+    /// decided; `approval.decided` when it was decided already, `approval.not_waiting` when
+    /// it waits for none, `not_found` for another run's call.
+    pub async fn decide(
+        &self,
+        run_id: &RunId,
+        call_id: &ToolCallId,
+        deciding: Deciding,
+    ) -> Result<ToolCall> {
+        if deciding.decision == Decision::TimedOut {
+            return Err(Error::invalid(
+                "`decision` is one of allow_once, allow_always, reject_once, reject_always; \
+                 timed_out is Mulligan's own",
+            ));
+        }
+        let reason = deciding
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty());
+        if let Some(r) = reason {
+            let n = r.chars().count();
+            if n > MAX_DECISION_REASON_CHARS {
+                return Err(Error::invalid(format!(
+                    "`reason` has {n} characters; at most {MAX_DECISION_REASON_CHARS}"
+                )));
+            }
+        }
+        if deciding
+            .from
+            .as_deref()
+            .is_some_and(|f| !app::wire::is_tab_id(f))
+        {
+            return Err(Error::invalid(
+                "`from` is a browser tab's id: `tab-` and 1 to 32 lowercase letters, digits or dashes",
+            ));
+        }
+        let deciding = Deciding {
+            reason: reason.map(str::to_string),
+            ..deciding
+        };
+        let engine = self.clone();
+        let (run_id, call_id) = (run_id.clone(), call_id.clone());
+        self.carried(async move { engine.decide_now(&run_id, &call_id, &deciding).await })
+            .await
+    }
+
+    async fn decide_now(
+        &self,
+        run_id: &RunId,
+        call_id: &ToolCallId,
+        d: &Deciding,
+    ) -> Result<ToolCall> {
+        let run = self.store().run(run_id).await?;
+        let call = self.store().tool_call(call_id).await?;
+        // A run's calls are those of its reply.
+        if run.reply_message_id.as_ref().map(|m| m.as_str()) != Some(call.message_id.as_str()) {
+            return Err(Error::not_found(
+                &format!("tool call in run {run_id} (it belongs to another run)"),
+                call_id,
+            ));
+        }
+        let _guard = self.lock(&run.session_id).await?;
+        let new = NewDecision {
+            decision: d.decision,
+            reason: d.reason.as_deref(),
+            by: d.by,
+            from: d.from.as_deref(),
+            declined: declined_text(d.reason.as_deref(), d.decision == Decision::TimedOut),
+        };
+        let decided = self
+            .store()
+            .decide(run_id, call_id, &new, self.owner())
+            .await?;
+        let Decided {
+            call,
+            session_id,
+            resumed,
+        } = match decided {
+            Ok(d) => d,
+            Err(NotDecided::Decided(c)) => {
+                let a = c.call.approval.unwrap_or_else(|| app::wire::Approval {
+                    asked_at: 0,
+                    decision: None,
+                    reason: None,
+                    decided_at: None,
+                    by: None,
+                    from: None,
+                });
+                return Err(Refusal::ApprovalDecided {
+                    call: call_id.clone(),
+                    decision: a.decision.unwrap_or(Decision::TimedOut),
+                    by: a.by,
+                }
+                .into());
+            }
+            Err(NotDecided::NotWaiting(c)) => {
+                return Err(Refusal::ApprovalNotWaiting {
+                    call: call_id.clone(),
+                    status: c.call.status.as_str(),
+                }
+                .into())
+            }
+        };
+        tracing::info!(
+            session = %session_id, run = %run_id, call = %call_id,
+            decision = %d.decision, by = ?d.by, "a tool call was decided"
+        );
+        self.announce_call(&session_id, run_id, &call);
+        if call_is_grant(d.decision) {
+            self.publish_session(&session_id).await?;
+        }
+        if let Some(mut started) = resumed {
+            if let Err(e) = self.store().with_parts_of(&mut started.reply).await {
+                tracing::warn!(run = %run_id, error = %e, "could not read a reply's tool calls");
+            }
+            tracing::info!(run = %run_id, "every call decided: the run resumes here");
+            self.launch(started);
+            self.publish_session(&session_id).await?;
+        }
+        Ok(call.call)
+    }
+
+    fn announce_call(&self, session_id: &SessionId, run_id: &RunId, call: &RecordedCall) {
+        self.publish(
+            session_id,
+            Event::ToolCall(ToolCallEvent {
+                run_id: run_id.clone(),
+                message_id: call.message_id.as_str().into(),
+                call: call.call.clone(),
+            }),
+        );
+    }
+
+    /// `GET /approvals`: every call waiting, oldest first.
+    pub async fn approvals(&self) -> Result<Approvals> {
+        Ok(Approvals {
+            approvals: self
+                .store()
+                .waiting_calls(None, MAX_APPROVALS_LISTED)
+                .await?,
+        })
+    }
+
+    /// Ends a run that waits for approval `cancelled` (its waiting calls `cancelled`, none
+    /// executed). Call under the session's lock.
+    pub(super) async fn cancel_waiting_run(&self, run: &Run) -> Result<Run> {
+        let content = match &run.reply_message_id {
+            Some(id) => self.store().message(id).await?.content,
+            None => String::new(),
+        };
+        let outcome = Outcome {
+            status: RunStatus::Cancelled,
+            content,
+            error_message: None,
+            retry: None,
+            tokens_used: 0,
+            tool_calls_recorded: true,
+            served: Vec::new(),
+        };
+        let Some((ended, reply)) = self
+            .store()
+            .finish_run(&run.id, &outcome, EndBy::Settled)
+            .await?
+        else {
+            return Err(Refusal::RunEnded {
+                run: run.id.clone(),
+            }
+            .into());
+        };
+        let session_id = &ended.session_id;
+        if let Some(mut reply) = reply {
+            if let Err(e) = self.store().with_parts_of(&mut reply).await {
+                tracing::warn!(run = %run.id, error = %e, "could not read a reply's tool calls");
+            }
+            self.publish(session_id, Event::Message(reply));
+        }
+        self.publish(session_id, Event::Run(ended.clone()));
+        self.publish_session(session_id).await?;
+        self.pump(session_id).await?;
+        Ok(ended)
+    }
+
+    /// Starts the loop that ends waits past `MULLIGAN_APPROVAL_TIMEOUT_MS` (`timed_out`: a
+    /// rejection the model is told of) and resumes runs decided but not resumed (a decision
+    /// taken while its instance stopped).
+    pub fn time_out_approvals_periodically(&self) {
+        let timeout = self.inner.cfg.approval_timeout;
+        let every = (timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        self.every(every, "timing out approvals failed", |e| {
+            Box::pin(async move { e.approvals_pass().await })
+        });
+    }
+
+    /// One pass of the approvals loop.
+    pub(super) async fn approvals_pass(&self) -> Result<()> {
+        let timeout =
+            i64::try_from(self.inner.cfg.approval_timeout.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = crate::clock::now_ms().saturating_sub(timeout);
+        for w in self.store().waiting_calls(Some(cutoff), 100).await? {
+            let deciding = Deciding {
+                decision: Decision::TimedOut,
+                reason: None,
+                by: None,
+                from: None,
+            };
+            match self.decide_now(&w.run_id, &w.call.id, &deciding).await {
+                Ok(_) => {
+                    tracing::info!(run = %w.run_id, call = %w.call.id, "a tool call's wait timed out")
+                }
+                Err(e) if matches!(e.kind, Kind::Refused(_)) => {}
+                Err(e) => tracing::warn!(run = %w.run_id, error = %e, "could not time out a wait"),
+            }
+        }
+        self.resume_decided().await
+    }
+
+    /// Resumes runs whose calls were all decided but which no instance resumed.
+    pub(super) async fn resume_decided(&self) -> Result<()> {
+        for (session_id, run_id) in self.store().decided_runs().await? {
+            let Some(owner) = self.owner() else {
+                return Ok(());
+            };
+            let _guard = match self.lock_within(&session_id, LOOP_LOCK_WAIT).await {
+                Ok(g) => g,
+                Err(_) => continue,
+            };
+            if let Some(mut started) = self.store().resume_decided(&run_id, owner).await? {
+                if let Err(e) = self.store().with_parts_of(&mut started.reply).await {
+                    tracing::warn!(run = %run_id, error = %e, "could not read a reply's tool calls");
+                }
+                tracing::info!(run = %run_id, "a decided run resumes here");
+                self.launch(started);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn call_is_grant(d: Decision) -> bool {
+    matches!(d, Decision::AllowAlways | Decision::RejectAlways)
+}

@@ -1,0 +1,641 @@
+//! Approval before a tool acts (CONTRACT §8), against the scripted provider, the built-in
+//! `mulligan` tools and the reference filesystem MCP server: a call that writes waits,
+//! durably, until the operator decides; nothing reaches the tool before Allow; Deny tells
+//! the model; a decision is taken once; a retry never asks twice.
+use testkit as common;
+
+use app::wire::{
+    Decision, ErrorCode, Part, RunKind, RunStatus, SessionStatus, ToolCall, ToolCallStatus,
+};
+use common::fake::{FakeProvider, Script};
+use common::{config, temp_dir, TestServer};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The calls of a run's reply, in order.
+async fn calls_of(server: &TestServer, sid: &str, run_id: &str) -> Vec<ToolCall> {
+    server
+        .detail(sid)
+        .await
+        .messages
+        .iter()
+        .find(|m| m.run_id.as_deref() == Some(run_id))
+        .expect("the run's reply")
+        .parts
+        .iter()
+        .flatten()
+        .filter_map(|p| match p {
+            Part::ToolCall { call } => Some(call.clone()),
+            Part::Text { .. } => None,
+        })
+        .collect()
+}
+
+/// Scripts a step that renames the session (a tool that writes: it asks), then `answer`.
+fn renames(fake: &FakeProvider, id: &str, title: &str, answer: &[&str]) {
+    fake.push(Script::call(
+        "Renaming. ",
+        id,
+        "mulligan__rename_session",
+        json!({"title": title}),
+    ));
+    fake.push(Script::reply(answer));
+}
+
+/// Sends a prompt and waits until its run waits for approval; answers the run id and the
+/// waiting call.
+async fn until_waiting(server: &TestServer, sid: &str, prompt: &str) -> (String, ToolCall) {
+    let sent = server.send(sid, prompt).await;
+    let run = server
+        .wait_run_status(&sent.run_id, RunStatus::AwaitingApproval)
+        .await;
+    let calls = calls_of(server, sid, &run.id).await;
+    let call = calls
+        .into_iter()
+        .find(|c| c.status == ToolCallStatus::AwaitingApproval)
+        .expect("a waiting call");
+    (run.id.to_string(), call)
+}
+
+async fn decide(server: &TestServer, run: &str, call: &str, body: Value) -> (u16, Value) {
+    server
+        .post(&format!("/runs/{run}/tool_calls/{call}/decision"), body)
+        .await
+}
+
+async fn title(server: &TestServer, sid: &str) -> String {
+    server.detail(sid).await.session.title
+}
+
+/// The messages of the provider's last request.
+fn last_request(fake: &FakeProvider) -> Vec<Value> {
+    let body = fake.seen().pop().expect("a request").body;
+    body["messages"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_call_that_writes_waits_for_allow_and_then_runs_once() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-allow"), &fake.url)).await;
+    let sid = server.create_session().await;
+    renames(&fake, "call_r", "Renamed", &["Done."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+
+    // Waiting: asked, with the tool's annotations; nothing ran; the session and the list say so.
+    let approval = call.approval.clone().expect("the call asks");
+    assert!(approval.decision.is_none() && approval.asked_at > 0);
+    assert_eq!(call.annotations.and_then(|a| a.read_only), Some(false));
+    assert_eq!(
+        title(&server, &sid).await,
+        "test",
+        "nothing ran before Allow"
+    );
+    assert_eq!(fake.seen().len(), 1, "no provider request while waiting");
+    let detail = server.detail(&sid).await;
+    assert_eq!(detail.session.status, SessionStatus::AwaitingApproval);
+    let (status, list) = server.get("/approvals").await;
+    assert_eq!(status, 200);
+    let waiting = list["approvals"].as_array().unwrap();
+    assert_eq!(waiting.len(), 1, "{list}");
+    assert_eq!(waiting[0]["run_id"], run.as_str());
+    assert_eq!(waiting[0]["call"]["id"], call.id.as_str());
+
+    let (status, body) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["call"]["approval"]["decision"], "allow_once");
+    assert_eq!(body["call"]["approval"]["by"], "api");
+    let ended = server.wait_run_end(&run).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!((ended.steps, ended.tools_executed), (2, 1));
+    assert_eq!(title(&server, &sid).await, "Renamed");
+    let calls = calls_of(&server, &sid, &run).await;
+    assert_eq!(calls[0].status, ToolCallStatus::Ok, "{calls:#?}");
+    assert_eq!(
+        calls[0].approval.as_ref().and_then(|a| a.decision),
+        Some(Decision::AllowOnce)
+    );
+
+    // Decided once: a second decision is refused and changes nothing.
+    let (status, body) = decide(&server, &run, &call.id, json!({"decision": "reject_once"})).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "approval.decided");
+    let (_, list) = server.get("/approvals").await;
+    assert_eq!(list["approvals"], json!([]));
+    assert_eq!(
+        server.detail(&sid).await.session.status,
+        SessionStatus::Idle
+    );
+}
+
+#[tokio::test]
+async fn deny_sends_nothing_and_the_model_reads_the_refusal_with_its_reason() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-deny"), &fake.url)).await;
+    let sid = server.create_session().await;
+    renames(&fake, "call_d", "Never", &["Understood."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    let (status, body) = decide(
+        &server,
+        &run,
+        &call.id,
+        json!({"decision": "reject_once", "reason": "keep the old title"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["call"]["status"], "denied");
+    let ended = server.wait_run_end(&run).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!(ended.tools_executed, 0);
+    assert_eq!(
+        title(&server, &sid).await,
+        "test",
+        "a denied call never ran"
+    );
+    let refusal = last_request(&fake)
+        .into_iter()
+        .find(|m| m["tool_call_id"] == "call_d")
+        .expect("the refusal is the call's result");
+    let text = refusal["content"].as_str().unwrap();
+    assert!(text.contains("operator declined"), "{text}");
+    assert!(text.contains("keep the old title"), "{text}");
+}
+
+#[tokio::test]
+async fn bad_decisions_are_refused_and_change_nothing() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-bad"), &fake.url)).await;
+    let sid = server.create_session().await;
+    renames(&fake, "call_b", "Renamed", &["Done."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+
+    let cases = [
+        (json!({"decision": "maybe"}), 422, "invalid_request"),
+        (json!({"decision": "timed_out"}), 422, "invalid_request"),
+        (
+            json!({"decision": "reject_once", "reason": "x".repeat(2001)}),
+            422,
+            "invalid_request",
+        ),
+        (
+            json!({"decision": "allow_once", "from": "not a tab"}),
+            422,
+            "invalid_request",
+        ),
+    ];
+    for (body, want, code) in cases {
+        let (status, answer) = decide(&server, &run, &call.id, body.clone()).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (want, Some(code)),
+            "{body}: {answer}"
+        );
+    }
+    let (status, answer) =
+        decide(&server, &run, "tc_nope", json!({"decision": "allow_once"})).await;
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = decide(
+        &server,
+        "r_nope",
+        &call.id,
+        json!({"decision": "allow_once"}),
+    )
+    .await;
+    assert_eq!(status, 404, "{answer}");
+    // A call of another run: a run of another session, on the same call id.
+    let other = server.create_session().await;
+    fake.push(Script::reply(&["hi"]));
+    let receipt = server.send(&other, "hello").await;
+    server.wait_run_end(&receipt.run_id).await;
+    let (status, answer) = decide(
+        &server,
+        &receipt.run_id,
+        &call.id,
+        json!({"decision": "allow_once"}),
+    )
+    .await;
+    assert_eq!(status, 404, "{answer}");
+    assert!(answer["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("another run"));
+
+    // Still waiting, undecided, nothing ran.
+    let calls = calls_of(&server, &sid, &run).await;
+    assert!(calls[0].is_waiting(), "{calls:#?}");
+    assert_eq!(title(&server, &sid).await, "test");
+    assert_eq!(server.run(&run).await.status, RunStatus::AwaitingApproval);
+}
+
+#[tokio::test]
+async fn two_decisions_at_once_take_one() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-race"), &fake.url)).await;
+    let sid = server.create_session().await;
+    renames(&fake, "call_x", "Once", &["Done."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    let path = format!("/runs/{run}/tool_calls/{}/decision", call.id);
+    let (a, b) = tokio::join!(
+        server.post(&path, json!({"decision": "allow_once"})),
+        server.post(&path, json!({"decision": "reject_once"})),
+    );
+    let mut statuses = [a.0, b.0];
+    statuses.sort();
+    assert_eq!(statuses, [200, 409], "{a:?} {b:?}");
+    let ended = server.wait_run_end(&run).await;
+    assert_eq!(ended.status, RunStatus::Completed);
+    assert!(ended.tools_executed <= 1);
+    let steps = fake.seen().len();
+    assert_eq!(steps, 2, "the turn went on once");
+}
+
+#[tokio::test]
+async fn an_agent_token_never_decides() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-agent"), &fake.url)).await;
+    let (status, created) = server.post("/sessions", json!({"title": "test"})).await;
+    assert_eq!(status, 201);
+    let sid = created["id"].as_str().unwrap().to_string();
+    let agent = created["agent_token"].as_str().unwrap().to_string();
+    renames(&fake, "call_a", "Renamed", &["Done."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    let http = reqwest::Client::new();
+    let url = server.url(&format!("/runs/{run}/tool_calls/{}/decision", call.id));
+    let r = http
+        .post(&url)
+        .bearer_auth(&agent)
+        .json(&json!({"decision": "allow_once"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "forbidden");
+    let r = http
+        .get(server.url("/approvals"))
+        .bearer_auth(&agent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+
+    // Nor through MCP: its own call, with its own token, is refused there too.
+    let mcp = |token: &str, args: Value| {
+        http.post(format!("{}/mcp", server.base))
+            .bearer_auth(token.to_string())
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "decide_tool_call", "arguments": args}}))
+            .send()
+    };
+    let args = json!({"run": run, "call": call.id.as_str(), "decision": "allow_once"});
+    let answer: Value = mcp(&agent, args.clone())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("forbidden"), "{text}");
+    assert!(server.run(&run).await.status == RunStatus::AwaitingApproval);
+    assert_eq!(title(&server, &sid).await, "test");
+
+    // The operator's token decides through MCP.
+    let token = server.token.clone();
+    let answer: Value = mcp(&token, args).await.unwrap().json().await.unwrap();
+    assert_ne!(answer["result"]["isError"], true, "{answer}");
+    let ended = server.wait_run_end(&run).await;
+    assert_eq!(ended.status, RunStatus::Completed);
+    let calls = calls_of(&server, &sid, &run).await;
+    assert_eq!(
+        calls[0].approval.as_ref().and_then(|a| a.by),
+        Some(app::wire::DecidedBy::Mcp)
+    );
+}
+
+#[tokio::test]
+async fn always_allow_stops_the_next_question_until_it_is_forgotten() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-always"), &fake.url)).await;
+    let sid = server.create_session().await;
+    renames(&fake, "c1", "One", &["Done."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    let (status, _) = decide(&server, &run, &call.id, json!({"decision": "allow_always"})).await;
+    assert_eq!(status, 200);
+    server.wait_run_end(&run).await;
+    let grants = server.detail(&sid).await.session.tool_grants;
+    assert_eq!(grants.len(), 1, "{grants:?}");
+    assert_eq!(
+        (grants[0].server.as_str(), grants[0].tool.as_str()),
+        ("mulligan", "rename_session")
+    );
+
+    // The next call of that tool in this session runs without asking.
+    renames(&fake, "c2", "Two", &["Done."]);
+    let sent = server.send(&sid, "again").await;
+    let ended = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!(title(&server, &sid).await, "Two");
+    assert!(calls_of(&server, &sid, &ended.id).await[0]
+        .approval
+        .is_none());
+
+    // Granting by PATCH is refused; forgetting is not, and then it asks again.
+    let (status, body) = server
+        .patch(
+            &format!("/sessions/{sid}"),
+            json!({"tool_grants": [{"server": "mulligan", "tool": "send_message", "decision": "allow"}]}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let (status, body) = server
+        .patch(&format!("/sessions/{sid}"), json!({"tool_grants": []}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["tool_grants"], json!([]));
+    renames(&fake, "c3", "Three", &["Done."]);
+    let (run, _) = until_waiting(&server, &sid, "once more").await;
+    assert_eq!(server.run(&run).await.status, RunStatus::AwaitingApproval);
+}
+
+#[tokio::test]
+async fn trust_asks_nothing_and_ask_all_asks_for_reads_too() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-modes"), &fake.url)).await;
+    let (status, trusted) = server
+        .post("/sessions", json!({"title": "test", "approval": "trust"}))
+        .await;
+    assert_eq!(status, 201, "{trusted}");
+    assert_eq!(trusted["approval"], "trust");
+    let sid = trusted["id"].as_str().unwrap().to_string();
+    renames(&fake, "t1", "Trusted", &["Done."]);
+    let sent = server.send(&sid, "rename").await;
+    let ended = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(ended.status, RunStatus::Completed);
+    assert_eq!(title(&server, &sid).await, "Trusted");
+
+    let (status, body) = server
+        .patch(&format!("/sessions/{sid}"), json!({"approval": "ask_all"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    fake.push(Script::call("", "l1", "mulligan__list_sessions", json!({})));
+    fake.push(Script::reply(&["Listed."]));
+    let (run, call) = until_waiting(&server, &sid, "list").await;
+    assert_eq!(call.tool, "list_sessions");
+    let (status, _) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
+    assert_eq!(status, 200);
+    assert_eq!(server.wait_run_end(&run).await.status, RunStatus::Completed);
+
+    let (status, body) = server
+        .patch(
+            &format!("/sessions/{sid}"),
+            json!({"approval": "sometimes"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+}
+
+#[tokio::test]
+async fn cancel_while_waiting_ends_cancelled_and_a_prompt_meanwhile_queues() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-cancel"), &fake.url)).await;
+    let sid = server.create_session().await;
+    fake.push(Script::call(
+        "",
+        "c1",
+        "mulligan__rename_session",
+        json!({"title": "Never"}),
+    ));
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    // A prompt posted while the call waits queues behind it.
+    fake.push(Script::reply(&["Second."]));
+    let queued = server.send(&sid, "and then this").await;
+    assert!(queued.queued, "{queued:?}");
+    assert_eq!(server.run(&queued.run_id).await.status, RunStatus::Queued);
+    // Retry now refuses: the session is busy, not failed.
+    let (status, body) = server
+        .post(&format!("/sessions/{sid}/retry"), json!({}))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("retry.busy"))
+    );
+
+    let (status, body) = server
+        .post(&format!("/sessions/{sid}/runs/{run}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "cancelled");
+    let calls = calls_of(&server, &sid, &run).await;
+    assert_eq!(calls[0].status, ToolCallStatus::Cancelled, "{calls:#?}");
+    assert_eq!(title(&server, &sid).await, "test");
+    let (status, body) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("approval.not_waiting"))
+    );
+    // The queued prompt goes on.
+    let next = server.wait_run_end(&queued.run_id).await;
+    assert_eq!(next.status, RunStatus::Completed, "{next:#?}");
+    assert_eq!(title(&server, &sid).await, "test");
+}
+
+#[tokio::test]
+async fn a_crash_while_waiting_leaves_it_waiting_and_allow_runs_it_once() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("approve-crash");
+    let (server, crashable) = TestServer::start_crashable(config(&dir, &fake.url)).await;
+    let sid = server.create_session().await;
+    renames(&fake, "c1", "After", &["Done."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    crashable.crash();
+
+    let server = TestServer::start(config(&dir, &fake.url)).await;
+    // Never reconciled as interrupted: it still waits, on the new process.
+    let waiting = server.run(&run).await;
+    assert_eq!(waiting.status, RunStatus::AwaitingApproval, "{waiting:#?}");
+    let (_, list) = server.get("/approvals").await;
+    assert_eq!(list["approvals"].as_array().unwrap().len(), 1, "{list}");
+    let (status, body) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
+    assert_eq!(status, 200, "{body}");
+    let ended = server.wait_run_end(&run).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!(ended.tools_executed, 1);
+    assert_eq!(title(&server, &sid).await, "After");
+}
+
+#[tokio::test]
+async fn a_failure_after_an_allowed_call_continues_without_asking_or_running_it_again() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-retry"), &fake.url)).await;
+    let sid = server.create_session().await;
+    fake.push(Script::call(
+        "",
+        "c1",
+        "mulligan__rename_session",
+        json!({"title": "Once"}),
+    ));
+    for _ in 0..3 {
+        fake.push(Script::unavailable());
+    }
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
+    let failed = server.wait_run_end(&run).await;
+    assert_eq!(failed.status, RunStatus::Failed, "{failed:#?}");
+    assert_eq!(failed.tools_executed, 1);
+    assert_eq!(title(&server, &sid).await, "Once");
+    // Renamed back by hand: were the call run again, it would read "Once" again.
+    let (status, _) = server
+        .patch(&format!("/sessions/{sid}"), json!({"title": "by hand"}))
+        .await;
+    assert_eq!(status, 200);
+
+    fake.push(Script::reply(&["Finished."]));
+    let (status, retry) = server
+        .post(&format!("/sessions/{sid}/retry"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{retry}");
+    assert_eq!(retry["kind"], RunKind::Continuation.as_str());
+    let next = server.wait_run_end(retry["run_id"].as_str().unwrap()).await;
+    assert_eq!(next.status, RunStatus::Completed, "asked again? {next:#?}");
+    assert_eq!(next.tools_executed, 0);
+    assert_eq!(title(&server, &sid).await, "by hand", "the call ran again");
+    let (_, list) = server.get("/approvals").await;
+    assert_eq!(list["approvals"], json!([]));
+}
+
+#[tokio::test]
+async fn a_wait_past_its_timeout_is_a_rejection_the_model_reads() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("approve-timeout");
+    let mut c = config(&dir, &fake.url);
+    c.approval_timeout_ms = 400;
+    let server = TestServer::start(c).await;
+    let sid = server.create_session().await;
+    renames(&fake, "c1", "Late", &["Noted."]);
+    let sent = server.send(&sid, "rename yourself").await;
+    let ended = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    let calls = calls_of(&server, &sid, &ended.id).await;
+    assert_eq!(calls[0].status, ToolCallStatus::Denied, "{calls:#?}");
+    assert_eq!(
+        calls[0].approval.as_ref().and_then(|a| a.decision),
+        Some(Decision::TimedOut)
+    );
+    assert_eq!(title(&server, &sid).await, "test");
+    let told = last_request(&fake)
+        .into_iter()
+        .find(|m| m["tool_call_id"] == "c1")
+        .unwrap();
+    assert!(told["content"].as_str().unwrap().contains("did not decide"));
+}
+
+#[tokio::test]
+async fn regenerate_supersedes_a_waiting_run() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-regen"), &fake.url)).await;
+    let sid = server.create_session().await;
+    fake.push(Script::call(
+        "",
+        "c1",
+        "mulligan__rename_session",
+        json!({"title": "Never"}),
+    ));
+    let sent = server.send(&sid, "rename yourself").await;
+    server
+        .wait_run_status(&sent.run_id, RunStatus::AwaitingApproval)
+        .await;
+    fake.push(Script::reply(&["Fresh."]));
+    let (status, body) = server
+        .post(
+            &format!("/sessions/{sid}/messages/{}/regenerate", sent.message_id),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(server.run(&sent.run_id).await.status, RunStatus::Cancelled);
+    let next = server.wait_run_end(body["run_id"].as_str().unwrap()).await;
+    assert_eq!(next.status, RunStatus::Completed);
+    assert_eq!(title(&server, &sid).await, "test");
+}
+
+/// A reference filesystem server's launcher, installed from end2end's lockfile.
+fn bin(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../end2end/node_modules/.bin")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/toolchain.sh --browser (it installs end2end's npm packages)",
+        path.display()
+    );
+    path
+}
+
+#[tokio::test]
+async fn nothing_reaches_a_real_tool_server_before_allow() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("approve-mcp");
+    let files = dir.join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    let files = files.canonicalize().unwrap();
+    let mcp = dir.join("mcp.json");
+    // The default policy: `writes` (read-only tools run, the rest ask).
+    std::fs::write(
+        &mcp,
+        json!({"mcpServers": {"fs": {"command": bin("mcp-server-filesystem"), "args": [&files]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let mut c = config(&dir, &fake.url);
+    c.mcp_config = Some(mcp);
+    let server = TestServer::start(c).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.get("/tools").await.1["servers"][1]["status"] != "ready" {
+        assert!(
+            Instant::now() < deadline,
+            "the filesystem server never started"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sid = server.create_session().await;
+    let target = files.join("note.txt");
+    let path = target.to_string_lossy().to_string();
+    fake.push(Script::call(
+        "",
+        "ls",
+        "fs__list_directory",
+        json!({"path": files.to_string_lossy()}),
+    ));
+    fake.push(Script::call(
+        "",
+        "w1",
+        "fs__write_file",
+        json!({"path": path, "content": "hello"}),
+    ));
+    fake.push(Script::reply(&["Written."]));
+    let (run, call) = until_waiting(&server, &sid, "write a note").await;
+    assert_eq!(call.tool, "write_file");
+    // The read-only listing ran without asking; the write waits and has not happened.
+    let calls = calls_of(&server, &sid, &run).await;
+    assert_eq!(calls[0].tool, "list_directory");
+    assert_eq!(calls[0].status, ToolCallStatus::Ok);
+    assert!(calls[0].approval.is_none());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !target.exists(),
+        "the write reached the server before Allow"
+    );
+    let (status, _) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
+    assert_eq!(status, 200);
+    let ended = server.wait_run_end(&run).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "hello");
+    let code = ErrorCode::ApprovalDecided;
+    let (status, body) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some(code.as_str()))
+    );
+}
