@@ -8,9 +8,14 @@ use common::fake::{FakeProvider, Script};
 use common::{config, temp_dir, TestServer};
 use serde_json::{json, Value};
 
-/// A session with a sub-session whose model has its own (default) scripts.
+/// A session with a sub-session whose model has its own (default) scripts. The parent
+/// trusts its tools: these tests are about calls that run (approval.rs is about asking).
 async fn family(server: &TestServer, fake: &FakeProvider) -> (String, String) {
     let parent = server.create_session().await;
+    let (status, body) = server
+        .patch(&format!("/sessions/{parent}"), json!({"approval": "trust"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
     fake.push_for("child-model", vec![]);
     let (status, child) = server
         .post(

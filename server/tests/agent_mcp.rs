@@ -286,6 +286,7 @@ async fn a_turn_sent_while_a_tool_source_starts_waits_for_its_tools() {
     let files = dir.canonicalize().unwrap();
     // `fs` answers MCP only after three seconds.
     let slow = json!({"fs": {
+        "approval": "never",
         "command": "sh",
         "args": ["-c", "sleep 3; exec \"$0\" \"$1\"", bin("mcp-server-filesystem"), files],
     }});

@@ -107,7 +107,8 @@ async fn started(tag: &str, url: &str, tool_timeout_ms: u64) -> (FakeProvider, T
     let path = dir.join("mcp.json");
     std::fs::write(
         &path,
-        json!({"mcpServers": {"probe": {"url": url}}}).to_string(),
+        // It never asks: these tests are about calls that run (approval.rs asks).
+        json!({"mcpServers": {"probe": {"url": url, "approval": "never"}}}).to_string(),
     )
     .unwrap();
     let mut c = config(&dir, &fake.url);

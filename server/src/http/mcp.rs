@@ -1,6 +1,7 @@
 //! MCP (CONTRACT §5), with the official Rust SDK `rmcp`: the tools `list_sessions`,
-//! `send_message`, `retry_session`, `stop_session` and `list_models`, served over streamable
-//! HTTP at `/mcp`, and `mulligan mcp`, which carries MCP over stdio to that same endpoint.
+//! `send_message`, `retry_session`, `stop_session`, `list_models`, `rename_session` and, for
+//! the operator only, `list_approvals` and `decide_tool_call` (CONTRACT §8), served over
+//! streamable HTTP at `/mcp`, and `mulligan mcp`, which carries MCP over stdio to that same endpoint.
 //!
 //! One implementation of the tools' semantics, in `tools::builtin`; this module only adapts
 //! it to `rmcp`. The tools call the engine directly (the code path of the HTTP API:
@@ -184,7 +185,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn five_tools_each_with_object_schemas() {
+    fn eight_tools_each_with_object_schemas() {
         let tools = tools();
         let names: Vec<_> = tools.iter().map(|t| t.name.as_ref()).collect();
         assert_eq!(
@@ -194,14 +195,25 @@ mod tests {
                 "send_message",
                 "retry_session",
                 "stop_session",
-                "list_models"
+                "list_models",
+                "rename_session",
+                "list_approvals",
+                "decide_tool_call"
             ]
         );
+        // A model is never offered the operator's tools.
+        let offered: Vec<_> = builtin::infos().into_iter().map(|t| t.name).collect();
+        assert!(!offered
+            .iter()
+            .any(|n| builtin::OPERATOR_ONLY.contains(&n.as_str())));
+        assert!(offered.iter().any(|n| n == "rename_session"));
         let read_only = |name: &str| {
             let t = tools.iter().find(|t| t.name == name).unwrap();
             t.annotations.as_ref().and_then(|a| a.read_only_hint)
         };
         assert_eq!(read_only("list_models"), Some(true));
+        assert_eq!(read_only("list_approvals"), Some(true));
+        assert_eq!(read_only("rename_session"), Some(false));
         for t in &tools {
             assert_eq!(t.input_schema["type"], "object", "{}", t.name);
             assert_eq!(t.output_schema.as_ref().unwrap()["type"], "object");
