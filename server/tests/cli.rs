@@ -889,3 +889,127 @@ async fn untrusted_text_reaches_the_terminal_escaped() {
         out.stdout
     );
 }
+
+#[tokio::test]
+async fn approvals_lists_waiting_calls_and_approve_and_deny_decide_them() {
+    let (fake, server) = setup("cli-approve").await;
+    let sid = server.create_session().await;
+    let empty = mulligan(&server, &["approvals"]).await;
+    assert_eq!(empty.code, 0, "{}", empty.stderr);
+    assert_eq!(empty.stdout.trim(), "no tool call waits for your approval");
+
+    // `send --follow` prints the waiting call with the commands that decide it, and follows on.
+    fake.push(Script::call(
+        "Renaming. ",
+        "c1",
+        "mulligan__rename_session",
+        serde_json::json!({"title": "By the CLI"}),
+    ));
+    fake.push(Script::reply(&["Renamed."]));
+    let follow = tokio::spawn({
+        let (base, token, sid) = (server.base.clone(), server.token.clone(), sid.clone());
+        async move {
+            mulligan_in(
+                &temp_dir("cli-cwd"),
+                &[("MULLIGAN_URL", &base), ("MULLIGAN_TOKEN", &token)],
+                &["send", "--follow", &sid, "rename yourself"],
+            )
+            .await
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (run, call) = loop {
+        let (_, list) = server.get("/approvals").await;
+        if let Some(w) = list["approvals"].as_array().and_then(|a| a.first()) {
+            break (
+                w["run_id"].as_str().unwrap().to_string(),
+                w["call"]["id"].as_str().unwrap().to_string(),
+            );
+        }
+        assert!(std::time::Instant::now() < deadline, "no call waited");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let listed = mulligan(&server, &["approvals"]).await;
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(
+        listed
+            .stdout
+            .contains("mulligan/rename_session waits for your approval"),
+        "{}",
+        listed.stdout
+    );
+    assert!(
+        listed
+            .stdout
+            .contains(&format!("mulligan approve {run} {call}")),
+        "{}",
+        listed.stdout
+    );
+
+    let approved = mulligan(&server, &["approve", &run, &call]).await;
+    assert_eq!(approved.code, 0, "{}", approved.stderr);
+    assert!(approved.stdout.contains("allowed"), "{}", approved.stdout);
+    let followed = follow.await.unwrap();
+    assert_eq!(followed.code, 0, "{}{}", followed.stdout, followed.stderr);
+    assert!(
+        followed
+            .stdout
+            .contains(&format!("mulligan approve {run} {call}")),
+        "{}",
+        followed.stdout
+    );
+    assert!(
+        followed.stdout.contains("[completed: run "),
+        "{}",
+        followed.stdout
+    );
+    let calls = server.detail(&sid).await;
+    assert_eq!(calls.session.title, "By the CLI");
+
+    // Deciding again is a refusal: exit 2 with the code.
+    let again = mulligan(&server, &["deny", &run, &call, "--reason", "too late"]).await;
+    assert_eq!(again.code, 2, "{}{}", again.stdout, again.stderr);
+    assert!(
+        again.stderr.contains("approval.decided") || again.stdout.contains("approval.decided"),
+        "{}{}",
+        again.stdout,
+        again.stderr
+    );
+
+    // Deny with a reason and --always: remembered for the session.
+    fake.push(Script::call(
+        "",
+        "c2",
+        "mulligan__rename_session",
+        serde_json::json!({"title": "Never"}),
+    ));
+    fake.push(Script::reply(&["Fine."]));
+    let sent = server.send(&sid, "again").await;
+    server
+        .wait_run_status(&sent.run_id, RunStatus::AwaitingApproval)
+        .await;
+    let (_, list) = server.get("/approvals").await;
+    let call = list["approvals"][0]["call"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let denied = mulligan(
+        &server,
+        &[
+            "deny",
+            "--always",
+            "--reason",
+            "keep it",
+            &sent.run_id,
+            &call,
+        ],
+    )
+    .await;
+    assert_eq!(denied.code, 0, "{}", denied.stderr);
+    assert!(denied.stdout.contains("denied"), "{}", denied.stdout);
+    assert!(denied.stdout.contains("remembered"), "{}", denied.stdout);
+    server.wait_run_end(&sent.run_id).await;
+    let session = server.detail(&sid).await.session;
+    assert_eq!(session.title, "By the CLI");
+    assert_eq!(session.tool_grants.len(), 1);
+}

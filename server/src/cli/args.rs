@@ -91,6 +91,41 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// List the tool calls waiting for your approval, oldest first, with the commands
+    /// that decide them.
+    Approvals {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Allow a tool call waiting for approval; the turn goes on (`--always`: and allow this
+    /// tool in this session from now on).
+    Approve {
+        /// The run's id.
+        run: String,
+        /// The tool call's id.
+        call: String,
+        /// Remember: never ask again for this tool in this session.
+        #[arg(long)]
+        always: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Deny a tool call waiting for approval; the model is told (`--reason`: why), and the
+    /// turn goes on (`--always`: and deny this tool in this session from now on).
+    Deny {
+        /// The run's id.
+        run: String,
+        /// The tool call's id.
+        call: String,
+        /// Remember: deny this tool in this session from now on without asking.
+        #[arg(long)]
+        always: bool,
+        /// Told to the model with the refusal (at most 2,000 characters).
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// List the tool sources of agent turns and their tools.
     Tools {
         #[command(flatten)]
@@ -139,6 +174,9 @@ impl Command {
             | Command::Cancel { conn, .. }
             | Command::Retry { conn, .. }
             | Command::Tools { conn }
+            | Command::Approvals { conn }
+            | Command::Approve { conn, .. }
+            | Command::Deny { conn, .. }
             | Command::Models { conn }
             | Command::Runs {
                 command: RunsCommand::Show { conn, .. },

@@ -4,7 +4,7 @@ use super::render::{one_line, sessions_table, snippet, started, to_wire, untrust
 use super::{Command, Failure, Outcome};
 use app::api::native::{Answer, CallError, Client};
 use app::api::{self, Endpoint};
-use app::wire::{CreateSession, PostMessage, Regenerate};
+use app::wire::{CreateSession, DecideToolCall, DecidedBy, Decision, PostMessage, Regenerate};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -112,6 +112,37 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
             let line = format!("retried {session}: {}, run {}", to_wire(&r.kind), r.run_id);
             (a.raw, line)
         }
+        Command::Approvals { .. } => {
+            let a = call(&client, &api::APPROVALS, &[], None).await?;
+            (a.raw, super::render::approvals_table(&a.value))
+        }
+        Command::Approve {
+            run,
+            call: cid,
+            always,
+            ..
+        } => {
+            let decision = if *always {
+                Decision::AllowAlways
+            } else {
+                Decision::AllowOnce
+            };
+            decided(&client, run, cid, decision, None).await?
+        }
+        Command::Deny {
+            run,
+            call: cid,
+            always,
+            reason,
+            ..
+        } => {
+            let decision = if *always {
+                Decision::RejectAlways
+            } else {
+                Decision::RejectOnce
+            };
+            decided(&client, run, cid, decision, reason.clone()).await?
+        }
         Command::Tools { .. } => {
             let a = call(&client, &api::TOOLS, &[], None).await?;
             (a.raw, super::render::tools_table(&a.value.servers))
@@ -135,6 +166,36 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
         line
     };
     Ok(Printed { printed, run_id })
+}
+
+/// `approve` / `deny`: the decision posted, and the call as decided.
+async fn decided(
+    client: &Client,
+    run: &str,
+    cid: &str,
+    decision: Decision,
+    reason: Option<String>,
+) -> Outcome<(String, String)> {
+    let body = DecideToolCall {
+        decision,
+        reason,
+        from: None,
+        by: Some(DecidedBy::Cli),
+    };
+    let a = call(client, &api::DECIDE_TOOL_CALL, &[run, cid], Some(&body)).await?;
+    let c = &a.value.call;
+    let what = if decision.allows() {
+        "allowed: it runs now and the turn goes on"
+    } else {
+        "denied: the model is told, and the turn goes on"
+    };
+    let remembered = match decision {
+        Decision::AllowAlways | Decision::RejectAlways => {
+            format!(" ({} remembered for this session)", c.tool)
+        }
+        _ => String::new(),
+    };
+    Ok((a.raw, format!("{}/{} {what}{remembered}", c.server, c.tool)))
 }
 
 /// `--fallbacks` as the API takes it: `None` (the catalogue's chain) unless one was given or

@@ -2,7 +2,7 @@
 //! text, each tool call with its status, Tier 1's waits — and ends with the run: exit 0 when
 //! it completed, 3 when it failed (with its class and what a retry would do), 4 when it was
 //! cancelled. Ctrl-C asks whether to cancel the run.
-use super::render::{tool_line, untrusted};
+use super::render::{approval_line, tool_line, untrusted};
 use super::{Failure, Outcome};
 use app::api::native::Client;
 use app::api::{self};
@@ -77,7 +77,13 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
                     if !at_line_start {
                         println!();
                     }
-                    println!("{}", untrusted(&tool_line(&t.call)));
+                    if t.call.is_waiting() {
+                        // It waits for a decision (CONTRACT §8): say how to give it, and keep
+                        // following: the decision resumes the run.
+                        println!("{}", untrusted(&approval_line(session, run_id, &t.call)));
+                    } else {
+                        println!("{}", untrusted(&tool_line(&t.call)));
+                    }
                     at_line_start = true;
                 }
                 Event::Attempt(a) if a.run_id == run_id => {

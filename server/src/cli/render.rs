@@ -149,6 +149,41 @@ pub fn tools_table(servers: &[ToolServer]) -> String {
     table(&rows)
 }
 
+/// The calls waiting for approval: one block each, with the commands that decide it.
+pub fn approvals_table(list: &app::wire::Approvals) -> String {
+    if list.approvals.is_empty() {
+        return "no tool call waits for your approval".into();
+    }
+    let mut out = format!(
+        "{} tool call(s) wait for your approval:\n",
+        list.approvals.len()
+    );
+    for w in &list.approvals {
+        out.push_str(&format!(
+            "\n{}\n  {}\n",
+            approval_line(&w.session_id, &w.run_id, &w.call),
+            snippet(&w.call.arguments.to_string())
+        ));
+    }
+    out
+}
+
+/// A waiting call and the commands that decide it.
+pub fn approval_line(session: &str, run: &str, call: &ToolCall) -> String {
+    let says = match call.annotations {
+        Some(a) if a.read_only == Some(true) => "reads only",
+        Some(a) if a.destructive == Some(true) => "may change or delete",
+        _ => "may change things",
+    };
+    format!(
+        "[tool {}/{} waits for your approval ({says}), session {session}]\n  \
+         mulligan approve {run} {id}   |   mulligan deny {run} {id} [--reason TEXT]",
+        call.server,
+        call.tool,
+        id = call.id
+    )
+}
+
 /// One line per call event: `[tool mulligan/list_sessions: ok, 12 ms]`.
 pub fn tool_line(call: &ToolCall) -> String {
     let status = match call.status {

@@ -51,7 +51,7 @@ pub fn document() -> OpenApi {
     endpoint!(
         PATCH_SESSION,
         200,
-        "Change a session's title, retry setting or tools"
+        "Change a session's title, retry setting, tools, fallbacks or approval mode; forget remembered tool grants"
     );
     endpoint!(
         POST_MESSAGE,
@@ -77,6 +77,16 @@ pub fn document() -> OpenApi {
         "Cancel Tier 2 for a failed run: nothing arms it again"
     );
     endpoint!(RUN, 200, "One run with its Tier 1 attempts");
+    endpoint!(
+        DECIDE_TOOL_CALL,
+        200,
+        "Decide a tool call waiting for approval (operator only; an agent token is 403): 409 approval.decided or approval.not_waiting"
+    );
+    endpoint!(
+        APPROVALS,
+        200,
+        "Every tool call waiting for approval, oldest first (operator only)"
+    );
     endpoint!(
         PROVIDERS,
         200,

@@ -2,8 +2,8 @@
 //! shared error answer), the SSE events' schemas, and the components they refer to.
 use app::api::{self, Endpoint, Method, Route};
 use app::wire::{
-    ApiError, AttemptEvent, ClearCooldown, CreateSession, Delta, Message, PatchSession,
-    PostMessage, Regenerate, Run, Session, ToolCallEvent,
+    ApiError, AttemptEvent, ClearCooldown, CreateSession, DecideToolCall, Delta, Message,
+    PatchSession, PostMessage, Regenerate, Run, Session, ToolCallEvent,
 };
 use utoipa::openapi::path::{Operation, OperationBuilder, Parameter, ParameterIn};
 use utoipa::openapi::request_body::{RequestBody, RequestBodyBuilder};
@@ -52,6 +52,7 @@ json_body!(
     PostMessage: Required::True,
     Regenerate: Required::False,
     ClearCooldown: Required::True,
+    DecideToolCall: Required::True,
 );
 
 /// A `$ref` to `T`'s schema, noting `T` and the types it names among the components.
@@ -290,6 +291,7 @@ fn path_parameters(route: Route) -> Vec<Parameter> {
                 "sid" => "A session id",
                 "mid" => "An operator message id",
                 "rid" => "A run id",
+                "cid" => "A tool call id",
                 _ => name,
             };
             parameter(name, ParameterIn::Path, text, true)
