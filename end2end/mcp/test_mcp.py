@@ -24,7 +24,10 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = {"list_sessions", "send_message", "retry_session", "stop_session", "list_models"}
+TOOLS = {
+    "list_sessions", "send_message", "retry_session", "stop_session", "list_models",
+    "rename_session", "list_approvals", "decide_tool_call",
+}
 
 
 def binary() -> str:
@@ -273,6 +276,29 @@ def test_stop_session_cancels_a_waiting_background_retry(server):
     _, detail = server.api("GET", f"/sessions/{s['id']}")
     assert "waiting_retry" not in detail["session"] or detail["session"]["waiting_retry"] is None
     assert refusal(call(server, server.token, "stop_session", {"session": s["id"]})) == "conflict"
+
+
+def test_only_the_operator_lists_and_decides_approvals(server):
+    """CONTRACT §8: the demo agent's rename waits; its own agent token may neither see nor
+    decide it (forbidden), the operator's token lists it and allows it, and the turn goes on."""
+    s = server.session("mcp approvals", model="demo-agent-writes")
+    server.api("POST", f"/sessions/{s['id']}/messages", {"content": "tidy up"})
+    detail = server.wait_last_run(s["id"], {"awaiting_approval"})
+    run_id = detail["runs"][-1]["id"]
+    agent = s["agent_token"]
+    assert refusal(call(server, agent, "list_approvals")) == "forbidden"
+    listed = call(server, server.token, "list_approvals")
+    assert not listed.is_error, listed
+    mine = [w for w in listed.structured_content["approvals"] if w["run_id"] == run_id]
+    assert len(mine) == 1, listed.structured_content
+    args = {"run": run_id, "call": mine[0]["call"]["id"], "decision": "allow_once"}
+    assert refusal(call(server, agent, "decide_tool_call", args)) == "forbidden"
+    decided = call(server, server.token, "decide_tool_call", args)
+    assert not decided.is_error, decided
+    assert decided.structured_content["call"]["approval"]["by"] == "mcp"
+    detail = server.wait_last_run(s["id"], {"completed"})
+    assert detail["session"]["title"].startswith("About:"), detail["session"]
+    assert refusal(call(server, server.token, "decide_tool_call", args)) == "approval.decided"
 
 
 def test_mulligan_mcp_over_stdio(server):
