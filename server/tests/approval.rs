@@ -639,3 +639,64 @@ async fn nothing_reaches_a_real_tool_server_before_allow() {
         (409, Some(code.as_str()))
     );
 }
+
+/// An instance of its own on a fresh PostgreSQL database, and that database's URL.
+async fn on_fresh_postgres(tag: &str, fake: &FakeProvider) -> (String, TestServer) {
+    assert!(
+        common::on_postgres(),
+        "needs PostgreSQL: set MULLIGAN_TEST_DATABASE=postgres and MULLIGAN_TEST_POSTGRES_URL"
+    );
+    let db = common::fresh_postgres_database(&common::postgres_url().unwrap());
+    let mut c = config(&temp_dir(tag), &fake.url);
+    c.database_url = Some(db.clone());
+    (db, TestServer::start(c).await)
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn the_owner_killed_the_wait_stays_and_the_other_instance_resumes_it() {
+    let fake = FakeProvider::start().await;
+    let (db, b) = on_fresh_postgres("approve-kill-b", &fake).await;
+    let dir = temp_dir("approve-kill-a");
+    let (mut child, a) =
+        common::serve(&dir, &fake.url, &dir.join("server.log"), Some(db), &[]).await;
+    let sid = a.create_session().await;
+    renames(&fake, "c1", "Resumed on B", &["Done."]);
+    let (run, call) = until_waiting(&a, &sid, "rename yourself").await;
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    // Past the dead instance's lease (5 s) and B's takeover pass: still waiting.
+    tokio::time::sleep(Duration::from_millis(6500)).await;
+    assert_eq!(b.run(&run).await.status, RunStatus::AwaitingApproval);
+    let (status, body) = decide(&b, &run, &call.id, json!({"decision": "allow_once"})).await;
+    assert_eq!(status, 200, "{body}");
+    let ended = b.wait_run_end(&run).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!(ended.tools_executed, 1);
+    assert_eq!(title(&b, &sid).await, "Resumed on B");
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
+async fn two_decisions_on_two_instances_take_one() {
+    let fake = FakeProvider::start().await;
+    let (db, a) = on_fresh_postgres("approve-two-a", &fake).await;
+    let mut cb = config(&temp_dir("approve-two-b"), &fake.url);
+    cb.database_url = Some(db);
+    let b = TestServer::start(cb).await;
+    let sid = a.create_session().await;
+    renames(&fake, "c1", "Once", &["Done."]);
+    let (run, call) = until_waiting(&a, &sid, "rename yourself").await;
+    let path = format!("/runs/{run}/tool_calls/{}/decision", call.id);
+    let (x, y) = tokio::join!(
+        a.post(&path, json!({"decision": "allow_once"})),
+        b.post(&path, json!({"decision": "allow_once"})),
+    );
+    let mut statuses = [x.0, y.0];
+    statuses.sort();
+    assert_eq!(statuses, [200, 409], "{x:?} {y:?}");
+    let ended = a.wait_run_end(&run).await;
+    assert_eq!(ended.status, RunStatus::Completed);
+    assert_eq!(ended.tools_executed, 1, "the call ran once");
+    assert_eq!(fake.seen().len(), 2, "the turn went on once");
+}
