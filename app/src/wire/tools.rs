@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
+// A reply holds a few parts, read far more than moved: boxing the call would cost an
+// allocation per part for no gain.
+#[allow(clippy::large_enum_variant)]
 pub enum Part {
     Text { text: String },
     ToolCall { call: ToolCall },

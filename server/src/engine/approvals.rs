@@ -136,18 +136,11 @@ impl Engine {
         } = match decided {
             Ok(d) => d,
             Err(NotDecided::Decided(c)) => {
-                let a = c.call.approval.unwrap_or_else(|| app::wire::Approval {
-                    asked_at: 0,
-                    decision: None,
-                    reason: None,
-                    decided_at: None,
-                    by: None,
-                    from: None,
-                });
+                let a = c.call.approval.as_ref();
                 return Err(Refusal::ApprovalDecided {
                     call: call_id.clone(),
-                    decision: a.decision.unwrap_or(Decision::TimedOut),
-                    by: a.by,
+                    decision: a.and_then(|a| a.decision).unwrap_or(Decision::TimedOut),
+                    by: a.and_then(|a| a.by),
                 }
                 .into());
             }

@@ -101,7 +101,7 @@ enum Call {
     ListModels(NoInput),
     RenameSession(Rename),
     ListApprovals(NoInput),
-    DecideToolCall(Decide),
+    Decision(Decide),
 }
 
 impl Call {
@@ -123,7 +123,7 @@ impl Call {
             "list_models" => Call::ListModels(input(name, args)?),
             "rename_session" => Call::RenameSession(input(name, args)?),
             "list_approvals" => Call::ListApprovals(input(name, args)?),
-            "decide_tool_call" => Call::DecideToolCall(input(name, args)?),
+            "decide_tool_call" => Call::Decision(input(name, args)?),
             other => return Err(Error::not_found("tool", other)),
         })
     }
@@ -195,7 +195,7 @@ pub(crate) async fn run(
             operator_only(caller)?;
             serde_json::to_value(commands.approvals().await?)
         }
-        Call::DecideToolCall(Decide {
+        Call::Decision(Decide {
             run,
             call,
             decision,
