@@ -1,7 +1,9 @@
 //! How the client commands print: one human line per answer, the session, tool and model
 //! tables, and the API's JSON on one line for `--json` (a run's timeline: [`super::timeline`]).
 use app::clock::{clock_text, relative, utc};
-use app::wire::{Millis, ModelInfo, ModelList, Session, ToolCall, ToolCallStatus, ToolServer};
+use app::wire::{
+    Decision, Millis, ModelInfo, ModelList, Session, ToolCall, ToolCallStatus, ToolServer,
+};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -201,7 +203,32 @@ pub fn tool_line(call: &ToolCall) -> String {
     } else {
         call.server.as_str()
     };
-    format!("[tool {server}/{}: {status}]", call.tool)
+    let asked = call.approval.as_ref().map_or_else(String::new, |a| {
+        let waited = a
+            .decided_at
+            .map(|d| {
+                format!(
+                    " after {:.1} s",
+                    d.saturating_sub(a.asked_at).max(0) as f64 / 1000.0
+                )
+            })
+            .unwrap_or_default();
+        match a.decision {
+            None => " · waits for your approval".to_string(),
+            Some(Decision::TimedOut) => format!(" · nobody decided{waited}: timed out"),
+            Some(d) => format!(
+                " · {} by {}{waited}",
+                match d {
+                    Decision::AllowOnce => "allowed once",
+                    Decision::AllowAlways => "allowed always",
+                    Decision::RejectOnce => "denied",
+                    _ => "denied always",
+                },
+                a.by.map_or("?", |b| b.as_str())
+            ),
+        }
+    });
+    format!("[tool {server}/{}: {status}{asked}]", call.tool)
 }
 
 /// One row per model: its id (the default marked), status (a cooldown's end in UTC), whether
