@@ -139,6 +139,22 @@ impl Server {
         let data_dir =
             std::env::temp_dir().join(format!("mulligan-bench-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data_dir);
+        Server::start_in(data_dir, provider_url, extra).await
+    }
+
+    /// Stops the server gracefully and starts it again on the same data (and settings).
+    pub async fn restart(mut self, provider_url: &str, extra: &[(&str, String)]) -> R<Server> {
+        drop(self.child.stdin.take());
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
+        let data_dir = std::mem::take(&mut self.data_dir);
+        Server::start_in(data_dir, provider_url, extra).await
+    }
+
+    async fn start_in(
+        data_dir: PathBuf,
+        provider_url: &str,
+        extra: &[(&str, String)],
+    ) -> R<Server> {
         let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
         let mut cmd = tokio::process::Command::new(exe);
         for (k, _) in std::env::vars() {
@@ -191,6 +207,32 @@ impl Server {
 
     pub fn usage(&self) -> Usage {
         usage(self.pid)
+    }
+
+    /// Its resident memory now (KiB), threads and open file descriptors (sockets, database
+    /// files): what something held per waiting run would grow.
+    pub fn holdings(&self) -> (u64, u64, usize) {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", self.pid)).map_or(0, |d| d.count());
+        (field("VmRSS:"), field("Threads:"), fds)
+    }
+
+    /// `GET` of an API path: its JSON, or why not.
+    pub async fn get(&self, path: &str) -> R<Value> {
+        self.expect(reqwest::Method::GET, path, None, 200).await
+    }
+
+    /// `POST` of an API path: its status and JSON.
+    pub async fn post(&self, path: &str, body: Value) -> R<(u16, Value)> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
     /// Closes its stdin (a graceful stop), waits, removes its data dir.

@@ -3,7 +3,8 @@
 //!
 //! B1 relay overhead, B2 concurrency, B3 cancel latency, B4 "no quota for 50 minutes",
 //! B5 WASM bundle size, B6 added latency per tool-call step of an agent turn, B7 two
-//! instances on PostgreSQL (with `--b7-postgres`), B8 parking, B10 parse (the Markdown
+//! instances on PostgreSQL (with `--b7-postgres`), B8 parking, B9 runs waiting for
+//! approval (on PostgreSQL too with `--b7-postgres`), B10 parse (the Markdown
 //! parser on adversarial replies, natively; `--only b10-parse`). The provider is a fast fake
 //! on loopback ([`fake`]); the server is a real Mulligan (SQLite, persistence on) run as a
 //! child process of this binary ([`client`]), so its RSS and CPU are its own. `--smoke` runs
@@ -81,6 +82,9 @@ struct Opts {
     /// B8's `MULLIGAN_RELEASE_PER_S` (the server's default).
     #[arg(long, default_value_t = 2)]
     b8_release_per_s: u32,
+    /// B9 runs waiting for approval at once (with `--b7-postgres`, on PostgreSQL too).
+    #[arg(long, default_value_t = 1000)]
+    b9_runs: usize,
     /// B10 parse: how many times each adversarial Markdown reply is parsed (the median is
     /// taken).
     #[arg(long, default_value_t = 5)]
@@ -104,6 +108,7 @@ impl Opts {
         self.b6_sessions = 2;
         self.b8_sessions = 6;
         self.b8_release_per_s = 10;
+        self.b9_runs = 20;
         self.b10_parse_runs = 1;
         self
     }
@@ -195,6 +200,11 @@ async fn run(opts: Opts) -> ExitCode {
     if opts.wants("b8") {
         if let Err(e) = benches::b8::run(&opts, &fake, &mut t).await {
             t.fail("B8", e);
+        }
+    }
+    if opts.wants("b9") {
+        if let Err(e) = benches::b9::run(&opts, &fake, &mut t).await {
+            t.fail("B9", e);
         }
     }
     if opts.wants("b10") || opts.wants("b10-parse") {

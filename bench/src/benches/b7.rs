@@ -328,7 +328,7 @@ async fn sample_connections(
 }
 
 /// A new empty database beside `base`'s; answers its URL.
-async fn fresh_database(base: &str) -> R<String> {
+pub async fn fresh_database(base: &str) -> R<String> {
     let admin = connect(base).await?;
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let name = format!(

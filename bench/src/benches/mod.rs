@@ -11,6 +11,7 @@ pub mod b5;
 pub mod b6;
 pub mod b7;
 pub mod b8;
+pub mod b9;
 
 use crate::client::{Events, Server};
 use crate::fake::{clock_us, parse_delta};
