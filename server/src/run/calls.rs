@@ -87,7 +87,11 @@ fn result_for_model(call: &ToolCall) -> String {
             .result
             .clone()
             .unwrap_or_else(|| approval::declined_text(None, false)),
-        ToolCallStatus::Cancelled => "The operator cancelled this tool call.".into(),
+        // A call never sent says so in its result; one cut short, that the operator did.
+        ToolCallStatus::Cancelled => call
+            .result
+            .clone()
+            .unwrap_or_else(|| "The operator cancelled this tool call.".into()),
         ToolCallStatus::Running | ToolCallStatus::Interrupted => OUTCOME_UNKNOWN.into(),
         // Never sent (its run ended while it waited).
         ToolCallStatus::AwaitingApproval | ToolCallStatus::Queued => {

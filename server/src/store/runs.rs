@@ -164,7 +164,8 @@ const END_TOOL_CALLS: &str = "UPDATE tool_calls SET status = $1, finished_at = $
      WHERE run_id = $3 AND status = 'running'";
 
 /// Run $2's calls recorded but never sent end `cancelled` at $1.
-const END_UNSENT_CALLS: &str = "UPDATE tool_calls SET status = 'cancelled', finished_at = $1
+const END_UNSENT_CALLS: &str = "UPDATE tool_calls SET status = 'cancelled', finished_at = $1,
+         result = COALESCE(result, 'This tool call was not run: its turn ended before it was sent.')
      WHERE run_id = $2 AND status IN ('awaiting_approval', 'queued')";
 
 /// Run $2's tokens ($1) count to its session's spend.
