@@ -700,3 +700,84 @@ async fn two_decisions_on_two_instances_take_one() {
     assert_eq!(ended.tools_executed, 1, "the call ran once");
     assert_eq!(fake.seen().len(), 2, "the turn went on once");
 }
+
+#[tokio::test]
+async fn a_step_s_calls_are_asked_together_and_run_in_their_order_once_all_are_decided() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-step"), &fake.url)).await;
+    let sid = server.create_session().await;
+    fake.push(Script::ToolCalls {
+        text: "Three things. ".into(),
+        calls: vec![
+            ("a".into(), "mulligan__list_sessions".into(), "{}".into()),
+            (
+                "b".into(),
+                "mulligan__rename_session".into(),
+                json!({"title": "First"}).to_string(),
+            ),
+            (
+                "c".into(),
+                "mulligan__rename_session".into(),
+                json!({"title": "Second"}).to_string(),
+            ),
+        ],
+    });
+    fake.push(Script::reply(&["Done."]));
+    let sent = server.send(&sid, "do three things").await;
+    let run = server
+        .wait_run_status(&sent.run_id, RunStatus::AwaitingApproval)
+        .await;
+    let calls = calls_of(&server, &sid, &run.id).await;
+    let statuses: Vec<_> = calls.iter().map(|c| c.status).collect();
+    // The read-only call needs no decision but waits for its step; nothing ran yet.
+    assert_eq!(
+        statuses,
+        [
+            ToolCallStatus::Queued,
+            ToolCallStatus::AwaitingApproval,
+            ToolCallStatus::AwaitingApproval
+        ]
+    );
+    let (_, list) = server.get("/approvals").await;
+    assert_eq!(list["approvals"].as_array().unwrap().len(), 2, "{list}");
+    let run_id = run.id.to_string();
+    decide(
+        &server,
+        &run_id,
+        &calls[2].id,
+        json!({"decision": "allow_once"}),
+    )
+    .await;
+    // One of two decided: still waiting, nothing ran.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        server.run(&run_id).await.status,
+        RunStatus::AwaitingApproval
+    );
+    assert_eq!(title(&server, &sid).await, "test");
+    decide(
+        &server,
+        &run_id,
+        &calls[1].id,
+        json!({"decision": "allow_once"}),
+    )
+    .await;
+    let ended = server.wait_run_end(&run_id).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!(ended.tools_executed, 3);
+    // In their order: the second rename ran last.
+    assert_eq!(title(&server, &sid).await, "Second");
+    let calls = calls_of(&server, &sid, &run_id).await;
+    assert!(
+        calls.iter().all(|c| c.status == ToolCallStatus::Ok),
+        "{calls:#?}"
+    );
+    assert!(calls[1].started_at <= calls[2].started_at);
+    // The model read the three results, in the order it asked.
+    let ids: Vec<String> = last_request(&fake)
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+}
