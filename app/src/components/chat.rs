@@ -52,12 +52,20 @@ pub fn SessionView() -> impl IntoView {
         None => None,
     };
     follow(chat, sid, first_id, first);
-    // The tab is titled after the open session while it is open.
+    // The tab is titled after the open session while it is open (the count of waiting
+    // calls goes before it: `approvals`).
+    let approvals = super::approvals::use_approvals();
     Effect::new(move |_| {
         let title = chat.session.with(|s| s.as_ref().map(|s| s.title.clone()));
-        crate::nav::set_title(&crate::nav::title(title.as_deref()));
+        match approvals {
+            Some(a) => a.set_title(title),
+            None => crate::nav::set_title(&crate::nav::title(title.as_deref())),
+        }
     });
-    on_cleanup(|| crate::nav::set_title(&crate::nav::title(None)));
+    on_cleanup(move || match approvals {
+        Some(a) => a.set_title(None),
+        None => crate::nav::set_title(&crate::nav::title(None)),
+    });
     view! { <ChatBody sid/> }
 }
 
@@ -130,6 +138,7 @@ fn ChatBody(sid: Memo<String>) -> impl IntoView {
                 <h1>{move || chat.session.get().map(|s| s.title).unwrap_or_else(|| "Loading…".into())}</h1>
                 <span class="model" title=move || chat.session.get().map(|s| s.model)>{move || chat.session.get().map(|s| s.model)}</span>
                 <AutoRetrySetting/>
+                <super::approval_mode::ApprovalSetting/>
                 {move || {
                     let n = superseded.get();
                     (n > 0).then(|| {

@@ -49,12 +49,12 @@ pub fn Composer(session_id: Memo<String>) -> impl IntoView {
             }
         });
     };
-    let hint = move || {
-        if chat.running_run().is_some() {
-            "A reply is being written: your message will queue behind it."
-        } else {
-            "Enter sends · Shift+Enter adds a line"
+    let hint = move || match chat.running_run().map(|r| r.status) {
+        Some(crate::wire::RunStatus::AwaitingApproval) => {
+            "A tool call waits for your approval: your message will queue behind it."
         }
+        Some(_) => "A reply is being written: your message will queue behind it.",
+        None => "Enter sends · Shift+Enter adds a line",
     };
     view! {
         <form class="composer" on:submit=move |ev| { ev.prevent_default(); send(); }>

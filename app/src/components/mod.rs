@@ -1,4 +1,7 @@
 //! The operator UI: the session list, the chat view and its parts.
+pub mod approval;
+pub mod approval_mode;
+pub mod approvals;
 pub mod catalogue;
 pub mod chat;
 pub mod composer;
@@ -21,8 +24,11 @@ use leptos::prelude::*;
 #[derive(Clone, Copy)]
 pub struct Sessions(pub RwSignal<Vec<Session>>);
 
+/// Provides the session list, and with it the tool calls waiting for the operator (which
+/// every page counts: [`approvals`]).
 pub fn provide_sessions() {
     provide_context(Sessions(RwSignal::new(Vec::new())));
+    approvals::provide_approvals();
 }
 
 pub fn use_sessions() -> Sessions {

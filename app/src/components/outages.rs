@@ -1,7 +1,8 @@
 //! One banner per model that is out or cooling down (CONTRACT §7), on every page: "demo/x
 //! has been down since 14:02 · 7 turns waiting · next try 14:09", from `GET /providers`,
 //! looked at again every few seconds while one shows or a listed session waits on a
-//! background retry.
+//! background retry. The line about tool calls waiting for approval shows with them
+//! ([`super::approvals`]).
 use super::use_sessions;
 use crate::api;
 use crate::client::fetch_json;
@@ -69,6 +70,7 @@ pub fn OutageBanners() -> impl IntoView {
         }
     });
     view! {
+        <super::approvals::ApprovalsLine/>
         <Show when=move || models.with(|m| !m.is_empty())>
             <div class="outages" role="status" aria-label="Models out">
                 <For each=move || models.get() key=|h| (h.model.clone(), h.status == ModelStatus::Down, h.since, h.waiting_turns, h.next_probe_at) let:h>

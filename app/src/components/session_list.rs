@@ -113,6 +113,9 @@ fn Entries(error: RwSignal<Option<String>>, loading: RwSignal<bool>) -> impl Int
 
 /// The session's state for the list: a CSS class and the words shown.
 pub fn state_label(s: &Session) -> (&'static str, String) {
+    if s.status == SessionStatus::AwaitingApproval {
+        return ("needs-approval", "needs approval".into());
+    }
     if s.status == SessionStatus::Running {
         return ("running", "running".into());
     }

@@ -27,6 +27,9 @@ pub struct Chat {
     /// A word about what happened to the operator's last action ("Already retried in
     /// another tab — following the new run."), shown in the dock above the composer.
     pub notice: RwSignal<Option<String>>,
+    /// The page's list of calls waiting for the operator, looked at again on the events that
+    /// may change it.
+    approvals: Option<super::approvals::Approvals>,
 }
 
 impl Chat {
@@ -41,6 +44,7 @@ impl Chat {
             config: RwSignal::new(None),
             show_superseded: RwSignal::new(false),
             notice: RwSignal::new(None),
+            approvals: super::approvals::use_approvals(),
         }
     }
 
@@ -99,6 +103,8 @@ impl Chat {
             let url = format!("{}?include_superseded=true", api::SESSION.url(&[&id]));
             match fetch_json::<SessionDetail>(api::SESSION.method(), &url, None).await {
                 Ok(d) if this.session_id().as_deref() == Some(id.as_str()) => {
+                    // The session too: what the other tab's action changed (a tool's rename).
+                    this.apply(Event::Session(d.session));
                     for m in d.messages {
                         this.apply(Event::Message(m));
                     }
@@ -113,6 +119,9 @@ impl Chat {
 
     /// Applies one live event.
     pub fn apply(&self, event: Event) {
+        if let Some(a) = self.approvals.filter(|_| self.asks(&event)) {
+            a.refresh();
+        }
         match event {
             Event::Message(m) => {
                 let slot = self
@@ -190,19 +199,39 @@ impl Chat {
         }
     }
 
+    /// Whether `event` may change the calls waiting for the operator: a call's ask or its
+    /// decision, a run entering or leaving `awaiting_approval`, a session's new state.
+    fn asks(&self, event: &Event) -> bool {
+        match event {
+            Event::ToolCall(t) => t.call.approval.is_some(),
+            Event::Run(r) => {
+                r.status == RunStatus::AwaitingApproval
+                    || self.runs.with_untracked(|rs| {
+                        rs.iter()
+                            .any(|x| x.id == r.id && x.status == RunStatus::AwaitingApproval)
+                    })
+            }
+            Event::Session(_) => true,
+            _ => false,
+        }
+    }
+
     /// The session's status and last run, derived from its runs, into the chat and the list.
     pub fn refresh_session_state(&self) {
         let runs = self.runs.get_untracked();
         let busy = runs
             .iter()
             .any(|r| r.status.is_active() && r.held_by.is_none());
+        let asking = runs
+            .iter()
+            .any(|r| r.status == RunStatus::AwaitingApproval && r.held_by.is_none());
         let last: Option<RunSummary> = runs.last().map(Run::summary);
         self.session.update(|s| {
             if let Some(s) = s {
-                s.status = if busy {
-                    SessionStatus::Running
-                } else {
-                    SessionStatus::Idle
+                s.status = match (asking, busy) {
+                    (true, _) => SessionStatus::AwaitingApproval,
+                    (false, true) => SessionStatus::Running,
+                    (false, false) => SessionStatus::Idle,
                 };
                 s.last_run = last;
             }
@@ -240,9 +269,13 @@ impl Chat {
         });
     }
 
-    /// The run that is executing now, if any.
+    /// The session's active run: running, or waiting for a tool call's approval (Stop ends
+    /// either).
     pub fn running_run(&self) -> Option<Run> {
-        self.runs
-            .with(|rs| rs.iter().find(|r| r.status == RunStatus::Running).cloned())
+        self.runs.with(|rs| {
+            rs.iter()
+                .find(|r| matches!(r.status, RunStatus::Running | RunStatus::AwaitingApproval))
+                .cloned()
+        })
     }
 }

@@ -235,6 +235,26 @@ pub fn layout(d: &RunDetail, auto_retry: AutoRetry, this_tab: Option<&str>, now:
         add(t0, row);
     }
     for c in calls {
+        // Its ask first: when, the decision, by whom and from where, how long it waited.
+        if let Some(text) = super::approval::asked_row(c, this_tab, now, took) {
+            let asked = c.approval.as_ref().map_or(c.started_at, |a| a.asked_at);
+            let decided = c
+                .approval
+                .as_ref()
+                .and_then(|a| a.decided_at)
+                .unwrap_or(end);
+            add(
+                asked,
+                Row {
+                    class: "tl-row asked",
+                    at: rel(asked - t0),
+                    bar: Some(bar("tl-bar asked", asked, decided)),
+                    wait: None,
+                    text,
+                    title: None,
+                },
+            );
+        }
         let stop = c.finished_at.unwrap_or(end);
         let status = match c.status {
             ToolCallStatus::Interrupted => "interrupted: outcome unknown",

@@ -1,6 +1,7 @@
 //! An agent reply's text and tool calls in order; each call with its tool, arguments, a live
-//! status and its result (always text nodes: tool output is never read as HTML).
-use crate::clock::now_ms;
+//! status and its result (always text nodes: tool output is never read as HTML); a call that
+//! waits for the operator shows its card ([`super::approval`]), a decided one its decision.
+use crate::clock::{at, at_utc, now_ms};
 use crate::wire::{Message, Millis, Part, ToolCall, ToolCallStatus};
 use leptos::prelude::*;
 use serde_json::Value;
@@ -94,10 +95,10 @@ fn ToolCallView(message: RwSignal<Message>, i: usize) -> impl IntoView {
         (_, Some(end)) => seconds(end.saturating_sub(started), true),
         (_, None) => String::new(),
     };
-    let label = move || match status.get() {
-        ToolCallStatus::Interrupted => "interrupted: outcome unknown",
-        s => s.as_str(),
-    };
+    // Asked and undecided: the card with the operator's buttons shows.
+    let waiting =
+        Memo::new(move |_| message.with(|m| call_at(m, i).is_some_and(ToolCall::is_waiting)));
+    let label = move || status_words(status.get(), waiting.get());
     let full = RwSignal::new(false);
     let result = move || {
         let text = result.get()?;
@@ -126,9 +127,46 @@ fn ToolCallView(message: RwSignal<Message>, i: usize) -> impl IntoView {
             </details>
         })
     };
+    // The decision, once made (who, from where, when); its request's state outlives the card.
+    let decided =
+        Memo::new(move |_| message.with(|m| call_at(m, i).and_then(|c| c.approval.clone())));
+    let hydrated = super::use_hydrated();
+    let decided = move || {
+        let a = decided.get()?;
+        let tab = crate::client::tab_id();
+        let when = |ms| if hydrated.get() { at(ms) } else { at_utc(ms) };
+        let line = super::approval::decided_line(&a, tab.as_deref(), when)?;
+        let class = match a.decision {
+            Some(d) if d.allows() => "approval-decided allowed",
+            _ => "approval-decided denied",
+        };
+        Some(view! { <p class=class>{line}</p> })
+    };
+    let busy = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let card = {
+        let args = args.clone();
+        move || {
+            waiting.get().then(|| {
+                let args = args.clone();
+                view! { <super::approval::ApprovalCard message i args busy error/> }
+            })
+        }
+    };
+    let args = move || {
+        (!waiting.get()).then(|| {
+            view! {
+                <details class="tool-args">
+                    <summary>"Arguments"</summary>
+                    <pre>{args.clone()}</pre>
+                </details>
+            }
+        })
+    };
     let name = tool.clone();
     view! {
-        <div class="tool-call" data-status=move || status.get().as_str() data-tool=name>
+        <div class="tool-call" data-status=move || status.get().as_str() data-tool=name
+            data-waiting=move || waiting.get().to_string()>
             <div class="tool-head">
                 <span class="tool-icon" aria-hidden="true">"⚙"</span>
                 <span class="tool-name">{tool}</span>
@@ -136,12 +174,26 @@ fn ToolCallView(message: RwSignal<Message>, i: usize) -> impl IntoView {
                 <span class="tool-status">{label}</span>
                 <span class="tool-time">{time}</span>
             </div>
-            <details class="tool-args">
-                <summary>"Arguments"</summary>
-                <pre>{args}</pre>
-            </details>
+            {card}
+            {decided}
+            <Show when=move || error.get().is_some()>
+                <p class="error approval-error" role="alert">{move || error.get()}</p>
+            </Show>
+            {args}
             {result}
         </div>
+    }
+}
+
+/// A call's status in words; `waiting`: asked and undecided.
+fn status_words(status: ToolCallStatus, waiting: bool) -> &'static str {
+    match status {
+        ToolCallStatus::Interrupted => "interrupted: outcome unknown",
+        ToolCallStatus::AwaitingApproval if waiting => "waiting for your approval",
+        ToolCallStatus::AwaitingApproval => "decided: about to run",
+        ToolCallStatus::Denied => "denied: not run",
+        ToolCallStatus::Queued => "queued: waits for the other calls of this step",
+        s => s.as_str(),
     }
 }
 

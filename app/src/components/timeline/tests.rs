@@ -298,3 +298,81 @@ fn durations_and_positions_read_plainly() {
     assert_eq!(percent(5), "0.05%");
     assert_eq!(percent(10_000), "100.00%");
 }
+
+#[test]
+fn an_asked_call_says_when_what_was_decided_by_whom_and_how_long_it_waited() {
+    use crate::wire::{Approval, DecidedBy, Decision};
+    let mut d = tool_turn();
+    d.run.served.clear();
+    d.attempts.truncate(1);
+    let mut asked = call(2_000, 6_000);
+    asked.tool = "rename_session".into();
+    asked.approval = Some(Approval {
+        asked_at: 2_000,
+        decision: Some(Decision::AllowOnce),
+        reason: None,
+        decided_at: Some(5_400),
+        by: Some(DecidedBy::Page),
+        from: Some("tab-1".into()),
+    });
+    let mut denied = call(2_000, 3_000);
+    denied.id = "c2".into();
+    denied.status = ToolCallStatus::Denied;
+    denied.approval = Some(Approval {
+        asked_at: 2_000,
+        decision: Some(Decision::RejectOnce),
+        reason: Some("not today".into()),
+        decided_at: Some(3_000),
+        by: Some(DecidedBy::Cli),
+        from: None,
+    });
+    d.tool_calls = vec![asked, denied];
+    let drawn = layout(&d, AutoRetry::Browser, Some("tab-1"), 0);
+    let rows: Vec<(&str, &str, &str)> = drawn
+        .rows
+        .iter()
+        .map(|r| (r.class, r.at.as_str(), r.text.as_str()))
+        .collect();
+    assert_eq!(
+        rows[1..],
+        [
+            (
+                "tl-row asked",
+                "+1.0 s",
+                "asked before rename_session (mulligan) · allowed once by page, this tab · waited 3.4 s"
+            ),
+            (
+                "tl-row tool",
+                "+1.0 s",
+                "tool rename_session (mulligan) · 4.0 s · ok"
+            ),
+            (
+                "tl-row asked",
+                "+1.0 s",
+                "asked before list_sessions (mulligan) · denied: not today by cli · waited 1.0 s"
+            ),
+            (
+                "tl-row tool",
+                "+1.0 s",
+                "tool list_sessions (mulligan) · 1.0 s · denied"
+            ),
+        ]
+    );
+    // The ask's bar spans its wait.
+    let bar = drawn.rows[1].bar.clone().unwrap();
+    assert_eq!(
+        (bar.class, bar.left, bar.width),
+        ("tl-bar asked", 1_000, 3_400)
+    );
+    // Another tab's decision, and a call still waiting at `now`.
+    let mut c = d.tool_calls[0].clone();
+    c.approval.as_mut().unwrap().from = Some("tab-2".into());
+    let text = crate::components::approval::asked_row(&c, Some("tab-1"), 0, took).unwrap();
+    assert!(text.contains("by page, another tab"), "{text}");
+    c.approval.as_mut().unwrap().decision = None;
+    let text = crate::components::approval::asked_row(&c, None, 9_000, took).unwrap();
+    assert_eq!(
+        text,
+        "asked before rename_session (mulligan) · waiting for a decision · 7.0 s so far"
+    );
+}

@@ -1,0 +1,176 @@
+//! Every page's line about the tool calls waiting for the operator ("2 tool calls wait for
+//! your approval: …", with links to their sessions), from `GET /approvals`, and the tab's
+//! title counting them ("(2) … — Mulligan").
+use super::use_sessions;
+use crate::api;
+use crate::client::fetch_json;
+use crate::nav::Page;
+use crate::wire::{Approvals as Answer, SessionStatus, WaitingCall};
+use leptos::prelude::*;
+
+/// How often the line is looked at again while a call waits (the outage banners' pace).
+const REFRESH_MS: u64 = 5000;
+
+/// The calls waiting for the operator, shared by the page's parts.
+#[derive(Clone, Copy)]
+pub struct Approvals {
+    pub waiting: RwSignal<Vec<WaitingCall>>,
+    /// The page's own title (the open session's), which the count goes before.
+    pub title: RwSignal<Option<String>>,
+    /// Bumped to look again at once (an event about a call, a run or a session).
+    asks: RwSignal<u64>,
+}
+
+impl Approvals {
+    /// Looks at the waiting calls again now.
+    pub fn refresh(&self) {
+        self.asks.try_update(|n| *n += 1);
+    }
+
+    /// The run of waiting call `call`, when the list has it.
+    pub fn run_of(&self, call: &str) -> Option<String> {
+        self.waiting.with_untracked(|w| {
+            w.iter()
+                .find(|c| c.call.id.as_str() == call)
+                .map(|c| c.run_id.to_string())
+        })
+    }
+
+    /// Shows `title` (the open session's, `None` elsewhere) as the page's title.
+    pub fn set_title(&self, title: Option<String>) {
+        self.title.try_set(title);
+    }
+}
+
+pub fn provide_approvals() {
+    provide_context(Approvals {
+        waiting: RwSignal::new(Vec::new()),
+        title: RwSignal::new(None),
+        asks: RwSignal::new(0),
+    });
+}
+
+pub fn use_approvals() -> Option<Approvals> {
+    use_context::<Approvals>()
+}
+
+/// The tab's title: `(n) ` before the page's own while `n` calls wait.
+pub fn titled(waiting: usize, title: Option<&str>) -> String {
+    let own = crate::nav::title(title);
+    match waiting {
+        0 => own,
+        n => format!("({n}) {own}"),
+    }
+}
+
+/// "1 tool call waits for your approval" / "2 tool calls wait for your approval".
+pub fn words(waiting: usize) -> String {
+    match waiting {
+        1 => "1 tool call waits for your approval".into(),
+        n => format!("{n} tool calls wait for your approval"),
+    }
+}
+
+#[component]
+pub fn ApprovalsLine() -> impl IntoView {
+    let approvals = use_approvals()?;
+    let waiting = approvals.waiting;
+    let sessions = use_sessions();
+    // Only the latest look's answer counts (answers may cross).
+    let looks = StoredValue::new(0u64);
+    let load = move || {
+        let look = looks.get_value() + 1;
+        looks.set_value(look);
+        leptos::task::spawn_local(async move {
+            let url = api::APPROVALS.url(&[]);
+            // A failed look keeps what shows: the next one tries again.
+            if let Ok(a) = fetch_json::<Answer>(api::APPROVALS.method(), &url, None).await {
+                if looks.try_get_value() == Some(look) {
+                    waiting.try_set(a.approvals);
+                }
+            }
+        })
+    };
+    // The listed sessions that need approval: the list's own refresh shows a new one.
+    let asking = Memo::new(move |_| {
+        sessions.0.with(|ss| {
+            ss.iter()
+                .filter(|s| s.status == SessionStatus::AwaitingApproval)
+                .map(|s| s.id.to_string())
+                .collect::<Vec<_>>()
+        })
+    });
+    Effect::new(move |_| {
+        approvals.asks.track();
+        asking.track();
+        load();
+    });
+    let watching =
+        Memo::new(move |_| waiting.with(|w| !w.is_empty()) || !asking.with(Vec::is_empty));
+    Effect::new(move |_| {
+        if watching.get() {
+            if let Ok(h) =
+                set_interval_with_handle(load, std::time::Duration::from_millis(REFRESH_MS))
+            {
+                on_cleanup(move || h.clear());
+            }
+        }
+    });
+    // The tab's title counts them.
+    Effect::new(move |_| {
+        let n = waiting.with(Vec::len);
+        let own = approvals.title.get();
+        crate::nav::set_title(&titled(n, own.as_deref()));
+    });
+    // Each session once, in the order its first call began waiting.
+    let links = move || {
+        let mut ids: Vec<String> = Vec::new();
+        waiting.with(|w| {
+            for c in w {
+                if !ids.iter().any(|id| id == c.session_id.as_str()) {
+                    ids.push(c.session_id.to_string());
+                }
+            }
+        });
+        ids.into_iter()
+            .enumerate()
+            .map(|(k, id)| {
+                let title = sessions.0.with(|ss| {
+                    ss.iter()
+                        .find(|s| s.id.as_str() == id)
+                        .map(|s| s.title.clone())
+                });
+                let text = title.filter(|t| !t.trim().is_empty()).unwrap_or_else(|| id.clone());
+                let comma = (k > 0).then_some(", ");
+                view! { {comma}<a class="approvals-session" href=Page::session_path(&id)>{text}</a> }
+            })
+            .collect_view()
+    };
+    Some(
+        view! {
+            <Show when=move || waiting.with(|w| !w.is_empty())>
+                <div class="approvals" role="status" aria-label="Tool calls waiting">
+                    <p class="approvals-line">
+                        <strong>{move || words(waiting.with(Vec::len))}</strong>
+                        ": " {links}
+                    </p>
+                </div>
+            </Show>
+        }
+        .into_any(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_title_and_the_line_count_the_waiting_calls() {
+        assert_eq!(titled(0, Some("fix it")), "fix it — Mulligan");
+        assert_eq!(titled(2, Some("fix it")), "(2) fix it — Mulligan");
+        assert_eq!(titled(1, None), "(1) Mulligan");
+        assert_eq!(words(1), "1 tool call waits for your approval");
+        assert_eq!(words(3), "3 tool calls wait for your approval");
+    }
+}
