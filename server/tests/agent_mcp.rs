@@ -11,26 +11,13 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// A reference server's launcher, installed from end2end's lockfile.
-fn bin(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../end2end/node_modules/.bin")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/toolchain.sh --browser (it installs end2end's npm packages)",
-        path.display()
-    );
-    path
-}
-
 /// An `mcpServers` file with `fs` (on `files`) and `every`, in `dir`. Neither asks for
 /// approval: these tests are about executing calls (approval.rs is about asking).
 fn mcp_config(dir: &Path, files: &Path) -> PathBuf {
     let path = dir.join("mcp.json");
     let config = json!({"mcpServers": {
-        "fs": {"command": bin("mcp-server-filesystem"), "args": [files], "approval": "never"},
-        "every": {"command": bin("mcp-server-everything"), "approval": "never"},
+        "fs": {"command": common::node_bin("mcp-server-filesystem"), "args": [files], "approval": "never"},
+        "every": {"command": common::node_bin("mcp-server-everything"), "approval": "never"},
     }});
     std::fs::write(&path, config.to_string()).unwrap();
     path
@@ -288,7 +275,7 @@ async fn a_turn_sent_while_a_tool_source_starts_waits_for_its_tools() {
     let slow = json!({"fs": {
         "approval": "never",
         "command": "sh",
-        "args": ["-c", "sleep 3; exec \"$0\" \"$1\"", bin("mcp-server-filesystem"), files],
+        "args": ["-c", "sleep 3; exec \"$0\" \"$1\"", common::node_bin("mcp-server-filesystem"), files],
     }});
     let (fake, server) = started_with("mcp-slow", slow).await;
     let (_, tools) = server.get("/tools").await;

@@ -10,7 +10,6 @@ use app::wire::{
 use common::fake::{FakeProvider, Script};
 use common::{config, temp_dir, TestServer};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The calls of a run's reply, in order.
@@ -560,19 +559,6 @@ async fn regenerate_supersedes_a_waiting_run() {
     assert_eq!(title(&server, &sid).await, "test");
 }
 
-/// A reference filesystem server's launcher, installed from end2end's lockfile.
-fn bin(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../end2end/node_modules/.bin")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/toolchain.sh --browser (it installs end2end's npm packages)",
-        path.display()
-    );
-    path
-}
-
 #[tokio::test]
 async fn nothing_reaches_a_real_tool_server_before_allow() {
     let fake = FakeProvider::start().await;
@@ -584,7 +570,7 @@ async fn nothing_reaches_a_real_tool_server_before_allow() {
     // The default policy: `writes` (read-only tools run, the rest ask).
     std::fs::write(
         &mcp,
-        json!({"mcpServers": {"fs": {"command": bin("mcp-server-filesystem"), "args": [&files]}}})
+        json!({"mcpServers": {"fs": {"command": common::node_bin("mcp-server-filesystem"), "args": [&files]}}})
             .to_string(),
     )
     .unwrap();

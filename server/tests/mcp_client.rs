@@ -10,19 +10,6 @@ use tokio_util::sync::CancellationToken;
 const START_WITHIN: Duration = Duration::from_secs(30);
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A reference server's launcher installed by the project's npm install.
-fn bin(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../end2end/node_modules/.bin")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/toolchain.sh --browser (it installs end2end's npm packages)",
-        path.display()
-    );
-    path
-}
-
 fn stdio(name: &str, command: &Path, args: &[&str]) -> ServerSpec {
     ServerSpec {
         name: name.into(),
@@ -90,7 +77,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 #[tokio::test]
 async fn filesystem_server_lists_tools_and_writes_then_reads_a_file() {
     let dir = temp_dir("fs");
-    let fs = bin("mcp-server-filesystem");
+    let fs = testkit::node_bin("mcp-server-filesystem");
     let s = start(vec![stdio("fs", &fs, &[dir.to_str().unwrap()])]);
     s.servers.settled(START_WITHIN).await;
     let server = ready(&s, "fs").await;
@@ -250,7 +237,11 @@ async fn secrets_in_env_stay_out_of_errors() {
 
 #[tokio::test]
 async fn cancel_during_a_long_call_ends_it_within_a_second() {
-    let s = start(vec![stdio("every", &bin("mcp-server-everything"), &[])]);
+    let s = start(vec![stdio(
+        "every",
+        &testkit::node_bin("mcp-server-everything"),
+        &[],
+    )]);
     let server = ready(&s, "every").await;
     assert!(
         server
@@ -308,7 +299,11 @@ async fn cancel_during_a_long_call_ends_it_within_a_second() {
 
 #[tokio::test]
 async fn a_call_past_its_timeout_is_lost() {
-    let s = start(vec![stdio("every", &bin("mcp-server-everything"), &[])]);
+    let s = start(vec![stdio(
+        "every",
+        &testkit::node_bin("mcp-server-everything"),
+        &[],
+    )]);
     ready(&s, "every").await;
     let began = Instant::now();
     let end = s
@@ -334,7 +329,11 @@ async fn a_call_past_its_timeout_is_lost() {
 
 #[tokio::test]
 async fn structured_and_image_results_become_text() {
-    let s = start(vec![stdio("every", &bin("mcp-server-everything"), &[])]);
+    let s = start(vec![stdio(
+        "every",
+        &testkit::node_bin("mcp-server-everything"),
+        &[],
+    )]);
     ready(&s, "every").await;
     let cancel = CancellationToken::new();
     let end = s
@@ -353,7 +352,11 @@ async fn structured_and_image_results_become_text() {
 #[cfg(unix)]
 #[tokio::test]
 async fn a_killed_server_is_restarted() {
-    let s = start(vec![stdio("every", &bin("mcp-server-everything"), &[])]);
+    let s = start(vec![stdio(
+        "every",
+        &testkit::node_bin("mcp-server-everything"),
+        &[],
+    )]);
     ready(&s, "every").await;
     let pid = s.servers.pid("every").expect("a stdio server has a pid");
     // SAFETY: kill(2) on the child this test's registry started.
@@ -397,7 +400,11 @@ async fn a_killed_server_is_restarted() {
 
 #[tokio::test]
 async fn shutdown_ends_the_children() {
-    let s = start(vec![stdio("every", &bin("mcp-server-everything"), &[])]);
+    let s = start(vec![stdio(
+        "every",
+        &testkit::node_bin("mcp-server-everything"),
+        &[],
+    )]);
     ready(&s, "every").await;
     let pid = s.servers.pid("every").unwrap();
     let servers = s.servers.clone();
@@ -434,7 +441,7 @@ impl HttpServer {
             .local_addr()
             .unwrap()
             .port();
-        let child = tokio::process::Command::new(bin("mcp-server-everything"))
+        let child = tokio::process::Command::new(testkit::node_bin("mcp-server-everything"))
             .arg("streamableHttp")
             .env("PORT", port.to_string())
             .stdin(std::process::Stdio::null())

@@ -34,6 +34,20 @@ pub struct TestServer {
     pub http: reqwest::Client,
 }
 
+/// A reference MCP server's launcher (`mcp-server-filesystem`, `mcp-server-everything`),
+/// installed from end2end's lockfile by `scripts/toolchain.sh --browser`.
+pub fn node_bin(name: &str) -> PathBuf {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../end2end/node_modules/.bin")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/toolchain.sh --browser (it installs end2end's npm packages)",
+        path.display()
+    );
+    path
+}
+
 pub fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "mulligan-test-{tag}-{}",
