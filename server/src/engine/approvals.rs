@@ -125,15 +125,8 @@ impl Engine {
             from: d.from.as_deref(),
             declined: declined_text(d.reason.as_deref(), d.decision == Decision::TimedOut),
         };
-        let decided = self
-            .store()
-            .decide(run_id, call_id, &new, self.owner())
-            .await?;
-        let Decided {
-            call,
-            session_id,
-            resumed,
-        } = match decided {
+        let decided = self.store().decide(run_id, call_id, &new).await?;
+        let Decided { call, session_id } = match decided {
             Ok(d) => d,
             Err(NotDecided::Decided(c)) => {
                 let a = c.call.approval.as_ref();
@@ -160,13 +153,14 @@ impl Engine {
         if call_is_grant(d.decision) {
             self.publish_session(&session_id).await?;
         }
-        if let Some(mut started) = resumed {
-            if let Err(e) = self.store().with_parts_of(&mut started.reply).await {
-                tracing::warn!(run = %run_id, error = %e, "could not read a reply's tool calls");
+        // The run's last question decided: it resumes here (still under the lock). Stopping,
+        // nothing starts here; the approvals loop of a running instance resumes it.
+        if let Some(owner) = self.owner() {
+            if let Some(started) = self.store().resume_decided(run_id, owner).await? {
+                tracing::info!(run = %run_id, "every call decided: the run resumes here");
+                self.launch_resumed(started).await;
+                self.publish_session(&session_id).await?;
             }
-            tracing::info!(run = %run_id, "every call decided: the run resumes here");
-            self.launch(started);
-            self.publish_session(&session_id).await?;
         }
         Ok(call.call)
     }
@@ -275,15 +269,22 @@ impl Engine {
                 Ok(g) => g,
                 Err(_) => continue,
             };
-            if let Some(mut started) = self.store().resume_decided(&run_id, owner).await? {
-                if let Err(e) = self.store().with_parts_of(&mut started.reply).await {
-                    tracing::warn!(run = %run_id, error = %e, "could not read a reply's tool calls");
-                }
+            if let Some(started) = self.store().resume_decided(&run_id, owner).await? {
                 tracing::info!(run = %run_id, "a decided run resumes here");
-                self.launch(started);
+                self.launch_resumed(started).await;
             }
         }
         Ok(())
+    }
+}
+
+impl Engine {
+    /// Launches a resumed run, its reply announced with its calls as they are now.
+    async fn launch_resumed(&self, mut started: crate::store::Started) {
+        if let Err(e) = self.store().with_parts_of(&mut started.reply).await {
+            tracing::warn!(run = %started.run.id, error = %e, "could not read a reply's tool calls");
+        }
+        self.launch(started);
     }
 }
 

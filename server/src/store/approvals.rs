@@ -2,6 +2,7 @@
 //! database, nothing else holds it), a decision recorded once (a compare-and-set on the
 //! call), the run resumed by whichever instance records the last decision, the calls waiting.
 use super::rows::{self, Get};
+use super::starts::session_call_columns;
 use super::tool_calls::recorded;
 use super::{with_pool, with_writer, Pool, RecordedCall, Result, Started, Store, StoreError};
 use crate::clock::now_ms;
@@ -29,12 +30,10 @@ pub enum NotDecided {
     NotWaiting(Box<RecordedCall>),
 }
 
-/// A decision recorded: the call as decided, and the run when this was its last question
-/// (it is `running` again, owned by the deciding instance, which executes it).
+/// A decision recorded: the call as decided, and its session.
 pub struct Decided {
     pub call: RecordedCall,
     pub session_id: SessionId,
-    pub resumed: Option<Started>,
 }
 
 /// A run's parking ($1 tokens, $2 served, $3 now, $4 run), only while it runs.
@@ -52,18 +51,15 @@ const DECIDE: &str = "UPDATE tool_calls SET decision = $1, reason = $2, decided_
      RETURNING *";
 
 /// Run $1 back to `running` at $2 for instance $3 once none of its calls waits undecided.
-const RESUME_RUN: &str = "UPDATE runs SET status = 'running', resumed_at = $2, owner = $3,
+const RESUME_RUN: &str = concat!(
+    "UPDATE runs SET status = 'running', resumed_at = $2, owner = $3,
          owner_epoch = COALESCE((SELECT epoch FROM instances WHERE id = $3), 0)
      WHERE id = $1 AND status = 'awaiting_approval'
        AND NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.run_id = $1
                        AND c.status = 'awaiting_approval' AND c.decision IS NULL)
-     RETURNING *,
-         (SELECT model FROM sessions s WHERE s.id = runs.session_id) AS session_model,
-         (SELECT tokens_used FROM sessions s WHERE s.id = runs.session_id) AS session_tokens_used,
-         (SELECT tools FROM sessions s WHERE s.id = runs.session_id) AS session_tools,
-         (SELECT fallbacks FROM sessions s WHERE s.id = runs.session_id) AS session_fallbacks,
-         (SELECT approval FROM sessions s WHERE s.id = runs.session_id) AS session_approval,
-         (SELECT tool_grants FROM sessions s WHERE s.id = runs.session_id) AS session_tool_grants";
+     RETURNING *, ",
+    session_call_columns!()
+);
 
 /// A call of a resumed run about to be sent ($1 now, $2 call): only a queued or allowed one.
 const CALL_SENT: &str = "UPDATE tool_calls SET status = 'running', started_at = $1, reached = 1
@@ -149,15 +145,13 @@ impl Store {
     }
 
     /// Records a decision on call `call_id` of run `run_id`, once (call under the session's
-    /// lock): an "always" decision is remembered on the session, and when no call of the run
-    /// waits any longer, the run is `running` again for `owner` (`None`: stopping, nothing
-    /// resumes here; the next decision or a restart's recovery does). In one transaction.
+    /// lock; [`Store::resume_decided`] then resumes the run when this was its last question):
+    /// an "always" decision is remembered on the session in the same transaction.
     pub async fn decide(
         &self,
         run_id: &RunId,
         call_id: &ToolCallId,
         d: &NewDecision<'_>,
-        owner: Option<&str>,
     ) -> Result<std::result::Result<Decided, NotDecided>> {
         let now = now_ms();
         let (status, result) = if d.decision.allows() {
@@ -221,42 +215,14 @@ impl Store {
                     .execute(&mut *tx)
                     .await?;
             }
-            let mut resumed = None;
-            if let Some(owner) = owner {
-                let run_row = sqlx::query(RESUME_RUN)
-                    .bind(run_id.as_str())
-                    .bind(now)
-                    .bind(owner)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if let Some(run_row) = run_row {
-                    let reply = sqlx::query(
-                        "SELECT *, EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = messages.id) AS superseded
-                         FROM messages WHERE id = $1",
-                    )
-                    .bind(run_row.text("reply_message_id"))
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or_else(|| StoreError::not_found("reply of run", run_id))?;
-                    resumed = Some(Started {
-                        run: rows::run(&run_row),
-                        reply: rows::message(&reply),
-                        call: rows::session_call(&run_row),
-                        resumed: Some(run_row.int("active_ms")),
-                    });
-                }
-            }
             tx.commit().await?;
-            Ok(Ok(Decided {
-                call,
-                session_id,
-                resumed,
-            }))
+            Ok(Ok(Decided { call, session_id }))
         })
     }
 
-    /// Resumes run `run_id` for `owner` when nothing of it waits undecided (a decision whose
-    /// resume did not happen: the server was stopping, or the recovery at start).
+    /// Resumes run `run_id` for `owner` when none of its calls waits undecided: `running`
+    /// again, executed by `owner`. Once: a compare-and-set on the run's status, so of two
+    /// instances (or a decision and the approvals loop) one resumes it.
     pub async fn resume_decided(&self, run_id: &RunId, owner: &str) -> Result<Option<Started>> {
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;

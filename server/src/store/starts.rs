@@ -37,20 +37,30 @@ const START_ATTEMPT: &str = "INSERT INTO run_attempts (run_id, n, started_at)
      ON CONFLICT (run_id, n) DO UPDATE
      SET started_at = excluded.started_at, error = NULL, retry_in_ms = NULL";
 
-/// The run whose reply is $2 becomes `running` at $1, executed by instance $3 under its
-/// current lease epoch; it comes back with its session's model, spend and tools.
-const START_RUN: &str =
-    "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
-         owner_epoch = COALESCE((SELECT epoch FROM instances WHERE id = $3), 0),
-         tier1_attempts = 1, steps = 1
-     WHERE id = (SELECT run_id FROM messages WHERE id = $2)
-     RETURNING *,
-         (SELECT model FROM sessions s WHERE s.id = runs.session_id) AS session_model,
+/// What a started run's row carries of its session, for its provider requests
+/// ([`rows::session_call`] reads them): appended to a `RETURNING *, ` of `runs`.
+macro_rules! session_call_columns {
+    () => {
+        "(SELECT model FROM sessions s WHERE s.id = runs.session_id) AS session_model,
          (SELECT tokens_used FROM sessions s WHERE s.id = runs.session_id) AS session_tokens_used,
          (SELECT tools FROM sessions s WHERE s.id = runs.session_id) AS session_tools,
          (SELECT fallbacks FROM sessions s WHERE s.id = runs.session_id) AS session_fallbacks,
          (SELECT approval FROM sessions s WHERE s.id = runs.session_id) AS session_approval,
-         (SELECT tool_grants FROM sessions s WHERE s.id = runs.session_id) AS session_tool_grants";
+         (SELECT tool_grants FROM sessions s WHERE s.id = runs.session_id) AS session_tool_grants"
+    };
+}
+pub(super) use session_call_columns;
+
+/// The run whose reply is $2 becomes `running` at $1, executed by instance $3 under its
+/// current lease epoch; it comes back with its session's model, spend and tools.
+const START_RUN: &str = concat!(
+    "UPDATE runs SET status = 'running', started_at = $1, reply_message_id = $2, owner = $3,
+         owner_epoch = COALESCE((SELECT epoch FROM instances WHERE id = $3), 0),
+         tier1_attempts = 1, steps = 1
+     WHERE id = (SELECT run_id FROM messages WHERE id = $2)
+     RETURNING *, ",
+    session_call_columns!()
+);
 
 /// Where a start's statements are in a [`Script`].
 pub(super) struct Start {
