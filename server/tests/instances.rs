@@ -558,7 +558,12 @@ async fn a_run_ended_elsewhere_stops_streaming_on_its_instance() {
 #[ignore = "needs PostgreSQL (run with --include-ignored in the PostgreSQL pass)"]
 async fn a_tool_turn_continued_from_either_instance_never_runs_its_tool_again() {
     let (fake, _db, a, b) = two_instances("tool-continue").await;
-    let parent = a.create_session().await;
+    // Its tool runs unasked: this test is about continuing (approval.rs is about asking).
+    let (status, parent) = a
+        .post("/sessions", json!({"title": "test", "approval": "trust"}))
+        .await;
+    assert_eq!(status, 201, "{parent}");
+    let parent = parent["id"].as_str().unwrap().to_string();
     fake.push_for("child-model", vec![]);
     let (status, child) = a
         .post(
