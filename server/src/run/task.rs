@@ -124,8 +124,10 @@ impl RunTask {
             (std::mem::take(&mut live.text), live.steps > 0)
         };
         // What the provider reported, but never less than the reply's own size suggests (a
-        // provider cannot stream past the spend limit by reporting few tokens).
-        let estimate = u64::try_from(content.len() / 4).unwrap_or(u64::MAX);
+        // provider cannot stream past the spend limit by reporting few tokens). A resumed run
+        // counts only what it added: its text before the wait was counted when it parked.
+        let added = content.len().saturating_sub(self.reply.content.len());
+        let estimate = u64::try_from(added / 4).unwrap_or(u64::MAX);
         let tokens = limits::tokens(self.tally.tokens.max(estimate));
         let started = !content.is_empty();
         let run = &self.run;
