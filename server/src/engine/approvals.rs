@@ -83,15 +83,7 @@ impl Engine {
                 )));
             }
         }
-        if deciding
-            .from
-            .as_deref()
-            .is_some_and(|f| !app::wire::is_tab_id(f))
-        {
-            return Err(Error::invalid(
-                "`from` is a browser tab's id: `tab-` and 1 to 32 lowercase letters, digits or dashes",
-            ));
-        }
+        super::check_tab_id(deciding.from.as_deref())?;
         let deciding = Deciding {
             reason: reason.map(str::to_string),
             ..deciding

@@ -305,5 +305,15 @@ pub(crate) fn validate_content(content: &str) -> Result<&str> {
     Ok(trimmed)
 }
 
+/// A request's `from`, when given, must be a browser tab's id ([`app::wire::is_tab_id`]).
+pub(crate) fn check_tab_id(from: Option<&str>) -> Result<()> {
+    if from.is_some_and(|f| !app::wire::is_tab_id(f)) {
+        return Err(Error::invalid(
+            "`from` is a browser tab's id: `tab-` and 1 to 32 lowercase letters, digits or dashes",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests;

@@ -102,15 +102,7 @@ pub async fn regenerate(
     body: Option<ApiJson<app::wire::Regenerate>>,
 ) -> Result<(StatusCode, Json<Receipt>)> {
     let body = body.map(|ApiJson(b)| b).unwrap_or_default();
-    if body
-        .from
-        .as_deref()
-        .is_some_and(|f| !app::wire::is_tab_id(f))
-    {
-        return Err(crate::error::Error::invalid(
-            "`from` is a browser tab's id: `tab-` and 1 to 32 lowercase letters, digits or dashes",
-        ));
-    }
+    crate::engine::check_tab_id(body.from.as_deref())?;
     let receipt = state
         .engine
         .regenerate(
