@@ -2,7 +2,8 @@
 //! (`stream-N-MS`, `status-CODE-SECS`, `tool-K`) serve every benchmark, started fallibly.
 use fake_provider::FakeProvider;
 pub use fake_provider::{
-    clock_us, parse_delta, status_model, stream_model, tool_model, TOOL_ASK_TEXT, TOOL_REPLY_TEXT,
+    clock_us, markdown_model, parse_delta, status_model, stream_model, tool_model, TOOL_ASK_TEXT,
+    TOOL_REPLY_TEXT,
 };
 
 /// A running fake provider (stops when dropped); everything else is [`FakeProvider`]'s.

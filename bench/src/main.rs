@@ -5,7 +5,8 @@
 //! B5 WASM bundle size, B6 added latency per tool-call step of an agent turn, B7 two
 //! instances on PostgreSQL (with `--b7-postgres`), B8 parking, B9 runs waiting for
 //! approval (on PostgreSQL too with `--b7-postgres`), B10 parse (the Markdown
-//! parser on adversarial replies, natively; `--only b10-parse`). The provider is a fast fake
+//! parser on adversarial replies, natively; `--only b10-parse`), B10 page (the page's main
+//! thread per streamed delta in Debian's chromium; `--only b10`). The provider is a fast fake
 //! on loopback ([`fake`]); the server is a real Mulligan (SQLite, persistence on) run as a
 //! child process of this binary ([`client`]), so its RSS and CPU are its own. `--smoke` runs
 //! each benchmark once at small size and checks correctness only; any correctness failure
@@ -89,6 +90,9 @@ struct Opts {
     /// taken).
     #[arg(long, default_value_t = 5)]
     b10_parse_runs: usize,
+    /// B10 page: the Markdown replies' sizes, in deltas of 8 bytes 1 ms apart.
+    #[arg(long, value_delimiter = ',', default_value = "1000,8000,24000")]
+    b10_deltas: Vec<usize>,
     /// Run only these benchmarks, e.g. `--only b1,b3`.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -205,6 +209,12 @@ async fn run(opts: Opts) -> ExitCode {
     if opts.wants("b9") {
         if let Err(e) = benches::b9::run(&opts, &fake, &mut t).await {
             t.fail("B9", e);
+        }
+    }
+    // (Not in `--smoke`: the browser is end2end's, after the release build.)
+    if opts.wants("b10") && !opts.smoke {
+        if let Err(e) = benches::b10::run(&opts, &fake, &mut t).await {
+            t.fail("B10 page", e);
         }
     }
     if opts.wants("b10") || opts.wants("b10-parse") {

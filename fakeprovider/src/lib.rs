@@ -2,7 +2,7 @@
 //! and the bench (the product's own demo provider is another thing). A request is answered by
 //! the next script queued for its model ([`FakeProvider::push_for`]), else the next one of the
 //! shared queue ([`FakeProvider::push`]), else by its model name's routed answer (see
-//! [`routed`]: `stream-N-MS`, `status-CODE-SECS`, `tool-K`), else the default reply
+//! [`routed`]: `stream-N-MS`, `markdown-N-MS`, `status-CODE-SECS`, `tool-K`), else the default reply
 //! ([`FakeProvider::set_default`], or a short `ok`). Every request is recorded.
 mod record;
 pub mod routed;
@@ -10,8 +10,8 @@ mod script;
 
 pub use record::Seen;
 pub use routed::{
-    clock_us, parse_delta, status_model, stream_model, tool_model, ToolStep, TOOL_ASK_TEXT,
-    TOOL_NAME, TOOL_REPLY_TEXT,
+    clock_us, markdown_model, markdown_reply, parse_delta, status_model, stream_model, tool_model,
+    ToolStep, TOOL_ASK_TEXT, TOOL_NAME, TOOL_REPLY_TEXT,
 };
 pub use script::Script;
 

@@ -5,6 +5,9 @@
 //!   the connection takes them), then usage and `[DONE]`. Delta `k` (0-based) has the text
 //!   `"k@T "`, T being when it was sent in microseconds on [`clock_us`], so a client in this
 //!   process can check order and loss and measure each delta's transit time.
+//! - `markdown-N-MS`: N deltas of 8 bytes, one every MS milliseconds, that together are a
+//!   reply written the way models write one ([`markdown_reply`]: headings, paragraphs with
+//!   strong text, code spans and links, nested lists, fenced code), then usage and `[DONE]`.
 //! - `status-CODE-SECS`: answers CODE with `Retry-After: SECS` and an OpenAI error body.
 //! - `tool-K`: an agent turn of two model steps. A conversation that does not end with a
 //!   `tool` message gets one short delta, then K calls of `mulligan__list_sessions` with `{}`
@@ -34,6 +37,45 @@ pub fn clock_us() -> u64 {
 /// The model that makes the fake stream `n` deltas, one every `every_ms`.
 pub fn stream_model(n: usize, every_ms: u64) -> String {
     format!("stream-{n}-{every_ms}")
+}
+
+/// The model that makes the fake stream `n` deltas of [`markdown_reply`], one every `every_ms`.
+pub fn markdown_model(n: usize, every_ms: u64) -> String {
+    format!("markdown-{n}-{every_ms}")
+}
+
+/// How many bytes each `markdown-N-MS` delta carries.
+pub const MARKDOWN_DELTA: usize = 8;
+
+/// A reply of `bytes` bytes (ASCII, so any cut is a character boundary) shaped as models
+/// write: sections of a heading, a paragraph with strong text, code spans and a link, a list
+/// with nested items, and a fenced code block, repeated (numbered) until it is long enough.
+pub fn markdown_reply(bytes: usize) -> String {
+    let mut text = String::with_capacity(bytes + 512);
+    let mut k = 0usize;
+    while text.len() < bytes {
+        k += 1;
+        text.push_str(&format!(
+            "## Step {k}: what changes\n\n\
+             The handler for **request {k}** reads `config.retries` first, then calls \
+             [the provider](https://example.com/docs/{k}) with a deadline. If the call \
+             fails with *overloaded*, it waits and tries again; otherwise it returns the \
+             error as it is.\n\n\
+             - Parse the input with `serde_json::from_str`\n\
+             \x20 - reject a body over **64 KiB**\n\
+             \x20 - keep unknown fields\n\
+             - Call `send({k})` and record the attempt\n\
+             - Return the reply\n\n\
+             ```rust\n\
+             fn step_{k}(input: &str) -> Result<u32, Error> {{\n\
+             \x20   let n: u32 = input.trim().parse()?;\n\
+             \x20   Ok(n.saturating_mul({k}))\n\
+             }}\n\
+             ```\n\n"
+        ));
+    }
+    text.truncate(bytes);
+    text
 }
 
 /// The model that makes the fake answer `code` with `Retry-After: secs`.
@@ -75,6 +117,7 @@ pub fn parse_delta(text: &str) -> Option<(usize, u64)> {
 #[derive(Debug, PartialEq)]
 pub(crate) enum Answer {
     Stream { n: usize, every: Duration },
+    Markdown { n: usize, every: Duration },
     Status { code: StatusCode, secs: u64 },
     Tool { calls: usize },
 }
@@ -90,6 +133,10 @@ pub(crate) fn answer_for(model: &str) -> Option<Answer> {
     let b: u64 = parts.next()?.parse().ok()?;
     match kind {
         "stream" => Some(Answer::Stream {
+            n: a as usize,
+            every: Duration::from_millis(b),
+        }),
+        "markdown" => Some(Answer::Markdown {
             n: a as usize,
             every: Duration::from_millis(b),
         }),
@@ -112,7 +159,18 @@ pub(crate) fn respond(
         Answer::Status { code, secs } => {
             error(code, "bench_status", "scripted failure", Some(secs))
         }
-        Answer::Stream { n, every } => stream(n, every),
+        Answer::Stream { n, every } => stream(n, every, chunk),
+        Answer::Markdown { n, every } => {
+            let text: Arc<str> = markdown_reply(n.saturating_mul(MARKDOWN_DELTA)).into();
+            stream(n, every, move |k| {
+                let at = k * MARKDOWN_DELTA;
+                let piece = text.get(at..at + MARKDOWN_DELTA).unwrap_or_default();
+                Bytes::from(format!(
+                    "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}}}}]}}\n\n",
+                    serde_json::Value::from(piece)
+                ))
+            })
+        }
         Answer::Tool { calls } => tool_step(record.clone(), request, calls, arrived_us),
     }
 }
@@ -212,7 +270,12 @@ fn chunk(k: usize) -> Bytes {
 
 const END: &[u8] = b"data: {\"choices\":[],\"usage\":{\"total_tokens\":7}}\n\ndata: [DONE]\n\n";
 
-fn stream(n: usize, every: Duration) -> Response {
+/// `n` chunks made by `chunk(k)`, every `every` (or as fast as the connection takes them).
+fn stream(
+    n: usize,
+    every: Duration,
+    chunk: impl Fn(usize) -> Bytes + Send + Sync + Clone + 'static,
+) -> Response {
     let body = if every.is_zero() {
         // As fast as the connection takes them: each chunk is stamped when hyper asks for it.
         futures::stream::iter(0..n)
@@ -223,15 +286,18 @@ fn stream(n: usize, every: Duration) -> Response {
     } else {
         // A fixed schedule (delta k at start + (k+1)·every), whatever the reader's pace.
         let start = tokio::time::Instant::now();
-        futures::stream::unfold(0usize, move |k| async move {
-            if k > n {
-                return None;
+        futures::stream::unfold(0usize, move |k| {
+            let chunk = chunk.clone();
+            async move {
+                if k > n {
+                    return None;
+                }
+                if k == n {
+                    return Some((Bytes::from_static(END), k + 1));
+                }
+                tokio::time::sleep_until(start + every * (k as u32 + 1)).await;
+                Some((chunk(k), k + 1))
             }
-            if k == n {
-                return Some((Bytes::from_static(END), k + 1));
-            }
-            tokio::time::sleep_until(start + every * (k as u32 + 1)).await;
-            Some((chunk(k), k + 1))
         })
         .map(Ok::<_, std::io::Error>)
         .boxed()
@@ -261,6 +327,13 @@ mod tests {
             answer_for(&tool_model(1)),
             Some(Answer::Tool { calls: 1 })
         ));
+        assert!(matches!(
+            answer_for(&markdown_model(30, 1)),
+            Some(Answer::Markdown { n: 30, .. })
+        ));
+        let reply = markdown_reply(5000);
+        assert_eq!(reply.len(), 5000);
+        assert!(reply.is_ascii() && reply.contains("```rust\n") && reply.contains("  - "));
         assert!(answer_for("gpt-4o").is_none());
         assert_eq!(parse_delta("12@3456 "), Some((12, 3456)));
         assert_eq!(parse_delta("x"), None);

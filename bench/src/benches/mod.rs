@@ -3,6 +3,7 @@
 //! correctness failure) and returns raw timings; each benchmark's `run` takes medians, ratios and percentiles into
 //! the table.
 pub mod b1;
+pub mod b10;
 pub mod b10_parse;
 pub mod b2;
 pub mod b3;

@@ -1,0 +1,186 @@
+// B10, the browser's half: how much main-thread time the page spends per streamed delta.
+//
+// Run by `mulligan-bench --only b10` (which starts the fake provider and Mulligan and passes
+// them here); prints one JSON line per measurement on stdout. Debian's chromium, driven by
+// the end2end lockfile's Playwright through the DevTools protocol: `Performance.getMetrics`'
+// `TaskDuration` (the renderer main thread's busy time) from just before the message is
+// posted until the reply has stopped changing on screen.
+//
+// Usage: node b10.mjs <base-url> <token> <model>… (each model `markdown-N-MS`)
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { dirname, join } from 'node:path';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const require = createRequire(join(here, '..', '..', 'end2end', 'package.json'));
+const { chromium } = require('@playwright/test');
+
+const [base, token, ...models] = process.argv.slice(2);
+const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+const DEADLINE_MS = 180_000;
+// The reply counts as drawn once nothing in it changed for this long.
+const SETTLED_MS = 1500;
+
+async function api(method, path, body) {
+  const r = await fetch(`${base}/api/v1${path}`, {
+    method,
+    headers: auth,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.text();
+  if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${text}`);
+  return JSON.parse(text);
+}
+
+// Resolves with Date.now() when the session's event stream says run `rid()` ended.
+function runEnd(sid, rid) {
+  const abort = new AbortController();
+  const done = (async () => {
+    const r = await fetch(`${base}/api/v1/sessions/${sid}/events`, {
+      headers: auth,
+      signal: abort.signal,
+    });
+    const reader = r.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error('the event stream closed before the run ended');
+      buf += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buf.indexOf('\n\n')) >= 0) {
+        const frame = buf.slice(0, cut);
+        buf = buf.slice(cut + 2);
+        if (!frame.includes('event: run\n')) continue;
+        const data = frame.split('\n').find((l) => l.startsWith('data: '));
+        const run = JSON.parse(data.slice(6));
+        if (run.id !== rid()) continue;
+        if (['completed', 'failed', 'cancelled'].includes(run.status)) {
+          const at = Date.now();
+          abort.abort();
+          if (run.status !== 'completed') throw new Error(`the run ended ${run.status}`);
+          return at;
+        }
+      }
+    }
+  })();
+  return { done, abort };
+}
+
+// The reply's DOM as a string: tags, attributes and text, comments (hydration markers) left
+// out and neighbouring text nodes joined, so a streamed reply and a loaded one compare.
+function shapeInPage() {
+  const el = [...document.querySelectorAll('li.msg.agent .content')].pop();
+  const walk = (n) => {
+    let out = '';
+    let text = '';
+    for (const c of n.childNodes) {
+      if (c.nodeType === 3) {
+        text += c.data;
+        continue;
+      }
+      if (c.nodeType !== 1) continue;
+      out += text;
+      text = '';
+      const attrs = [...c.attributes]
+        .filter((a) => !a.name.startsWith('data-'))
+        .map((a) => ` ${a.name}="${a.value}"`)
+        .sort()
+        .join('');
+      out += `<${c.localName}${attrs}>${walk(c)}</${c.localName}>`;
+    }
+    return out + text;
+  };
+  return el ? walk(el) : null;
+}
+
+async function measure(browser, model) {
+  const n = Number(model.split('-')[1]);
+  const { id: sid } = await api('POST', '/sessions', { title: `b10 ${model}`, model });
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(`${base}/?token=${token}`);
+  await page.goto(`${base}/s/${sid}`);
+  await page.waitForSelector('html[data-hydrated="true"]', { timeout: 60_000 });
+  // When anything in the chat last changed (epoch ms), watched from before the send.
+  await page.evaluate(() => {
+    window.__b10 = { last: 0 };
+    const inReply = (n) => {
+      const e = n && (n.nodeType === 1 ? n : n.parentElement);
+      return !!(e && e.closest('li.msg.agent'));
+    };
+    new MutationObserver((records) => {
+      if (records.some((r) => inReply(r.target) || [...r.addedNodes].some(inReply))) {
+        window.__b10.last = performance.timeOrigin + performance.now();
+      }
+    }).observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
+  });
+  const cdp = await context.newCDPSession(page);
+  await cdp.send('Performance.enable');
+  const busy = async () => {
+    const { metrics } = await cdp.send('Performance.getMetrics');
+    return metrics.find((m) => m.name === 'TaskDuration').value;
+  };
+  let rid = null;
+  const end = runEnd(sid, () => rid);
+  await new Promise((ok) => setTimeout(ok, 200)); // (the stream above is open)
+  const busy0 = await busy();
+  const sent = Date.now();
+  const receipt = await api('POST', `/sessions/${sid}/messages`, { content: 'go' });
+  rid = receipt.run_id;
+  const ended = await Promise.race([
+    end.done,
+    new Promise((_, fail) => setTimeout(() => fail(new Error('the run did not end')), DEADLINE_MS)),
+  ]);
+  // Settled: the reply is no longer marked streaming and nothing changed for SETTLED_MS.
+  const deadline = Date.now() + DEADLINE_MS;
+  let last;
+  for (;;) {
+    const s = await page.evaluate(() => ({
+      last: window.__b10.last,
+      streaming: !!document.querySelector('li.msg.agent.streaming'),
+      now: performance.timeOrigin + performance.now(),
+    }));
+    if (!s.streaming && s.last > 0 && s.now - s.last >= SETTLED_MS) {
+      last = s.last;
+      break;
+    }
+    if (Date.now() > deadline) throw new Error(`${model}: the reply did not settle on screen`);
+    await new Promise((ok) => setTimeout(ok, 100));
+  }
+  const busy1 = await busy();
+  const streamed = await page.evaluate(shapeInPage);
+  // The same reply drawn at once (rendered by the server, then hydrated) must be the same.
+  await page.reload();
+  await page.waitForSelector('html[data-hydrated="true"]', { timeout: 60_000 });
+  const loaded = await page.evaluate(shapeInPage);
+  await context.close();
+  const same = streamed !== null && streamed === loaded;
+  return {
+    model,
+    deltas: n,
+    stream_ms: ended - sent,
+    on_screen_after_end_ms: Math.round(last - ended),
+    main_thread_ms: Math.round((busy1 - busy0) * 1000),
+    per_delta_us: Math.round(((busy1 - busy0) * 1e6) / n),
+    same_as_loaded: same,
+    chars: loaded ? loaded.length : 0,
+  };
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--no-first-run'],
+});
+let failed = false;
+for (const model of models) {
+  try {
+    console.log(JSON.stringify(await measure(browser, model)));
+  } catch (e) {
+    failed = true;
+    console.log(JSON.stringify({ model, error: String(e && e.message || e) }));
+  }
+}
+await browser.close();
+process.exit(failed ? 1 : 0);
