@@ -68,15 +68,9 @@ pub fn parse(text: &str) -> Vec<Block> {
 /// Parses Markdown text into blocks, each with the text it was parsed from (so a view can
 /// tell the blocks a change left as they were from the ones it changed).
 pub fn parse_sourced(text: &str) -> Vec<(&str, Block)> {
-    let lines: Vec<&str> = text
-        .split('\n')
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))
-        .collect();
+    let (lines, ranges, blocks) = parse_lines(text);
     // Each line is a slice of `text`: its place in it is where it starts.
     let at = |line: &str| line.as_ptr() as usize - text.as_ptr() as usize;
-    let mut ranges = Vec::new();
-    let mut scratch: [Vec<&str>; MAX_DEPTH] = Default::default();
-    let blocks = blocks(&lines, 0, &mut scratch, Some(&mut ranges));
     ranges
         .into_iter()
         .zip(blocks)
@@ -85,6 +79,19 @@ pub fn parse_sourced(text: &str) -> Vec<(&str, Block)> {
             (&text[at(lines[r.start])..at(last) + last.len()], b)
         })
         .collect()
+}
+
+/// `text`'s lines (never none: an empty text is one empty line), its blocks, and the lines
+/// each block was parsed from.
+fn parse_lines(text: &str) -> (Vec<&str>, Vec<Range<usize>>, Vec<Block>) {
+    let lines: Vec<&str> = text
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .collect();
+    let mut ranges = Vec::new();
+    let mut scratch: [Vec<&str>; MAX_DEPTH] = Default::default();
+    let blocks = blocks(&lines, 0, &mut scratch, Some(&mut ranges));
+    (lines, ranges, blocks)
 }
 
 /// The blocks of `lines` (at `depth`), and into `ranges` (when asked) the lines each was
@@ -292,8 +299,10 @@ fn list<'a>(
 
 mod inline;
 mod lines;
+mod stream;
 #[cfg(test)]
 mod tests;
 
 pub use inline::{inlines, safe_href};
 use lines::*;
+pub use stream::{Stream, Update};

@@ -1,28 +1,106 @@
 //! An agent's Markdown ([`crate::markdown`]) drawn as Leptos views: text is always text nodes
 //! (nothing is read as HTML), links open in a new tab without access to this one, and each
 //! code block has a copy button.
-use crate::markdown::{parse_sourced, Align, Block, Inline};
+use crate::markdown::{Align, Block, Inline, Stream};
 use leptos::html::custom;
 use leptos::prelude::*;
+use std::sync::Arc;
 
-/// A text's blocks, redrawn as it changes (a reply streaming): each change parses the text
-/// again, and only the blocks whose source changed are drawn again (keyed by place and
-/// source), so the blocks above the one growing stay the same nodes.
-pub fn markdown(text: Memo<String>) -> impl IntoView {
-    let blocks = move || {
-        text.with(|t| {
-            let blocks = parse_sourced(t).into_iter().enumerate();
-            blocks
-                .map(|(i, (source, b))| ((i, source.to_string()), b))
-                .collect::<Vec<_>>()
-        })
+/// A text's blocks, drawn as the text grows (a reply streaming). `read` lends the text as
+/// it is now (reading it through a signal, so a change is seen).
+///
+/// The first draw parses the whole text (the server's and the hydrating page's alike).
+/// After that a change is drawn at most once per animation frame (or within 50 ms where a
+/// hidden tab gets no frames), and a draw parses only the open tail ([`Stream`]): a frozen
+/// block is parsed and drawn once and keeps its nodes, so the cost of a delta does not grow
+/// with the reply, and text selected in it stays selected.
+pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> impl IntoView {
+    let read = std::sync::Arc::new(read);
+    let stream = StoredValue::new(Stream::default());
+    // Frozen blocks keyed by the text's generation (another text starts a new one) and place;
+    // the open ones by the draw too, so each draw makes them anew (they are few and short).
+    let frozen = RwSignal::new(Vec::<(Key, Arc<Block>)>::new());
+    let open = RwSignal::new(Vec::<(Key, Block)>::new());
+    let keys = StoredValue::new((0u32, 0u32));
+    let draw = {
+        let read = read.clone();
+        move || {
+            let mut update = None;
+            untrack(|| read(&mut |t| update = stream.try_update_value(|s| s.update(t))));
+            let Some(u) = update else { return };
+            let (mut generation, mut n) = keys.get_value();
+            if u.reset {
+                generation = generation.wrapping_add(1);
+            }
+            n = n.wrapping_add(1);
+            keys.set_value((generation, n));
+            let all_frozen = stream.with_value(|s| s.frozen());
+            let first = all_frozen - u.frozen.len();
+            if u.reset {
+                frozen.set(Vec::new());
+            }
+            if !u.frozen.is_empty() {
+                frozen.update(|f| {
+                    f.extend(
+                        u.frozen
+                            .into_iter()
+                            .enumerate()
+                            .map(|(i, b)| ((generation, first + i, 0), Arc::new(b))),
+                    )
+                });
+            }
+            let unchanged = open.with_untracked(|o| {
+                !u.reset
+                    && o.len() == u.open.len()
+                    && o.iter().zip(&u.open).all(|((_, a), b)| a == b)
+            });
+            if !unchanged {
+                open.set(
+                    u.open
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, b)| ((generation, all_frozen + i, n), b))
+                        .collect(),
+                );
+            }
+        }
     };
+    draw();
+    #[cfg(feature = "hydrate")]
+    {
+        let pending = StoredValue::new(false);
+        let flush = move || {
+            if pending.get_value() {
+                pending.set_value(false);
+                draw();
+            }
+        };
+        Effect::new(move |_| {
+            // Subscribes to the text. (The first run draws too: a delta may have come
+            // between the first draw and this run; an unchanged text draws nothing.)
+            read(&mut |_| {});
+            if pending.get_value() {
+                return;
+            }
+            pending.set_value(true);
+            request_animation_frame(flush.clone());
+            set_timeout(flush.clone(), std::time::Duration::from_millis(50));
+        });
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (read, draw);
     view! {
-        <For each=blocks key=|(key, _)| key.clone() let:((_, b))>
+        <For each=move || frozen.get() key=|(key, _)| *key let:((_, b))>
+            {block(Block::clone(&b))}
+        </For>
+        <For each=move || open.get() key=|(key, _)| *key let:((_, b))>
             {block(b)}
         </For>
     }
 }
+
+/// A drawn block's key: the text's generation, the block's place, and (open blocks) the draw.
+type Key = (u32, usize, u32);
 
 /// One element of a reply, with its attributes and children. Every element is drawn through
 /// this one type (a tag by name), so the browser bundle holds the code to draw and hydrate

@@ -62,7 +62,8 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
     // An agent's reply is drawn from its Markdown; the operator's words show as typed.
     let content = move || {
         if role == Role::Agent {
-            let tail = Memo::new(move |_| message.with(|m| m.text_after_parts().to_string()));
+            // The text since the last tool call, read in place (never copied per delta).
+            let tail = move |f: &mut dyn FnMut(&str)| message.with(|m| f(m.text_after_parts()));
             view! { {super::tool_call::parts_view(message)} {super::prose::markdown(tail)} }
                 .into_any()
         } else {

@@ -136,8 +136,11 @@ impl Chat {
                 }
             }
             Event::Delta(d) => {
+                // From the end: a delta is nearly always for the last message, so its cost
+                // does not grow with the session.
                 let slot = self.messages.with_untracked(|ms| {
                     ms.iter()
+                        .rev()
                         .find(|(id, _)| *id == d.message_id)
                         .map(|(_, s)| *s)
                 });

@@ -31,12 +31,12 @@ pub fn parts_view(message: RwSignal<Message>) -> impl IntoView {
     view! {
         <For each=move || keys.get() key=|k| k.clone() let:k>
             {match k {
-                (i, None) => super::prose::markdown(Memo::new(move |_| message.with(|m| {
-                    match m.parts.as_ref().and_then(|p| p.get(i)) {
-                        Some(Part::Text { text }) => text.clone(),
-                        _ => String::new(),
-                    }
-                })))
+                (i, None) => super::prose::markdown(move |f: &mut dyn FnMut(&str)| {
+                    message.with(|m| match m.parts.as_ref().and_then(|p| p.get(i)) {
+                        Some(Part::Text { text }) => f(text),
+                        _ => f(""),
+                    })
+                })
                 .into_any(),
                 (i, Some(_)) => view! { <ToolCallView message i/> }.into_any(),
             }}
