@@ -140,3 +140,72 @@ async function runsOf(page: Page, sid: string): Promise<any> {
   expect(r.ok()).toBeTruthy();
   return r.json();
 }
+
+// Issue 37 item 1: a streaming reply is drawn block by block. The demo streams an echo a
+// word at a time, so deltas end inside `**`, inside a link, inside a table row and right
+// after a fence's backticks; what is on screen at the end is what a reload draws, and a
+// block that was finished early is the same node at the end (it was never drawn again).
+test('a streamed reply ends as the same DOM a reload draws, its early blocks untouched', async ({ page }) => {
+  const section = (k: number) => [
+    `## Part ${k}`,
+    '',
+    `Some **bold words ${k}** and a [link to ${k}](https://example.com/${k}) and \`a span\`.`,
+    '',
+    '- one',
+    '  - nested *em text* here',
+    '- two',
+    '',
+    '| col a | col b |',
+    '|---|---|',
+    `| cell ${k} | more cells |`,
+    '',
+    '```js',
+    `const x = ${k} ** 2; // not bold`,
+    '```',
+    '',
+  ].join('\n');
+  const text = [1, 2, 3, 4, 5, 6].map(section).join('\n');
+  await newSession(page, 'demo', 'streamed markdown');
+  await send(page, `echo ${text}`);
+  const first = reply(page).getByRole('heading', { name: 'Part 1' });
+  await expect(first).toBeVisible();
+  await expect(reply(page)).toHaveClass(/streaming/);
+  await first.evaluate((el) => { (el as any).__seen = true; });
+  await expect(reply(page)).not.toHaveClass(/streaming/, { timeout: 60_000 });
+  await expect(reply(page).getByRole('heading', { name: 'Part 6' })).toBeVisible();
+  expect(await first.evaluate((el) => (el as any).__seen === true)).toBe(true);
+  const streamed = await reply(page).locator('.content').evaluate(shape);
+  await page.reload();
+  await hydrated(page);
+  const loaded = await reply(page).locator('.content').evaluate(shape);
+  expect(streamed).toBe(loaded);
+  expect(loaded).toContain('<strong>bold words 6</strong>');
+  expect(loaded).toContain('<td>cell 6</td>');
+});
+
+/** An element's DOM as text: tags, attributes and text, without comments (hydration
+ * markers) and with neighbouring text nodes joined. */
+function shape(el: Element): string {
+  const walk = (n: Node): string => {
+    let out = '';
+    let text = '';
+    n.childNodes.forEach((c) => {
+      if (c.nodeType === 3) {
+        text += (c as Text).data;
+        return;
+      }
+      if (c.nodeType !== 1) return;
+      const e = c as Element;
+      out += text;
+      text = '';
+      const attrs = [...e.attributes]
+        .filter((a) => !a.name.startsWith('data-'))
+        .map((a) => ` ${a.name}="${a.value}"`)
+        .sort()
+        .join('');
+      out += `<${e.localName}${attrs}>${walk(e)}</${e.localName}>`;
+    });
+    return out + text;
+  };
+  return walk(el);
+}

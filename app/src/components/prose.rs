@@ -75,11 +75,12 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
                 draw();
             }
         };
-        Effect::new(move |_| {
-            // Subscribes to the text. (The first run draws too: a delta may have come
-            // between the first draw and this run; an unchanged text draws nothing.)
-            read(&mut |_| {});
-            if pending.get_value() {
+        Effect::new(move |ran: Option<()>| {
+            // Subscribes to the text. The first run draws only if the text grew since the
+            // first draw (a delta between the two): a long session's replies cost nothing.
+            let mut grown = false;
+            read(&mut |t| grown = t.len() != stream.with_value(Stream::seen));
+            if pending.get_value() || (ran.is_none() && !grown) {
                 return;
             }
             pending.set_value(true);

@@ -12,6 +12,8 @@ pub struct Stream {
     frozen_text: String,
     /// How many blocks are frozen.
     frozen: usize,
+    /// The length of the last text taken.
+    seen: usize,
 }
 
 /// One update's result.
@@ -32,9 +34,15 @@ impl Stream {
         self.frozen
     }
 
+    /// The length of the last text taken (a text of another length is surely another).
+    pub fn seen(&self) -> usize {
+        self.seen
+    }
+
     /// Takes the text as it is now (usually the last one with more at its end) and parses
     /// what is not frozen yet: its cost is that of the open tail, not of the whole text.
     pub fn update(&mut self, text: &str) -> Update {
+        self.seen = text.len();
         let reset = !text.starts_with(self.frozen_text.as_str());
         if reset {
             self.frozen_text.clear();
