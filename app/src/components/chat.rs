@@ -120,7 +120,8 @@ fn follow(chat: Chat, sid: Memo<String>, first_id: String, first: Option<i64>) {
 fn ChatBody(sid: Memo<String>) -> impl IntoView {
     let chat = expect_context::<Chat>();
     let scroller = NodeRef::<leptos::html::Div>::new();
-    let on_scroll = follow_the_bottom(chat, scroller);
+    let list = NodeRef::<leptos::html::Ol>::new();
+    let on_scroll = follow_the_bottom(list, scroller);
     // A memo: the header is not rebuilt on every delta.
     let superseded = Memo::new(move |_| chat.superseded_replies());
     let notice = move || {
@@ -158,7 +159,7 @@ fn ChatBody(sid: Memo<String>) -> impl IntoView {
                 <p class="error" role="alert">{move || chat.error.get()}</p>
             </Show>
             <div class="scroller" node_ref=scroller on:scroll=on_scroll>
-                <ol class="messages" aria-live="polite">
+                <ol class="messages" aria-live="polite" node_ref=list>
                     <For each=move || chat.messages.get() key=|(id, _)| id.clone() let:item>
                         <MessageView message=item.1/>
                     </For>
@@ -222,29 +223,43 @@ fn AutoRetrySetting() -> impl IntoView {
 
 /// Keeps the conversation scrolled to its end while it grows, unless the operator scrolled up
 /// to read (more than a few lines from the end). Answers the scroll handler that tracks that.
+///
+/// The list's growth is seen by a `ResizeObserver` (after the browser laid out a frame,
+/// before it paints it): nothing runs per delta, and the layout is never forced.
 fn follow_the_bottom(
-    chat: Chat,
+    messages: NodeRef<leptos::html::Ol>,
     scroller: NodeRef<leptos::html::Div>,
 ) -> impl Fn(leptos::ev::Event) + Copy + 'static {
     let pinned = StoredValue::new(true);
-    // Every message's length and parts: tracked, so a delta or a tool call re-runs this (and
-    // only this) effect.
-    let size = Memo::new(move |_| {
-        chat.messages.with(|ms| {
-            ms.iter()
-                .map(|(_, m)| m.with(|m| m.content.len() + m.parts.as_ref().map_or(1, Vec::len)))
-                .sum::<usize>()
-        })
-    });
-    Effect::new(move |_| {
-        size.track();
-        #[cfg(feature = "hydrate")]
-        if let Some(el) = scroller.get_untracked() {
-            if pinned.get_value() {
-                el.set_scroll_top(el.scroll_height());
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::{closure::Closure, JsCast};
+        let observer = StoredValue::new_local(None::<web_sys::ResizeObserver>);
+        Effect::new(move |_| {
+            let Some(list) = messages.get() else { return };
+            let grown = Closure::<dyn FnMut()>::new(move || {
+                if let Some(el) = scroller.get_untracked() {
+                    if pinned.get_value() {
+                        el.set_scroll_top(el.scroll_height());
+                    }
+                }
+            });
+            let Ok(o) = web_sys::ResizeObserver::new(grown.into_js_value().unchecked_ref()) else {
+                return;
+            };
+            o.observe(&list);
+            if let Some(old) = observer.try_update_value(|slot| slot.replace(o)).flatten() {
+                old.disconnect();
             }
-        }
-    });
+        });
+        on_cleanup(move || {
+            if let Some(o) = observer.try_update_value(Option::take).flatten() {
+                o.disconnect();
+            }
+        });
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = messages;
     move |_| {
         #[cfg(feature = "hydrate")]
         if let Some(el) = scroller.get_untracked() {

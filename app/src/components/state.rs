@@ -8,7 +8,9 @@ use crate::wire::{
     AttemptEvent, AutoRetry, ClientConfig, Event, Message, Run, RunStatus, RunSummary, Session,
     SessionDetail, SessionStatus,
 };
+use crate::wire::{MessageId, RunId};
 use leptos::prelude::*;
+use std::collections::HashMap;
 
 /// The open session's state, shared by its parts.
 #[derive(Clone, Copy)]
@@ -22,6 +24,11 @@ pub struct Chat {
     pub attempt: RwSignal<Option<AttemptEvent>>,
     pub retrier: Retrier,
     pub config: RwSignal<Option<ClientConfig>>,
+    /// Where each run is in `runs`: a message finds its run without a scan.
+    pub run_index: Memo<RunIndex>,
+    /// Bumped when a message is replaced whole (not on a delta): what reads every message's
+    /// state tracks this instead of every message, so a delta costs it nothing.
+    pub replaced: RwSignal<u32>,
     /// Whether superseded messages (earlier attempts) are shown.
     pub show_superseded: RwSignal<bool>,
     /// A word about what happened to the operator's last action ("Already retried in
@@ -34,14 +41,17 @@ pub struct Chat {
 
 impl Chat {
     pub(super) fn new() -> Self {
+        let runs = RwSignal::new(Vec::new());
         Chat {
             session: RwSignal::new(None),
             messages: RwSignal::new(Vec::new()),
-            runs: RwSignal::new(Vec::new()),
+            runs,
             error: RwSignal::new(None),
             attempt: RwSignal::new(None),
             retrier: Retrier::new(),
             config: RwSignal::new(None),
+            run_index: Memo::new(move |_| runs.with(|rs| RunIndex::of(rs))),
+            replaced: RwSignal::new(0),
             show_superseded: RwSignal::new(false),
             notice: RwSignal::new(None),
             approvals: super::approvals::use_approvals(),
@@ -129,7 +139,10 @@ impl Chat {
                     .with_untracked(|ms| ms.iter().find(|(id, _)| *id == m.id).map(|(_, s)| *s));
                 match slot {
                     // A superseded message stays, folded away (see `show_superseded`).
-                    Some(s) => s.set(m),
+                    Some(s) => {
+                        s.set(m);
+                        self.replaced.update(|n| *n = n.wrapping_add(1));
+                    }
                     None => self
                         .messages
                         .update(|ms| ms.push((m.id.clone(), RwSignal::new(m)))),
@@ -246,9 +259,13 @@ impl Chat {
 
     /// How many agent replies were superseded (earlier attempts).
     pub fn superseded_replies(&self) -> usize {
+        // (A message becomes superseded by a whole message event, never by a delta.)
+        self.replaced.track();
         self.messages.with(|ms| {
             ms.iter()
-                .filter(|(_, m)| m.with(|m| m.superseded && m.role == crate::wire::Role::Agent))
+                .filter(|(_, m)| {
+                    m.with_untracked(|m| m.superseded && m.role == crate::wire::Role::Agent)
+                })
                 .count()
         })
     }
@@ -272,6 +289,21 @@ impl Chat {
         });
     }
 
+    /// `f` of run `id` (tracking the runs): found by the index, so every message looking
+    /// up its own run when one changes costs one lookup each, not a scan of the session's.
+    pub fn with_run<T>(&self, id: &RunId, f: impl FnOnce(&Run) -> T) -> Option<T> {
+        let at = self.run_index.with(|i| i.by_id.get(id).copied())?;
+        self.runs
+            .with(|rs| rs.get(at).filter(|r| r.id == *id).map(f))
+    }
+
+    /// `f` of the latest run asked for by prompt `anchor` (tracking the runs).
+    pub fn with_prompt_run<T>(&self, anchor: &MessageId, f: impl FnOnce(&Run) -> T) -> Option<T> {
+        let at = self.run_index.with(|i| i.latest_for.get(anchor).copied())?;
+        self.runs
+            .with(|rs| rs.get(at).filter(|r| r.anchor_message_id == *anchor).map(f))
+    }
+
     /// The session's active run: running, or waiting for a tool call's approval (Stop ends
     /// either).
     pub fn running_run(&self) -> Option<Run> {
@@ -280,5 +312,23 @@ impl Chat {
                 .find(|r| matches!(r.status, RunStatus::Running | RunStatus::AwaitingApproval))
                 .cloned()
         })
+    }
+}
+
+/// Where each run is in the chat's `runs` (by id), and each prompt's latest run.
+#[derive(Debug, Default, PartialEq)]
+pub struct RunIndex {
+    by_id: HashMap<RunId, usize>,
+    latest_for: HashMap<MessageId, usize>,
+}
+
+impl RunIndex {
+    fn of(runs: &[Run]) -> RunIndex {
+        let mut index = RunIndex::default();
+        for (i, r) in runs.iter().enumerate() {
+            index.by_id.insert(r.id.clone(), i);
+            index.latest_for.insert(r.anchor_message_id.clone(), i);
+        }
+        index
     }
 }
