@@ -35,8 +35,7 @@ pub fn MessageView(message: RwSignal<Message>) -> impl IntoView {
     // The operator prompt's latest run, for "queued"/"held" tags.
     let prompt_run = move || {
         let id = message.with_untracked(|m| m.id.clone());
-        chat.runs
-            .with(|rs| rs.iter().rev().find(|r| r.anchor_message_id == id).cloned())
+        chat.with_prompt_run(&id, Run::clone)
     };
     let shown = move || !look.get().1 || chat.show_superseded.get();
     // The continuation a retry added: Mulligan's note, not the operator's words (what the
@@ -161,12 +160,7 @@ fn StopButton(message: RwSignal<Message>) -> impl IntoView {
     let error = RwSignal::new(None::<String>);
     let run_id = Memo::new(move |_| message.with(|m| m.run_id.clone()));
     let active = Memo::new(move |_| {
-        let id = run_id.get();
-        let run = chat.runs.with(|rs| {
-            rs.iter()
-                .find(|r| Some(&r.id) == id.as_ref())
-                .map(|r| r.status)
-        });
+        let run = run_id.with(|id| id.as_ref().and_then(|id| chat.with_run(id, |r| r.status)));
         match run {
             Some(s) => s.is_active(),
             None => message.with(|m| m.status == Some(MessageStatus::Streaming)),
@@ -194,12 +188,7 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
     // Stop shows while the reply's run is queued or running: from the run's status alone, so
     // the button stays the same DOM node while text streams.
     let run_active = Memo::new(move |_| {
-        let id = run_id.get();
-        let run = chat.runs.with(|rs| {
-            rs.iter()
-                .find(|r| Some(&r.id) == id.as_ref())
-                .map(|r| r.status)
-        });
+        let run = run_id.with(|id| id.as_ref().and_then(|id| chat.with_run(id, |r| r.status)));
         match run {
             Some(s) => s.is_active(),
             None => status.get() == Some(MessageStatus::Streaming),

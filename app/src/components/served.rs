@@ -92,11 +92,8 @@ pub fn ServedNote(message: RwSignal<Message>) -> impl IntoView {
     let note = Memo::new(move |_| {
         let id = run_id.get()?;
         let session_model = chat.session.with(|s| s.as_ref().map(|s| s.model.clone()));
-        chat.runs.with(|rs| {
-            let served = rs
-                .iter()
-                .find(|r| r.id == id)
-                .map(|r| r.served.as_slice())?;
+        chat.with_run(&id, |r| {
+            let served = r.served.as_slice();
             let mut words = fallback_sentence(served).unwrap_or_default();
             let models = answering_models(served, session_model.as_deref());
             for (i, m) in models
@@ -113,6 +110,7 @@ pub fn ServedNote(message: RwSignal<Message>) -> impl IntoView {
             }
             (!words.is_empty()).then_some(words)
         })
+        .flatten()
     });
     move || note.get().map(|t| view! { <p class="served">{t}</p> })
 }
