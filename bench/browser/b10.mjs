@@ -6,7 +6,11 @@
 // `TaskDuration` (the renderer main thread's busy time) from just before the message is
 // posted until the reply has stopped changing on screen.
 //
-// Usage: node b10.mjs <base-url> <token> <model>… (each model `markdown-N-MS`)
+// Usage: node b10.mjs <base-url> <token> <spec>…; a spec is a model `markdown-N-MS`, or
+// `markdown-N-MS:fill=K` to measure at the end of a session that first got K short turns
+// (2·K messages). For a look inside: B10_PROFILE=<file> writes the renderer's JavaScript and
+// WebAssembly self-time by function, B10_TRACE=<file> its main-thread time by trace event
+// (layout, paint, function calls), of the last spec measured.
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
@@ -94,14 +98,35 @@ function shapeInPage() {
   return el ? walk(el) : null;
 }
 
-async function measure(browser, model) {
+// Posts `k` short prompts (the fake answers anything but `go` with `ok.`) and waits until
+// every one's run has ended.
+async function fill(sid, k) {
+  for (let i = 0; i < k; i++) {
+    await api('POST', `/sessions/${sid}/messages`, { content: `fill ${i}` });
+  }
+  const deadline = Date.now() + DEADLINE_MS;
+  for (;;) {
+    const d = await api('GET', `/sessions/${sid}`);
+    if (d.runs.length >= k && d.runs.every((r) => ['completed', 'failed', 'cancelled'].includes(r.status))) {
+      return d.messages.length;
+    }
+    if (Date.now() > deadline) throw new Error(`the ${k} filling turns did not end`);
+    await new Promise((ok) => setTimeout(ok, 250));
+  }
+}
+
+async function measure(browser, spec) {
+  const [model, fillArg] = spec.split(':fill=');
   const n = Number(model.split('-')[1]);
-  const { id: sid } = await api('POST', '/sessions', { title: `b10 ${model}`, model });
+  const { id: sid } = await api('POST', '/sessions', { title: `b10 ${spec}`, model });
+  const before = fillArg ? await fill(sid, Number(fillArg)) : 0;
   const context = await browser.newContext();
   const page = await context.newPage();
   await page.goto(`${base}/?token=${token}`);
+  const opening = Date.now();
   await page.goto(`${base}/s/${sid}`);
   await page.waitForSelector('html[data-hydrated="true"]', { timeout: 60_000 });
+  const opened_ms = Date.now() - opening;
   // When anything in the chat last changed (epoch ms), watched from before the send.
   await page.evaluate(() => {
     window.__b10 = { last: 0 };
@@ -124,6 +149,16 @@ async function measure(browser, model) {
   let rid = null;
   const end = runEnd(sid, () => rid);
   await new Promise((ok) => setTimeout(ok, 200)); // (the stream above is open)
+  const traced = [];
+  if (process.env.B10_TRACE) {
+    cdp.on('Tracing.dataCollected', (d) => traced.push(...d.value));
+    await cdp.send('Tracing.start', { categories: 'devtools.timeline,disabled-by-default-devtools.timeline', transferMode: 'ReportEvents' });
+  }
+  if (process.env.B10_PROFILE) {
+    await cdp.send('Profiler.enable');
+    await cdp.send('Profiler.setSamplingInterval', { interval: 100 });
+    await cdp.send('Profiler.start');
+  }
   const busy0 = await busy();
   const sent = Date.now();
   const receipt = await api('POST', `/sessions/${sid}/messages`, { content: 'go' });
@@ -149,6 +184,31 @@ async function measure(browser, model) {
     await new Promise((ok) => setTimeout(ok, 100));
   }
   const busy1 = await busy();
+  if (process.env.B10_TRACE) {
+    const done = new Promise((ok) => cdp.once('Tracing.tracingComplete', ok));
+    await cdp.send('Tracing.end');
+    await done;
+    const by = new Map();
+    for (const e of traced) {
+      if (e.ph !== 'X' || !e.dur) continue;
+      by.set(e.name, (by.get(e.name) || 0) + e.dur);
+    }
+    const top = [...by.entries()].sort((a, b) => b[1] - a[1]).slice(0, 30);
+    (await import('node:fs')).writeFileSync(process.env.B10_TRACE, top.map(([k, us]) => `${(us / 1000).toFixed(1)} ms  ${k}`).join('\n') + '\n');
+  }
+  if (process.env.B10_PROFILE) {
+    const { profile } = await cdp.send('Profiler.stop');
+    const self = new Map();
+    const dt = profile.timeDeltas;
+    const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+    profile.samples.forEach((id, i) => {
+      const n = byId.get(id);
+      const key = `${n.callFrame.functionName || '(anon)'} ${n.callFrame.url.split('/').pop()}`;
+      self.set(key, (self.get(key) || 0) + (dt[i] || 0));
+    });
+    const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 40);
+    (await import("node:fs")).writeFileSync(process.env.B10_PROFILE, top.map(([k, us]) => `${(us / 1000).toFixed(1)} ms  ${k}`).join("\n") + `\nsamples ${profile.samples.length}\n`);
+  }
   const streamed = await page.evaluate(shapeInPage);
   // The same reply drawn at once (rendered by the server, then hydrated) must be the same.
   await page.reload();
@@ -157,7 +217,9 @@ async function measure(browser, model) {
   await context.close();
   const same = streamed !== null && streamed === loaded;
   return {
-    model,
+    model: spec,
+    messages_before: before,
+    opened_ms,
     deltas: n,
     stream_ms: ended - sent,
     on_screen_after_end_ms: Math.round(last - ended),
@@ -174,12 +236,12 @@ const browser = await chromium.launch({
     '--disable-component-update', '--disable-sync', '--no-first-run'],
 });
 let failed = false;
-for (const model of models) {
+for (const spec of models) {
   try {
-    console.log(JSON.stringify(await measure(browser, model)));
+    console.log(JSON.stringify(await measure(browser, spec)));
   } catch (e) {
     failed = true;
-    console.log(JSON.stringify({ model, error: String(e && e.message || e) }));
+    console.log(JSON.stringify({ model: spec, error: String(e && e.message || e) }));
   }
 }
 await browser.close();

@@ -93,6 +93,9 @@ struct Opts {
     /// B10 page: the Markdown replies' sizes, in deltas of 8 bytes 1 ms apart.
     #[arg(long, value_delimiter = ',', default_value = "1000,8000,24000")]
     b10_deltas: Vec<usize>,
+    /// B10 page: the long session's messages before its measured turn (0: none).
+    #[arg(long, default_value_t = 2000)]
+    b10_long_messages: usize,
     /// Run only these benchmarks, e.g. `--only b1,b3`.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,

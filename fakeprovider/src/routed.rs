@@ -7,7 +7,8 @@
 //!   process can check order and loss and measure each delta's transit time.
 //! - `markdown-N-MS`: N deltas of 8 bytes, one every MS milliseconds, that together are a
 //!   reply written the way models write one ([`markdown_reply`]: headings, paragraphs with
-//!   strong text, code spans and links, nested lists, fenced code), then usage and `[DONE]`.
+//!   strong text, code spans and links, nested lists, fenced code), then usage and `[DONE]`,
+//!   when the last `user` message is `go`; any other prompt gets the one delta `ok.`.
 //! - `status-CODE-SECS`: answers CODE with `Retry-After: SECS` and an OpenAI error body.
 //! - `tool-K`: an agent turn of two model steps. A conversation that does not end with a
 //!   `tool` message gets one short delta, then K calls of `mulligan__list_sessions` with `{}`
@@ -160,6 +161,14 @@ pub(crate) fn respond(
             error(code, "bench_status", "scripted failure", Some(secs))
         }
         Answer::Stream { n, every } => stream(n, every, chunk),
+        // (Any prompt but `go` gets a one-delta reply: a bench fills a long session fast.)
+        Answer::Markdown { .. } if last_user(request) != Some("go") => {
+            stream(1, Duration::ZERO, |_| {
+                Bytes::from_static(
+                    b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok.\"}}]}\n\n",
+                )
+            })
+        }
         Answer::Markdown { n, every } => {
             let text: Arc<str> = markdown_reply(n.saturating_mul(MARKDOWN_DELTA)).into();
             stream(n, every, move |k| {
@@ -173,6 +182,18 @@ pub(crate) fn respond(
         }
         Answer::Tool { calls } => tool_step(record.clone(), request, calls, arrived_us),
     }
+}
+
+/// The text of the conversation's last `user` message.
+fn last_user(request: &serde_json::Value) -> Option<&str> {
+    request
+        .get("messages")?
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(|r| r.as_str()) == Some("user"))?
+        .get("content")?
+        .as_str()
 }
 
 /// A `tool-K` step: the calls when the conversation does not end with a `tool` message (the
