@@ -87,6 +87,37 @@ async fn sessions_prints_a_table_and_json_is_the_apis_answer() {
 }
 
 #[tokio::test]
+async fn sessions_shows_the_newest_100_and_all_or_a_search_on_request() {
+    let (_fake, server) = setup("cli-sessions-pages").await;
+    for i in 0..101 {
+        let title = if i == 0 { "the oldest one" } else { "test" };
+        let (status, body) = server
+            .post("/sessions", serde_json::json!({"title": title}))
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let rows = |out: &str| out.lines().filter(|l| l.starts_with("s_")).count();
+    let out = mulligan(&server, &["sessions"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(rows(&out.stdout), 100, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("--all"),
+        "says how to see the rest: {}",
+        out.stdout
+    );
+    let all = mulligan(&server, &["sessions", "--all"]).await;
+    assert_eq!(rows(&all.stdout), 101, "{}", all.stdout);
+    assert!(!all.stdout.contains("--all"));
+    let json = mulligan(&server, &["sessions", "--all", "--json"]).await;
+    let list: SessionList = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(list.sessions.len(), 101);
+    let found = mulligan(&server, &["sessions", "--search", "OLDEST", "the"]).await;
+    assert_eq!(found.code, 0, "{}", found.stderr);
+    assert_eq!(rows(&found.stdout), 1, "{}", found.stdout);
+    assert!(found.stdout.contains("the oldest one"));
+}
+
+#[tokio::test]
 async fn send_posts_an_operator_message() {
     let (_fake, server) = setup("cli-send").await;
     let sid = server.create_session().await;

@@ -1,4 +1,5 @@
-//! `GET /sessions?limit=&before=`: newest first, in pages, each session with its last run.
+//! `GET /sessions?limit=&before=&q=`: newest first, 100 to a page by default, `next_before`
+//! to the next, a search over titles; each session with its last run.
 use testkit as common;
 
 use app::wire::ErrorCode;
@@ -56,6 +57,7 @@ async fn sessions_are_listed_newest_first_in_pages() {
         "?limit=x",
         "?limit=-1",
         "?before=s_nope",
+        "?q=a%20b%20c%20d%20e%20f%20g%20h%20i",
     ] {
         let (status, body) = server.get(&format!("/sessions{bad}")).await;
         assert_eq!(status, 422, "{bad}: {body}");
@@ -65,4 +67,92 @@ async fn sessions_are_listed_newest_first_in_pages() {
             "{bad}: {body}"
         );
     }
+}
+
+async fn titled(server: &TestServer, title: &str) -> String {
+    let (status, body) = server
+        .post("/sessions", serde_json::json!({"title": title}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_page_is_100_sessions_and_next_before_leads_to_the_rest() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("pages-100"), &fake.url)).await;
+    let mut made = Vec::new();
+    for _ in 0..103 {
+        made.push(server.create_session().await);
+    }
+    made.reverse();
+    let (status, first) = server.get("/sessions").await;
+    assert_eq!(status, 200, "{first}");
+    let ids = |body: &Value| -> Vec<String> {
+        body["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&first), made[..100], "the newest 100");
+    assert_eq!(first["next_before"], Value::from(made[99].clone()));
+    let (_, rest) = server.get(&format!("/sessions?before={}", made[99])).await;
+    assert_eq!(ids(&rest), made[100..]);
+    assert!(rest.get("next_before").is_none(), "the last page: {rest}");
+    // A page that ends exactly at the last session says nothing follows.
+    let (_, exact) = server.get("/sessions?limit=103").await;
+    assert_eq!(ids(&exact).len(), 103);
+    assert!(exact.get("next_before").is_none(), "{exact}");
+}
+
+#[tokio::test]
+async fn q_keeps_the_sessions_whose_title_holds_every_word() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("search"), &fake.url)).await;
+    let fix = titled(&server, "Deploy fix for the API").await;
+    let deploy = titled(&server, "deploy docs").await;
+    let percent = titled(&server, "100% coverage_plan").await;
+    let _other = titled(&server, "Lunch").await;
+    let ids = |q: &'static str| {
+        let server = &server;
+        async move {
+            let (status, body) = server.get(&format!("/sessions?q={q}")).await;
+            assert_eq!(status, 200, "{q}: {body}");
+            body["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids("deploy").await, [deploy.clone(), fix.clone()]);
+    assert_eq!(
+        ids("DEPLOY%20api").await,
+        [fix.clone()],
+        "every word, any case"
+    );
+    assert_eq!(ids("api%20deploy").await, [fix.clone()], "in any order");
+    // `%` and `_` are the title's characters, not patterns.
+    assert_eq!(ids("100%25").await, [percent.clone()]);
+    assert_eq!(ids("e_p").await, [percent.clone()]);
+    assert_eq!(ids("%25").await, [percent]);
+    assert!(
+        ids("_").await.len() == 1,
+        "only the title with an underscore"
+    );
+    assert!(ids("nothing").await.is_empty());
+    // A search pages like the list.
+    let (_, page) = server.get("/sessions?q=deploy&limit=1").await;
+    assert_eq!(page["next_before"], Value::from(deploy.clone()));
+    let (_, next) = server
+        .get(&format!("/sessions?q=deploy&limit=1&before={deploy}"))
+        .await;
+    assert_eq!(next["sessions"][0]["id"], Value::from(fix));
+    let long = "x".repeat(201);
+    let (status, body) = server.get(&format!("/sessions?q={long}")).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], ErrorCode::InvalidRequest.as_str());
 }

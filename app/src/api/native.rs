@@ -86,6 +86,17 @@ impl Client {
         args: &[&str],
         body: Option<&Req>,
     ) -> Result<Answer<Resp>, CallError> {
+        self.call_with_query(endpoint, args, &[], body).await
+    }
+
+    /// [`Client::call`] with a query string (`query`'s pairs, encoded).
+    pub async fn call_with_query<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        endpoint: &Endpoint<Req, Resp>,
+        args: &[&str],
+        query: &[(&str, &str)],
+        body: Option<&Req>,
+    ) -> Result<Answer<Resp>, CallError> {
         let url = self.url(&endpoint.url(args));
         let method = match endpoint.route.method {
             Method::Get => reqwest::Method::GET,
@@ -94,6 +105,9 @@ impl Client {
             Method::Delete => reqwest::Method::DELETE,
         };
         let mut req = self.http.request(method, &url).bearer_auth(&self.token);
+        if !query.is_empty() {
+            req = req.query(query);
+        }
         if let Some(b) = body {
             req = req.json(b);
         }

@@ -1,11 +1,14 @@
-//! The session list: every session with its state, and the form that creates one.
+//! The session list: the newest sessions with their state (older ones a page at a time, a
+//! search over titles), and the form that creates one.
 use super::{use_hydrated, use_sessions};
 use crate::api;
 use crate::client::{fetch_json, ClientError};
 use crate::clock::{at, at_utc, at_with_hint, now_ms};
 use crate::nav::{use_nav, Page};
 use crate::page_data::take_sessions;
-use crate::wire::{CreateSession, RunStatus, Session, SessionList as List, SessionStatus};
+use crate::wire::{
+    CreateSession, RunStatus, Session, SessionId, SessionList as List, SessionStatus,
+};
 use leptos::prelude::*;
 
 /// How often the list refreshes the states of sessions that are not open.
@@ -15,32 +18,81 @@ const REFRESH_MS: u64 = 3000;
 pub fn SessionList() -> impl IntoView {
     let sessions = use_sessions();
     let error = RwSignal::new(None::<String>);
-    // The first list is in the page the server rendered; without it (a page the server
+    // The newest page is in the page the server rendered; without it (a page the server
     // rendered without data), the browser reads it at once. It refreshes from there.
     let first = take_sessions();
     let loading = RwSignal::new(first.is_none());
+    // Where the next (older) page starts, when there is one; and the words searched for.
+    let next_before = RwSignal::new(None::<SessionId>);
+    let search = RwSignal::new(String::new());
     match first {
-        Some(Ok(list)) => sessions.0.set(list.sessions),
+        Some(Ok(list)) => {
+            sessions.0.set(list.sessions);
+            next_before.set(list.next_before);
+        }
         Some(Err(e)) => error.set(Some(e)),
         None => {}
     }
+    // Reads the newest sessions again, as many as are shown (a page at least, at most the
+    // largest page): what the list holds stays bounded by what the operator asked to see.
+    // Bumped when older sessions are added or a search starts: a refresh asked for before
+    // that would undo it, and is dropped.
+    let epoch = StoredValue::new(0u32);
     let load = move || {
+        let shown = sessions.0.with_untracked(Vec::len);
+        let limit = shown.clamp(PAGE, MAX_PAGE);
+        let q = search.get_untracked();
+        let asked = epoch.get_value();
         leptos::task::spawn_local(async move {
-            match fetch_json::<List>(
-                api::LIST_SESSIONS.method(),
-                &api::LIST_SESSIONS.url(&[]),
-                None,
-            )
-            .await
-            {
-                Ok(list) => {
+            let url = list_url(&q, limit, None);
+            match fetch_json::<List>(api::LIST_SESSIONS.method(), &url, None).await {
+                Ok(list) if epoch.get_value() == asked => {
                     sessions.0.set(list.sessions);
+                    next_before.set(list.next_before);
                     error.set(None);
                 }
+                Ok(_) => {}
                 Err(e) => error.set(Some(e.explain())),
             }
             loading.set(false);
         })
+    };
+    let older = move |_| {
+        let Some(before) = next_before.get_untracked() else {
+            return;
+        };
+        let q = search.get_untracked();
+        leptos::task::spawn_local(async move {
+            let url = list_url(&q, PAGE, Some(&before));
+            match fetch_json::<List>(api::LIST_SESSIONS.method(), &url, None).await {
+                Ok(list) if next_before.with_untracked(|n| n.as_ref() == Some(&before)) => {
+                    epoch.set_value(epoch.get_value().wrapping_add(1));
+                    sessions.0.update(|ss| ss.extend(list.sessions));
+                    next_before.set(list.next_before);
+                    error.set(None);
+                }
+                Ok(_) => {}
+                Err(e) => error.set(Some(e.explain())),
+            }
+        })
+    };
+    // A search shows its first page, a quarter second after the last key.
+    let typed = StoredValue::new(0u32);
+    let on_search = move |ev| {
+        search.set(event_target_value(&ev));
+        let n = typed.get_value().wrapping_add(1);
+        typed.set_value(n);
+        set_timeout(
+            move || {
+                if typed.get_value() == n {
+                    epoch.set_value(epoch.get_value().wrapping_add(1));
+                    sessions.0.set(Vec::new());
+                    loading.set(true);
+                    load();
+                }
+            },
+            std::time::Duration::from_millis(250),
+        );
     };
     Effect::new(move |_| {
         if loading.get_untracked() {
@@ -56,14 +108,55 @@ pub fn SessionList() -> impl IntoView {
         <nav class="sidebar" aria-label="Sessions">
             <div class="brand"><a href="/">"Mulligan"</a></div>
             <NewSession/>
-            <Entries error loading/>
+            <label class="sr-only" for="session-search">"Search sessions"</label>
+            <input id="session-search" class="session-search" type="search"
+                placeholder="Search titles" prop:value=search on:input=on_search/>
+            <Entries error loading searching=Signal::derive(move || search.with(|s| !s.trim().is_empty()))/>
+            <Show when=move || next_before.with(Option::is_some)>
+                <button type="button" class="secondary older" on:click=older>"Show older sessions"</button>
+            </Show>
         </nav>
     }
 }
 
+/// A page of the list as the browser asks for it (`GET /sessions`), and the largest.
+const PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
+/// `GET /sessions` of `limit` sessions older than `before`, whose titles hold `q`'s words.
+fn list_url(q: &str, limit: usize, before: Option<&str>) -> String {
+    let mut url = format!("{}?limit={limit}", api::LIST_SESSIONS.url(&[]));
+    if !q.trim().is_empty() {
+        url.push_str("&q=");
+        url.push_str(&encode(q.trim()));
+    }
+    if let Some(b) = before {
+        url.push_str("&before=");
+        url.push_str(&encode(b));
+    }
+    url
+}
+
+/// `s` percent-encoded for a query string (every byte but letters, digits and `-._~`).
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The list's entries, or why there are none.
 #[component]
-fn Entries(error: RwSignal<Option<String>>, loading: RwSignal<bool>) -> impl IntoView {
+fn Entries(
+    error: RwSignal<Option<String>>,
+    loading: RwSignal<bool>,
+    searching: Signal<bool>,
+) -> impl IntoView {
     let sessions = use_sessions();
     let nav = use_nav();
     let hydrated = use_hydrated();
@@ -106,7 +199,11 @@ fn Entries(error: RwSignal<Option<String>>, loading: RwSignal<bool>) -> impl Int
             </For>
         </ul>
         <Show when=move || sessions.0.with(|s| s.is_empty()) && error.get().is_none()>
-            <p class="empty">{move || if loading.get() { "Loading sessions…" } else { "No sessions yet." }}</p>
+            <p class="empty">{move || match (loading.get(), searching.get()) {
+                (true, _) => "Loading sessions…",
+                (false, true) => "No session's title has those words.",
+                (false, false) => "No sessions yet.",
+            }}</p>
         </Show>
     }
 }
@@ -227,6 +324,16 @@ mod tests {
             s["last_run"] = last_run;
         }
         serde_json::from_value(s).expect("a session")
+    }
+
+    #[test]
+    fn a_list_url_encodes_its_search_and_cursor() {
+        assert_eq!(list_url("", 100, None), "/api/v1/sessions?limit=100");
+        assert_eq!(
+            list_url(" deploy fix&x=1 ", 100, Some("s_1")),
+            "/api/v1/sessions?limit=100&q=deploy%20fix%26x%3D1&before=s_1"
+        );
+        assert_eq!(encode("é"), "%C3%A9");
     }
 
     #[test]

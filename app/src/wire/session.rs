@@ -120,6 +120,11 @@ pub struct CreatedSession {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionList {
     pub sessions: Vec<Session>,
+    /// When more sessions follow this page: the `before` that asks for the next one (the
+    /// page's last id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub next_before: Option<SessionId>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

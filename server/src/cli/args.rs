@@ -41,8 +41,14 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
-    /// List sessions, newest first.
+    /// List sessions, newest first (the newest 100, or every one with --all).
     Sessions {
+        /// Every session, page after page, not only the newest 100.
+        #[arg(long)]
+        all: bool,
+        /// Only sessions whose title holds each of these words (in any case).
+        #[arg(long, num_args = 1.., value_name = "WORDS")]
+        search: Vec<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -167,7 +173,7 @@ impl Command {
     /// The connection settings every command carries.
     pub fn conn(&self) -> &Conn {
         match self {
-            Command::Sessions { conn }
+            Command::Sessions { conn, .. }
             | Command::New { conn, .. }
             | Command::Send { conn, .. }
             | Command::Regenerate { conn, .. }

@@ -24,9 +24,37 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
     let client = client.clone();
     let mut run_id = None;
     let (raw, line) = match cmd {
-        Command::Sessions { .. } => {
-            let a = call(&client, &api::LIST_SESSIONS, &[], None).await?;
-            (a.raw, sessions_table(&a.value.sessions))
+        Command::Sessions { all, search, .. } => {
+            let q = search.join(" ");
+            let first = [("q", q.as_str())];
+            let mut a = call_with_query(&client, &api::LIST_SESSIONS, &[], &first, None).await?;
+            let mut list = a.value.sessions;
+            // `--all`: page after page (of up to 1000) until none follows.
+            let mut next = a.value.next_before;
+            while let Some(before) = next.take().filter(|_| *all) {
+                let page = [
+                    ("q", q.as_str()),
+                    ("limit", "1000"),
+                    ("before", before.as_str()),
+                ];
+                a = call_with_query(&client, &api::LIST_SESSIONS, &[], &page, None).await?;
+                list.extend(a.value.sessions);
+                next = a.value.next_before;
+            }
+            let mut shown = sessions_table(&list);
+            if next.is_some() {
+                shown.push_str("\n(newest 100 shown: --all lists every one, --search narrows)");
+            }
+            let raw = if *all {
+                serde_json::to_string(&app::wire::SessionList {
+                    sessions: list,
+                    next_before: None,
+                })
+                .unwrap_or_default()
+            } else {
+                a.raw
+            };
+            (raw, shown)
         }
         Command::New {
             title,
@@ -245,9 +273,20 @@ async fn call<Req: Serialize, Resp: DeserializeOwned>(
     args: &[&str],
     body: Option<&Req>,
 ) -> Outcome<Answer<Resp>> {
+    call_with_query(client, endpoint, args, &[], body).await
+}
+
+/// [`call`] with a query string.
+async fn call_with_query<Req: Serialize, Resp: DeserializeOwned>(
+    client: &Client,
+    endpoint: &Endpoint<Req, Resp>,
+    args: &[&str],
+    query: &[(&str, &str)],
+    body: Option<&Req>,
+) -> Outcome<Answer<Resp>> {
     let url = client.url(&endpoint.url(args));
     client
-        .call(endpoint, args, body)
+        .call_with_query(endpoint, args, query, body)
         .await
         .map_err(|e| match e {
             CallError::Transport { connect: true, message, .. } => Failure::Other(format!(

@@ -4,11 +4,11 @@
 use super::Engine;
 use crate::error::Result;
 use crate::store::SessionPage;
-use app::wire::{RunDetail, RunId, Session, SessionDetail, SessionId};
+use app::wire::{RunDetail, RunId, SessionDetail, SessionId, SessionList};
 
 impl Engine {
     /// A page of sessions, newest first.
-    pub async fn sessions(&self, page: &SessionPage) -> Result<Vec<Session>> {
+    pub async fn sessions(&self, page: &SessionPage) -> Result<SessionList> {
         Ok(self.store().sessions(page).await?)
     }
 

@@ -32,11 +32,15 @@ pub fn document() -> OpenApi {
     endpoint!(
         LIST_SESSIONS,
         200,
-        "List sessions, newest first",
-        ("limit", "How many, at most"),
+        "List sessions, newest first, a page at a time (`next_before` asks for the next)",
+        ("limit", "How many, at most: 1 to 1000 (default 100)"),
         (
             "before",
-            "The next page: the last session id of the previous one"
+            "The next page: the previous page's `next_before` (its last session id)"
+        ),
+        (
+            "q",
+            "Words of the title: only sessions whose title holds each of them (any case)"
         ),
     );
     endpoint!(

@@ -71,9 +71,9 @@ pub fn secure() {
 async fn load(state: &AppState, session_id: Option<SessionId>) -> PageData {
     let engine = &state.engine;
     let sessions: Loaded<SessionList> = async {
-        let page = crate::store::SessionPage::new(None, None).map_err(explain)?;
-        let sessions = engine.sessions(&page).await.map_err(explain)?;
-        Ok(SessionList { sessions })
+        // The first page, as `GET /sessions` answers it: the page grows with a click.
+        let page = crate::store::SessionPage::new(None, None, None).map_err(explain)?;
+        engine.sessions(&page).await.map_err(explain)
     }
     .await;
     let session = match session_id {

@@ -25,9 +25,11 @@ pub async fn create(
 pub struct ListQuery {
     limit: Option<String>,
     before: Option<String>,
+    q: Option<String>,
 }
 
-/// `GET /sessions[?limit=&before=]`: newest first; the next page is `before=<the last id>`.
+/// `GET /sessions[?limit=&before=&q=]`: newest first, 100 by default; `next_before` asks for
+/// the next page; `q` keeps the sessions whose title holds each of its words.
 pub async fn list(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<ListQuery>,
@@ -41,10 +43,8 @@ pub async fn list(
             ))
         })?),
     };
-    let page = crate::store::SessionPage::new(limit, q.before)?;
-    Ok(Json(SessionList {
-        sessions: state.engine.sessions(&page).await?,
-    }))
+    let page = crate::store::SessionPage::new(limit, q.before, q.q.as_deref())?;
+    Ok(Json(state.engine.sessions(&page).await?))
 }
 
 #[derive(serde::Deserialize)]

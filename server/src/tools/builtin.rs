@@ -6,7 +6,7 @@ use crate::engine::Refusal;
 use crate::error::{Error, Result};
 use crate::store::{SessionPage, Store};
 use app::wire::SessionId;
-use app::wire::{ModelList, Receipt, RetryReceipt, Run, SessionList, ToolInfo};
+use app::wire::{ModelList, Receipt, RetryReceipt, Run, ToolInfo};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -72,6 +72,8 @@ struct ListSessions {
     limit: Option<u64>,
     #[serde(default)]
     before: Option<String>,
+    #[serde(default)]
+    q: Option<String>,
 }
 
 /// `send_message`.
@@ -152,14 +154,14 @@ pub(crate) async fn run(
 ) -> Result<Value> {
     let store = commands.store();
     let value = match Call::parse(name, args)? {
-        Call::ListSessions(ListSessions { limit, before }) => {
-            let page = SessionPage::new(limit, before)?;
-            let sessions = match caller {
+        Call::ListSessions(ListSessions { limit, before, q }) => {
+            let page = SessionPage::new(limit, before, q.as_deref())?;
+            let list = match caller {
                 Caller::Operator => store.sessions(&page).await?,
                 // The family is filtered first, then paged, so pages are never short.
                 Caller::Agent(me) => store.descendant_sessions(&page, me).await?,
             };
-            serde_json::to_value(SessionList { sessions })
+            serde_json::to_value(list)
         }
         Call::SendMessage(SendMessage { session, content }) => {
             authorize(store, caller, &session).await?;
@@ -246,17 +248,21 @@ pub fn tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "list_sessions",
-            "List sessions, newest first: all of them for the operator; for a session's agent token, only that session's sub-sessions. Optional paging: `limit` (1 to 1000) and `before` (the last session id of the previous page).",
+            "List sessions, newest first: for the operator every session, for a session's agent token only that session's sub-sessions. 100 at a time (`limit`: 1 to 1000); when more follow, `next_before` is the `before` that lists the next page. `q` keeps the sessions whose title holds each of its words.",
             input(
                 json!({
                     "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "At most this many sessions."},
-                    "before": {"type": "string", "description": "Only sessions older than this one (the last id of the previous page)."}
+                    "before": {"type": "string", "description": "Only sessions older than this one (the `next_before` of the previous page)."},
+                    "q": {"type": "string", "description": "Words of the title (each must appear, in any case)."}
                 }),
                 &[],
             ),
         )
         .with_raw_output_schema(output(
-            json!({"sessions": {"type": "array", "items": {"type": "object"}}}),
+            json!({
+                "sessions": {"type": "array", "items": {"type": "object"}},
+                "next_before": {"type": "string"}
+            }),
             &["sessions"],
         ))
         .with_annotations(ToolAnnotations::new().read_only(true)),
@@ -383,7 +389,8 @@ mod tests {
             Call::parse("list_sessions", Value::Null),
             Ok(Call::ListSessions(ListSessions {
                 limit: None,
-                before: None
+                before: None,
+                q: None
             }))
         ));
         assert!(matches!(
