@@ -128,16 +128,16 @@ async fn q_keeps_the_sessions_whose_title_holds_every_word() {
                 .collect::<Vec<_>>()
         }
     };
-    assert_eq!(ids("deploy").await, [deploy.clone(), fix.clone()]);
+    assert_eq!(ids("deploy").await, [deploy.as_str(), fix.as_str()]);
     assert_eq!(
         ids("DEPLOY%20api").await,
-        [fix.clone()],
+        [fix.as_str()],
         "every word, any case"
     );
-    assert_eq!(ids("api%20deploy").await, [fix.clone()], "in any order");
+    assert_eq!(ids("api%20deploy").await, [fix.as_str()], "in any order");
     // `%` and `_` are the title's characters, not patterns.
-    assert_eq!(ids("100%25").await, [percent.clone()]);
-    assert_eq!(ids("e_p").await, [percent.clone()]);
+    assert_eq!(ids("100%25").await, [percent.as_str()]);
+    assert_eq!(ids("e_p").await, [percent.as_str()]);
     assert_eq!(ids("%25").await, [percent]);
     assert!(
         ids("_").await.len() == 1,

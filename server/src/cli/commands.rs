@@ -31,7 +31,7 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
             let mut list = a.value.sessions;
             // `--all`: page after page (of up to 1000) until none follows.
             let mut next = a.value.next_before;
-            while let Some(before) = next.take().filter(|_| *all) {
+            while let Some(before) = next.as_ref().filter(|_| *all).cloned() {
                 let page = [
                     ("q", q.as_str()),
                     ("limit", "1000"),
