@@ -9,6 +9,7 @@ test('the list shows the newest 100, older ones on request, and finds a title', 
   const tag = `bulk${Date.now().toString(36)}`;
   for (let i = 0; i < 105; i++) {
     const r = await page.request.post(`${origin()}/api/v1/sessions`, {
+      headers: { Origin: origin() },
       data: { title: `${tag} n${i}x`, model: 'demo' },
     });
     expect(r.status()).toBe(201);
