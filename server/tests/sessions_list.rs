@@ -10,6 +10,11 @@ use serde_json::Value;
 async fn ids(server: &TestServer, query: &str) -> Vec<String> {
     let (status, body) = server.get(&format!("/sessions{query}")).await;
     assert_eq!(status, 200, "{query}: {body}");
+    ids_in(&body)
+}
+
+/// The ids of a list's sessions, in order.
+fn ids_in(body: &Value) -> Vec<String> {
     body["sessions"]
         .as_array()
         .unwrap()
@@ -88,22 +93,14 @@ async fn a_page_is_100_sessions_and_next_before_leads_to_the_rest() {
     made.reverse();
     let (status, first) = server.get("/sessions").await;
     assert_eq!(status, 200, "{first}");
-    let ids = |body: &Value| -> Vec<String> {
-        body["sessions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["id"].as_str().unwrap().to_string())
-            .collect()
-    };
-    assert_eq!(ids(&first), made[..100], "the newest 100");
+    assert_eq!(ids_in(&first), made[..100], "the newest 100");
     assert_eq!(first["next_before"], Value::from(made[99].clone()));
     let (_, rest) = server.get(&format!("/sessions?before={}", made[99])).await;
-    assert_eq!(ids(&rest), made[100..]);
+    assert_eq!(ids_in(&rest), made[100..]);
     assert!(rest.get("next_before").is_none(), "the last page: {rest}");
     // A page that ends exactly at the last session says nothing follows.
     let (_, exact) = server.get("/sessions?limit=103").await;
-    assert_eq!(ids(&exact).len(), 103);
+    assert_eq!(ids_in(&exact).len(), 103);
     assert!(exact.get("next_before").is_none(), "{exact}");
 }
 
@@ -115,35 +112,24 @@ async fn q_keeps_the_sessions_whose_title_holds_every_word() {
     let deploy = titled(&server, "deploy docs").await;
     let percent = titled(&server, "100% coverage_plan").await;
     let _other = titled(&server, "Lunch").await;
-    let ids = |q: &'static str| {
-        let server = &server;
-        async move {
-            let (status, body) = server.get(&format!("/sessions?q={q}")).await;
-            assert_eq!(status, 200, "{q}: {body}");
-            body["sessions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s["id"].as_str().unwrap().to_string())
-                .collect::<Vec<_>>()
-        }
-    };
-    assert_eq!(ids("deploy").await, [deploy.as_str(), fix.as_str()]);
+    let server = &server;
+    let search = |q: &'static str| async move { ids(server, &format!("?q={q}")).await };
+    assert_eq!(search("deploy").await, [deploy.as_str(), fix.as_str()]);
     assert_eq!(
-        ids("DEPLOY%20api").await,
+        search("DEPLOY%20api").await,
         [fix.as_str()],
         "every word, any case"
     );
-    assert_eq!(ids("api%20deploy").await, [fix.as_str()], "in any order");
+    assert_eq!(search("api%20deploy").await, [fix.as_str()], "in any order");
     // `%` and `_` are the title's characters, not patterns.
-    assert_eq!(ids("100%25").await, [percent.as_str()]);
-    assert_eq!(ids("e_p").await, [percent.as_str()]);
-    assert_eq!(ids("%25").await, [percent]);
+    assert_eq!(search("100%25").await, [percent.as_str()]);
+    assert_eq!(search("e_p").await, [percent.as_str()]);
+    assert_eq!(search("%25").await, [percent]);
     assert!(
-        ids("_").await.len() == 1,
+        search("_").await.len() == 1,
         "only the title with an underscore"
     );
-    assert!(ids("nothing").await.is_empty());
+    assert!(search("nothing").await.is_empty());
     // A search pages like the list.
     let (_, page) = server.get("/sessions?q=deploy&limit=1").await;
     assert_eq!(page["next_before"], Value::from(deploy.clone()));
