@@ -122,6 +122,13 @@ pub const EVENTS: Route = Route {
     method: Method::Get,
     path: "/sessions/{sid}/events",
 };
+/// Server-Sent Events of several sessions in one stream (`?sessions=ID:LAST_EVENT_ID,…`, see
+/// [`crate::wire::Following`]): a browser's tabs share one, so any number of tabs work over
+/// HTTP/1.1's six connections.
+pub const FOLLOW: Route = Route {
+    method: Method::Get,
+    path: "/events",
+};
 pub const RUN: Endpoint<(), RunDetail> = Endpoint::new(Method::Get, "/runs/{rid}");
 pub const DECIDE_TOOL_CALL: Endpoint<DecideToolCall, DecidedCall> =
     Endpoint::new(Method::Post, "/runs/{rid}/tool_calls/{cid}/decision");

@@ -156,6 +156,48 @@ async fn bad_input_gets_the_contract_error_and_changes_nothing() {
             ErrorCode::NotFound,
         ),
         (
+            "follow no session",
+            authed(http.get(server.url("/events"))),
+            422,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "follow an empty list",
+            authed(http.get(server.url("/events?sessions=%20"))),
+            422,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "follow from a bad event id",
+            authed(http.get(server.url(&format!("/events?sessions={sid}:abc")))),
+            422,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "follow a session twice",
+            authed(http.get(server.url(&format!("/events?sessions={sid}:1,{sid}:2")))),
+            422,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "follow too many sessions",
+            authed(http.get(server.url(&format!(
+                "/events?sessions={}",
+                (0..=app::wire::MAX_FOLLOWED)
+                    .map(|i| format!("s_{i}:0"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )))),
+            422,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "follow an unknown session",
+            authed(http.get(server.url(&format!("/events?sessions={sid}:0,s_nope:0")))),
+            404,
+            ErrorCode::NotFound,
+        ),
+        (
             "bad Last-Event-ID",
             authed(http.get(server.url(&format!("/sessions/{sid}/events"))))
                 .header("last-event-id", "abc"),

@@ -272,6 +272,21 @@ impl TestServer {
         assert_eq!(resp.status(), 200);
         Sse::of(resp)
     }
+
+    /// Opens `GET /events?sessions=…`, the stream of several sessions (`list` as the query
+    /// writes it: `ID:LAST_EVENT_ID,…`).
+    pub async fn follow(&self, list: &str) -> Sse {
+        let resp = self
+            .http
+            .get(self.url("/events"))
+            .query(&[("sessions", list)])
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        Sse::of(resp)
+    }
 }
 
 /// Now, in milliseconds since the Unix epoch (the contract's time).

@@ -9,9 +9,11 @@ type EventBox = futures::stream::BoxStream<
     Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
 >;
 
-/// A session's event stream as the contract's events.
+/// A session's event stream (or several sessions' stream) as the contract's events.
 pub struct Sse {
     inner: EventBox,
+    /// On a stream of several sessions, the session of the last marker.
+    session: Option<String>,
 }
 
 impl Sse {
@@ -19,19 +21,36 @@ impl Sse {
     pub(crate) fn of(resp: reqwest::Response) -> Sse {
         Sse {
             inner: resp.bytes_stream().eventsource().boxed(),
+            session: None,
         }
     }
 
     /// The next event with its id; panics after `within`.
     pub async fn next(&mut self, within: Duration) -> (i64, Event) {
+        let (_, id, event) = self.next_marked(within).await;
+        (id, event)
+    }
+
+    /// The next event with the session its marker named (`None` before any marker, as on
+    /// a single session's stream) and its id; panics after `within`.
+    pub async fn next_marked(&mut self, within: Duration) -> (Option<String>, i64, Event) {
         loop {
             let ev = tokio::time::timeout(within, self.inner.next())
                 .await
                 .expect("an event in time")
                 .expect("the stream is open")
                 .expect("a well-formed event");
+            if ev.event == app::wire::SESSION_MARKER {
+                let sid: String = serde_json::from_str(&ev.data).expect("a marker names a session");
+                self.session = Some(sid);
+                continue;
+            }
             if let Some(parsed) = Event::parse(&ev.event, &ev.data) {
-                return (ev.id.parse().unwrap(), parsed.unwrap());
+                return (
+                    self.session.clone(),
+                    ev.id.parse().unwrap(),
+                    parsed.unwrap(),
+                );
             }
         }
     }

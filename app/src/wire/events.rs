@@ -1,5 +1,5 @@
 //! Server-Sent Events: each event's `event:` name and its `data:` JSON.
-use super::{Message, MessageId, Run, RunId, Session, ToolCallEvent};
+use super::{Message, MessageId, Run, RunId, Session, SessionId, ToolCallEvent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -88,5 +88,109 @@ impl Event {
             "tool_call" => ToolCallEvent::deserialize(de).map(Event::ToolCall),
             _ => return None,
         })
+    }
+}
+
+/// The `event:` name of a marker on a stream that follows several sessions
+/// (`GET /events?sessions=…`): its `data:` is a session id as a JSON string, and the events
+/// after it, up to the next marker, are that session's.
+pub const SESSION_MARKER: &str = "session_id";
+
+/// The most sessions one stream follows.
+pub const MAX_FOLLOWED: usize = 100;
+
+/// The sessions one stream follows, each resumed after its own event id: the `sessions`
+/// query of `GET /events`, written `ID:LAST_EVENT_ID,…` (`:LAST_EVENT_ID` may be left out:
+/// from now on).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Following(pub Vec<(SessionId, Option<i64>)>);
+
+impl Following {
+    /// The query value, as [`Following::parse`] reads it.
+    pub fn to_query(&self) -> String {
+        let mut out = String::new();
+        for (i, (sid, after)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(sid.as_str());
+            if let Some(after) = after {
+                out.push(':');
+                out.push_str(&after.to_string());
+            }
+        }
+        out
+    }
+
+    /// Reads `ID[:LAST_EVENT_ID],…`: 1 to [`MAX_FOLLOWED`] sessions, none twice; the error
+    /// in words.
+    pub fn parse(text: &str) -> Result<Following, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("name the sessions to follow: sessions=ID[:LAST_EVENT_ID],…".into());
+        }
+        let mut list: Vec<(SessionId, Option<i64>)> = Vec::new();
+        for item in text.split(',') {
+            if list.len() == MAX_FOLLOWED {
+                return Err(format!("a stream follows at most {MAX_FOLLOWED} sessions"));
+            }
+            let item = item.trim();
+            let (sid, after) = match item.rsplit_once(':') {
+                Some((sid, n)) => {
+                    let n = n
+                        .parse::<i64>()
+                        .map_err(|_| format!("{n:?} after session {sid:?} is not an event id"))?;
+                    (sid, Some(n))
+                }
+                None => (item, None),
+            };
+            if sid.is_empty() || sid.len() > 200 {
+                return Err(format!("{item:?} is not a session id"));
+            }
+            if list.iter().any(|(s, _)| s.as_str() == sid) {
+                return Err(format!("session {sid:?} is named twice"));
+            }
+            list.push((SessionId::from(sid.to_string()), after));
+        }
+        Ok(Following(list))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_follow_list_reads_back_what_it_writes() {
+        let list = Following(vec![
+            (SessionId::from("s_a".to_string()), Some(12)),
+            (SessionId::from("s_b".to_string()), None),
+            (SessionId::from("s_c".to_string()), Some(0)),
+        ]);
+        assert_eq!(list.to_query(), "s_a:12,s_b,s_c:0");
+        assert_eq!(Following::parse(&list.to_query()), Ok(list));
+    }
+
+    #[test]
+    fn a_bad_follow_list_says_what_is_wrong() {
+        for (bad, says) in [
+            ("", "name the sessions"),
+            ("  ", "name the sessions"),
+            ("s_a:x", "not an event id"),
+            ("s_a:1,s_a:2", "named twice"),
+            ("s_a,,s_b", "not a session id"),
+            (":5", "not a session id"),
+        ] {
+            let err = Following::parse(bad).expect_err(bad);
+            assert!(err.contains(says), "{bad:?} answered {err:?}");
+        }
+        let many: Vec<String> = (0..=MAX_FOLLOWED).map(|i| format!("s_{i}")).collect();
+        let err = Following::parse(&many.join(",")).unwrap_err();
+        assert!(err.contains("at most"), "{err}");
+        let most: Vec<String> = (0..MAX_FOLLOWED).map(|i| format!("s_{i}:{i}")).collect();
+        assert_eq!(
+            Following::parse(&most.join(",")).unwrap().0.len(),
+            MAX_FOLLOWED
+        );
     }
 }

@@ -61,6 +61,7 @@ fn api_routes() -> Vec<(Route, MethodRouter<AppState>)> {
         at(api::CANCEL_RUN.route, runs::cancel),
         at(api::DISMISS_RETRY.route, runs::dismiss_retry),
         at(api::EVENTS, sse::events),
+        at(api::FOLLOW, sse::follow),
         at(api::RUN.route, runs::detail),
         at(api::DECIDE_TOOL_CALL.route, approvals::decide),
         at(api::APPROVALS.route, approvals::list),

@@ -1,5 +1,6 @@
 //! `GET /sessions/:sid/events`: Server-Sent Events, resumable with `Last-Event-ID` (or
-//! `?last_event_id=`). Each frame is rendered once by the hub and shared by every subscriber.
+//! `?last_event_id=`), and `GET /events`, several sessions' in one stream. Each frame is
+//! rendered once by the hub and shared by every subscriber.
 use super::error::{ApiPath, ApiQuery};
 use super::AppState;
 use crate::error::{Error, Result};
@@ -43,6 +44,79 @@ pub async fn events(
                 .map_err(|_| Error::invalid(format!("Last-Event-ID {s:?} is not an event id")))?,
         ),
     };
+    let (owed, live) = open(&state, sid, after).await?;
+    // `retry:` tells EventSource to reconnect quickly after a drop.
+    let mut first = vec![Frame::from_static(b"retry: 1000\n\n")];
+    first.extend(owed);
+    let live = futures::stream::unfold(live, Live::next);
+    Ok(sse_response(first, live, state.engine.hub().clone()))
+}
+
+#[derive(serde::Deserialize)]
+pub struct FollowQuery {
+    sessions: Option<String>,
+}
+
+/// `GET /events?sessions=ID:LAST_EVENT_ID,…`: several sessions' events in one stream, each
+/// session's resumed after its own id. A `session_id` marker names the session of the
+/// events after it; the frames themselves are the ones each session's subscribers share.
+/// A client resumes by opening it again with its own ids (`Last-Event-ID` is not read: one
+/// id cannot say where each session stands).
+pub async fn follow(
+    State(state): State<AppState>,
+    ApiQuery(q): ApiQuery<FollowQuery>,
+) -> Result<Response> {
+    let list =
+        app::wire::Following::parse(q.sessions.as_deref().unwrap_or("")).map_err(Error::invalid)?;
+    let mut first = vec![Frame::from_static(b"retry: 1000\n\n")];
+    let mut markers = Vec::with_capacity(list.0.len());
+    let mut feeds = Vec::with_capacity(list.0.len());
+    let mut current = None;
+    for (n, (sid, after)) in list.0.into_iter().enumerate() {
+        let name = serde_json::to_string(sid.as_str()).unwrap_or_default();
+        let marker = Frame::from(format!(
+            "event: {}\ndata: {name}\n\n",
+            app::wire::SESSION_MARKER
+        ));
+        let (owed, live) = open(&state, sid, after).await?;
+        if let Some(owed) = owed {
+            first.push(marker.clone());
+            first.push(owed);
+            current = Some(n);
+        }
+        markers.push(marker);
+        feeds.push(
+            futures::stream::unfold(live, Live::next)
+                .map(move |f| (n, f))
+                .boxed(),
+        );
+    }
+    let live = futures::stream::select_all(feeds).filter_map(move |(n, frame)| {
+        let frame = if frame.starts_with(b":") {
+            // One keep-alive for the stream, not one per session.
+            (n == 0).then_some(frame)
+        } else if current == Some(n) {
+            Some(frame)
+        } else {
+            current = Some(n);
+            let mut joined = Vec::with_capacity(markers[n].len() + frame.len());
+            joined.extend_from_slice(&markers[n]);
+            joined.extend_from_slice(&frame);
+            Some(Frame::from(joined))
+        };
+        futures::future::ready(frame)
+    });
+    Ok(sse_response(first, live, state.engine.hub().clone()))
+}
+
+/// A session's stream after `after`: the first page of what it is owed, read here, so a
+/// store that cannot be read answers an error rather than a stream that ends at once, and
+/// its live feed. `not_found` for a session that does not exist.
+async fn open(
+    state: &AppState,
+    sid: app::wire::SessionId,
+    after: Option<i64>,
+) -> Result<(Option<Frame>, Live)> {
     state.engine.store().session_exists(&sid).await?;
     let hub = state.engine.hub().clone();
     // An id past every id given out resumes after everything there is: taken as is, it
@@ -58,17 +132,21 @@ pub async fn events(
         owed,
         keep_alive: WhenWoken::new(tokio::time::sleep(KEEP_ALIVE)),
         lagged: false,
-        hub: hub.clone(),
+        hub,
         sid,
     };
-    // `retry:` tells EventSource to reconnect quickly after a drop. The first page of what
-    // is owed is read here, so a store that cannot be read answers an error, not a stream
-    // that ends at once.
-    let mut first = vec![Frame::from_static(b"retry: 1000\n\n")];
-    first.extend(live.owed_page().await?);
-    let live = futures::stream::unfold(live, Live::next);
-    // Ends when the server stops. One wait per stream, polled only when woken: every
-    // stream shares the hub's token, and polling it takes its lock.
+    let owed = live.owed_page().await?;
+    Ok((owed, live))
+}
+
+/// The `text/event-stream` answer: `first`, then `live` until the server stops.
+fn sse_response(
+    first: Vec<Frame>,
+    live: impl futures::Stream<Item = Frame> + Send + 'static,
+    hub: EventHub,
+) -> Response {
+    // One wait per stream, polled only when woken: every stream shares the hub's token, and
+    // polling it takes its lock.
     let live = live.take_until(WhenWoken::new(async move { hub.closed().await }));
     let body = futures::stream::iter(first)
         .chain(live)
@@ -81,7 +159,7 @@ pub async fn events(
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(resp)
+    resp
 }
 
 /// Events of the store's log read per page of a resume (a long session is never read, nor

@@ -141,28 +141,33 @@ impl Doc {
         self.add(route, op);
     }
 
-    /// `GET /sessions/{sid}/events`: Server-Sent Events, each `data:` a wire type.
+    /// `GET /sessions/{sid}/events` and `GET /events`: Server-Sent Events, each `data:` a
+    /// wire type.
     pub(super) fn events(&mut self) {
         let events = event_data(&mut self.schemas);
         let by_name: Vec<String> = events
             .iter()
             .map(|(event, ty, _)| format!("`{event}`: {ty}"))
             .collect();
-        let data = OneOfBuilder::new().description(Some(format!(
-            "Each event's `data:` JSON, by its `event:` name ({}); each `id:` is greater \
-                 than the last.",
-            by_name.join(", ")
-        )));
-        let data = events
-            .into_iter()
-            .fold(data, |data, (_, _, schema)| data.item(schema));
-        let answer = ResponseBuilder::new()
-            .description("The session's events: the ones after `Last-Event-ID`, then live")
-            .content(
-                "text/event-stream",
-                ContentBuilder::new().schema(Some(data)).build(),
-            )
-            .build();
+        let data = |extra: &str| {
+            let data = OneOfBuilder::new().description(Some(format!(
+                "Each event's `data:` JSON, by its `event:` name ({}){extra}; each `id:` is \
+                 greater than the last.",
+                by_name.join(", ")
+            )));
+            events
+                .iter()
+                .fold(data, |data, (_, _, schema)| data.item(schema.clone()))
+        };
+        let stream = |description: &str, data: OneOfBuilder| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "text/event-stream",
+                    ContentBuilder::new().schema(Some(data)).build(),
+                )
+                .build()
+        };
         let params = vec![
             parameter(
                 "Last-Event-ID",
@@ -181,8 +186,38 @@ impl Doc {
             api::EVENTS,
             "EVENTS",
             "The session's Server-Sent Events, resumable",
-            answer,
+            stream(
+                "The session's events: the ones after `Last-Event-ID`, then live",
+                data(""),
+            ),
             params,
+        );
+        let marker = format!(
+            "; and `{}`, a session id as a JSON string: the events after it, up to the next \
+             one, are that session's (ids are greater than the last of the same session)",
+            app::wire::SESSION_MARKER
+        );
+        self.route(
+            api::FOLLOW,
+            "FOLLOW",
+            "Several sessions' Server-Sent Events in one stream (one per browser, not per tab)",
+            stream(
+                "Each session's events after its own id, then live, each run of them after a \
+                 marker naming its session",
+                data(&marker),
+            ),
+            vec![parameter(
+                "sessions",
+                ParameterIn::Query,
+                &format!(
+                    "The sessions to follow, 1 to {}: `ID:LAST_EVENT_ID,…`, each resumed \
+                     after its own event id (`:LAST_EVENT_ID` left out: from now on). To \
+                     resume, open the stream again with the ids last seen; `Last-Event-ID` \
+                     is not read.",
+                    app::wire::MAX_FOLLOWED
+                ),
+                true,
+            )],
         );
     }
 
