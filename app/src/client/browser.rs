@@ -1,4 +1,4 @@
-//! Browser adapters: `fetch` and `EventSource` through web-sys.
+//! Browser adapters: `fetch` and JSON through web-sys.
 use super::ClientError;
 use crate::wire::Event;
 use serde::de::DeserializeOwned;
@@ -99,54 +99,9 @@ async fn fetch_value(
 
 /// An event from its SSE name and data, read by [`Event::read`] from the browser's own JSON
 /// parse; `None` for names this build doesn't know and for data it cannot read.
-fn parse_event(name: &str, data: &str) -> Option<Event> {
+pub(super) fn parse_event(name: &str, data: &str) -> Option<Event> {
     let value = js_sys::JSON::parse(data).ok()?;
     Event::read(name, serde_wasm_bindgen::Deserializer::from(value))?.ok()
-}
-
-/// An open `EventSource` on a session's events; closes when dropped or closed.
-pub struct EventStream {
-    source: web_sys::EventSource,
-    _listeners: Vec<Closure<dyn FnMut(web_sys::MessageEvent)>>,
-}
-
-impl EventStream {
-    /// Opens the stream; `on_event(id, event)` runs for every event this build understands.
-    pub fn open(url: &str, on_event: impl FnMut(i64, Event) + 'static) -> Option<EventStream> {
-        let source = web_sys::EventSource::new(url).ok()?;
-        let handler = std::rc::Rc::new(std::cell::RefCell::new(on_event));
-        let mut listeners = Vec::new();
-        // Every event the server sends (a listener per name: `EventSource` hands named
-        // events only to listeners of that name).
-        for &name in crate::wire::EVENT_NAMES {
-            let handler = handler.clone();
-            let cb = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
-                move |ev: web_sys::MessageEvent| {
-                    let data = ev.data().as_string().unwrap_or_default();
-                    let id = ev.last_event_id().parse::<i64>().unwrap_or(0);
-                    if let Some(event) = parse_event(name, &data) {
-                        (handler.borrow_mut())(id, event);
-                    }
-                },
-            );
-            let _ = source.add_event_listener_with_callback(name, cb.as_ref().unchecked_ref());
-            listeners.push(cb);
-        }
-        Some(EventStream {
-            source,
-            _listeners: listeners,
-        })
-    }
-
-    pub fn close(&self) {
-        self.source.close();
-    }
-}
-
-impl Drop for EventStream {
-    fn drop(&mut self) {
-        self.source.close();
-    }
 }
 
 /// The tab's id from its session storage, made and kept there the first time.

@@ -1,6 +1,7 @@
 //! The browser's side of the API: JSON over fetch (with an optional AbortSignal) and the
-//! session event stream. On the server these are inert: components call them only from
-//! effects and event handlers, which run in the browser.
+//! sessions' events (one connection per browser, shared by its tabs). On the server these
+//! are inert: components call them only from effects and event handlers, which run in the
+//! browser.
 #[cfg(not(feature = "hydrate"))]
 use crate::wire::Event;
 use crate::wire::{ApiError, ErrorCode};
@@ -10,7 +11,11 @@ use serde::de::DeserializeOwned;
 #[cfg(feature = "hydrate")]
 mod browser;
 #[cfg(feature = "hydrate")]
-pub use browser::{fetch_json_with, parse_json, Abort, EventStream};
+mod follow;
+#[cfg(feature = "hydrate")]
+pub use browser::{fetch_json_with, parse_json, Abort};
+#[cfg(feature = "hydrate")]
+pub use follow::SessionFeed;
 
 /// Where a component keeps a browser object (a timer, a request's abort, an event stream): on
 /// the page's one thread in the browser; on the server, where these are inert placeholders,
@@ -123,14 +128,17 @@ impl Abort {
     pub fn abort(&self) {}
 }
 
-/// The session event stream (inert on the server).
+/// A session's events as this tab follows them (inert on the server).
 #[cfg(not(feature = "hydrate"))]
-pub struct EventStream;
+pub struct SessionFeed;
 
 #[cfg(not(feature = "hydrate"))]
-impl EventStream {
-    pub fn open(_url: &str, _on_event: impl FnMut(i64, Event) + 'static) -> Option<EventStream> {
-        None
+impl SessionFeed {
+    pub fn open(
+        _sid: &str,
+        _after: i64,
+        _on_event: impl FnMut(i64, Event) + 'static,
+    ) -> SessionFeed {
+        SessionFeed
     }
-    pub fn close(&self) {}
 }

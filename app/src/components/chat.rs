@@ -5,7 +5,7 @@ use super::reply::MessageView;
 use super::retry_banner::RetryBanner;
 use super::state::Chat;
 use crate::api;
-use crate::client::{fetch_json, EventStream, PageLocal};
+use crate::client::{fetch_json, PageLocal, SessionFeed};
 use crate::page_data::{first_config, snapshot_url, take_session};
 use crate::wire::{AutoRetry, ClientConfig, Session, SessionDetail};
 use leptos::prelude::*;
@@ -75,13 +75,14 @@ pub fn SessionView() -> impl IntoView {
 /// Tier 2 told of its last turn. Leaving a session closes its stream and stands its Tier 2
 /// down at once.
 fn follow(chat: Chat, sid: Memo<String>, first_id: String, first: Option<i64>) {
-    let stream = StoredValue::<_, PageLocal>::new_with_storage(None::<EventStream>);
+    let stream = StoredValue::<_, PageLocal>::new_with_storage(None::<SessionFeed>);
     // The first snapshot, until the chat leaves it for another session's.
     let first = StoredValue::new(first);
     let open = move |id: &str, after: i64| {
         chat.restore_tier2();
-        let url = format!("{}?last_event_id={after}", api::EVENTS.url(&[id]));
-        stream.set_value(EventStream::open(&url, move |_, ev| chat.apply(ev)));
+        stream.set_value(Some(SessionFeed::open(id, after, move |_, ev| {
+            chat.apply(ev)
+        })));
     };
     Effect::new(move |_| {
         let id = sid.get();
