@@ -4,7 +4,7 @@
 // and every page's line and tab title counting the waiting calls. The demo model
 // `demo-agent-writes` asks to rename its own session ("About: <the prompt's first words>").
 import { test, expect, Page, APIRequestContext } from '@playwright/test';
-import { hydrated, newSession, origin, printedUrl, send, sessionDetail, shot } from './helpers';
+import { hydrated, newSession, origin, otherBrowser, printedUrl, send, sessionDetail, shot } from './helpers';
 
 const replies = (page: Page) => page.locator('li.msg.agent');
 const call = (page: Page) => replies(page).last().locator('.tool-call[data-tool="rename_session"]');
@@ -154,7 +154,7 @@ test('Always allow: the next call runs without a card; Forget and the approval m
   await expect.poll(async () => (await sessionDetail(page.request, sid)).session.approval).toBe('ask_all');
 });
 
-test('two tabs: a decision in one shows in the other at once; a late tab hears the 409; a reload keeps the card', async ({ context }) => {
+test('two tabs: a decision in one shows in the other at once; a late tab hears the 409; a reload keeps the card', async ({ browser, context }) => {
   const page = await context.newPage();
   const sid = await newSession(page, 'demo-agent-writes', 'two tabs');
   await send(page, 'two tabs decide this');
@@ -170,8 +170,9 @@ test('two tabs: a decision in one shows in the other at once; a late tab hears t
   await other.goto(`${origin()}/s/${sid}`);
   await hydrated(other);
   await expect(card(other)).toBeVisible();
-  // A third tab that hears no events: it still shows the card after the others decided.
-  const late = await context.newPage();
+  // A third tab, in another browser, that hears no events: it still shows the card after
+  // the others decided (tabs of one browser share one event connection).
+  const late = await otherBrowser(browser);
   await late.route(/\/events\?/, (r) => r.abort());
   await late.goto(`${origin()}/s/${sid}`);
   await hydrated(late);
@@ -192,4 +193,5 @@ test('two tabs: a decision in one shows in the other at once; a late tab hears t
   await expect(decided(late)).toHaveText(new RegExp(`^Allowed once · from another tab · ${TIME}$`));
   await expect(late.getByRole('heading', { name: 'About: two tabs decide this' })).toBeVisible();
   await shot(late, 'approval-decided-elsewhere');
+  await late.context().close();
 });

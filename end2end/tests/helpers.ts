@@ -1,4 +1,4 @@
-import { expect, Page, APIRequestContext } from '@playwright/test';
+import { expect, Browser, BrowserContextOptions, Page, APIRequestContext } from '@playwright/test';
 import { readFileSync } from 'node:fs';
 import { STATE } from '../global-setup';
 
@@ -45,4 +45,13 @@ export async function runs(page: Page, sid: string): Promise<any[]> {
 
 export async function shot(page: Page, name: string) {
   await page.screenshot({ path: `test-results/${name}.png`, fullPage: true });
+}
+
+/** A signed-in page of another browser (a context of its own): it shares no event connection
+ *  with this context's tabs, so it can be kept from hearing events. */
+export async function otherBrowser(browser: Browser, options: BrowserContextOptions = {}): Promise<Page> {
+  const page = await (await browser.newContext(options)).newPage();
+  await page.goto(printedUrl());
+  await hydrated(page);
+  return page;
 }

@@ -1,7 +1,7 @@
 // Issue 14, the operator's page: a cancel that sticks, a Stop that can be clicked, one run per
 // click, the countdown always in view. Each test reproduces one defect as an operator would.
 import { test, expect, Page, Route } from '@playwright/test';
-import { hydrated, newSession, origin, printedUrl, runs, send, shot } from './helpers';
+import { hydrated, newSession, origin, otherBrowser, printedUrl, runs, send, shot } from './helpers';
 
 test.use({ timezoneId: 'Asia/Kolkata' });
 
@@ -116,13 +116,14 @@ async function freezeEvents(page: Page): Promise<() => Promise<void>> {
   };
 }
 
-test('two tabs Regenerate a failed reply 100 ms apart: one provider request', async ({ context }) => {
+test('two tabs Regenerate a failed reply 100 ms apart: one provider request', async ({ browser, context }) => {
   const a = await context.newPage();
   const sid = await newSession(a, 'demo-auth', 'regenerate two tabs');
   await send(a, 'regenerate me');
   await expect(replies(a).last()).toHaveClass(/failed/, { timeout: 15_000 });
   const [failed] = await runs(a, sid);
-  const b = await context.newPage();
+  // In another browser: tabs of one browser share one event connection.
+  const b = await otherBrowser(browser, { timezoneId: 'Asia/Kolkata' });
   const release = await freezeEvents(b);
   await open(b, sid);
   await expect(replies(b).last()).toHaveClass(/failed/);
@@ -143,15 +144,17 @@ test('two tabs Regenerate a failed reply 100 ms apart: one provider request', as
   const after = await runs(a, sid);
   expect(after.length).toBe(2);
   expect(after.reduce((n: number, r: any) => n + r.tier1_attempts, 0)).toBe(2);
+  await b.context().close();
 });
 
-test('two tabs Regenerate a completed reply within the same second: one new run', async ({ context }) => {
+test('two tabs Regenerate a completed reply within the same second: one new run', async ({ browser, context }) => {
   const a = await context.newPage();
   const sid = await newSession(a, 'demo', 'regenerate completed');
   await send(a, 'answer me');
   await expect(replies(a).last()).not.toHaveClass(/streaming/, { timeout: 30_000 });
   await expect.poll(async () => (await runs(a, sid))[0].status).toBe('completed');
-  const b = await context.newPage();
+  // In another browser: tabs of one browser share one event connection.
+  const b = await otherBrowser(browser, { timezoneId: 'Asia/Kolkata' });
   const release = await freezeEvents(b);
   await open(b, sid);
   await expect(replies(b).last().getByRole('button', { name: 'Regenerate' })).toBeVisible();
@@ -163,6 +166,7 @@ test('two tabs Regenerate a completed reply within the same second: one new run'
   await release();
   await expect.poll(async () => (await runs(a, sid)).map((r: any) => r.status)).toEqual(['completed', 'completed']);
   expect((await runs(a, sid)).map((r: any) => r.kind)).toEqual(['prompt', 'regenerate']);
+  await b.context().close();
 });
 
 for (const height of [720, 600]) {

@@ -89,7 +89,8 @@ test('the page hydrates from the HTML: no second read, live from the snapshot on
   await expect(page).toHaveTitle(`${title} — Mulligan`);
   await expect(page.locator('.chat b')).toHaveCount(0);
   // The stream resumes from the snapshot in the HTML; the list and the session are not read again.
-  await expect.poll(() => requests.filter((u) => u.startsWith(`/api/v1/sessions/${sid}/events?last_event_id=`)).length).toBe(1);
+  const follows = (u: string) => u.startsWith('/api/v1/events?sessions=') && decodeURIComponent(u).startsWith(`/api/v1/events?sessions=${sid}:`);
+  await expect.poll(() => requests.filter(follows).length).toBe(1);
   expect(requests.filter((u) => u === `/api/v1/sessions/${sid}?include_superseded=true`)).toEqual([]);
   // The list refreshes every 3 s once hydrated; a read at hydration would come at once.
   expect(listReads.filter((t) => t < hydratedAt + 1000)).toEqual([]);
