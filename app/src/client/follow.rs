@@ -63,6 +63,8 @@ struct Leader {
     /// The session of the events being read (the stream's last marker).
     current: Option<String>,
     reopen_due: bool,
+    /// The stream dropped: open it again even if nothing else changed.
+    broken: bool,
     failures: u32,
 }
 
@@ -379,6 +381,7 @@ fn reopen() {
         }
         wanted.truncate(MAX_FOLLOWED);
         let same = leader.source.is_some()
+            && !leader.broken
             && leader.pending.is_empty()
             && wanted.len() == leader.streaming.len()
             && wanted
@@ -407,6 +410,7 @@ fn reopen() {
             })
             .collect();
         leader.pending.clear();
+        leader.broken = false;
         leader.source = None;
         leader.current = None;
         leader.streaming = starts;
@@ -484,9 +488,13 @@ fn open_source(url: &str) -> Option<Source> {
         "error",
         Box::new(|_| {
             // Closed here, not left to EventSource: its retry would ask from the first ids.
+            // (Dropped later, by `reopen`: not inside its own listener.)
             let failures = with_tab(|tab| {
                 let l = tab.leader.as_mut()?;
-                l.source = None;
+                if let Some(s) = &l.source {
+                    s.es.close();
+                }
+                l.broken = true;
                 l.failures = l.failures.saturating_add(1);
                 Some(l.failures)
             });
