@@ -6,9 +6,10 @@
 // `TaskDuration` (the renderer main thread's busy time) from just before the message is
 // posted until the reply has stopped changing on screen.
 //
-// Usage: node b10.mjs <base-url> <token> <spec>…; a spec is a model `markdown-N-MS`, or
+// Usage: node b10.mjs <base-url> <token> <spec>…; a spec is a model `markdown-N-MS`,
 // `markdown-N-MS:fill=K` to measure at the end of a session that first got K short turns
-// (2·K messages). For a look inside: B10_PROFILE=<file> writes the renderer's JavaScript and
+// (2·K messages), or `markdown-N-MS:sessions=K` to measure with K sessions in the list (made
+// first, and kept: put it last). For a look inside: B10_PROFILE=<file> writes the renderer's JavaScript and
 // WebAssembly self-time by function, B10_TRACE=<file> its main-thread time by trace event
 // (layout, paint, function calls), of the last spec measured.
 import { createRequire } from 'node:module';
@@ -115,11 +116,28 @@ async function fill(sid, k) {
   }
 }
 
+// Makes `k` sessions, 16 requests at a time.
+async function sessions(k) {
+  let made = 0;
+  const worker = async () => {
+    while (made < k) {
+      made++;
+      await api('POST', '/sessions', { title: `b10 list ${made}`, model: 'demo' });
+    }
+  };
+  await Promise.all(Array.from({ length: 16 }, worker));
+  return made;
+}
+
 async function measure(browser, spec) {
-  const [model, fillArg] = spec.split(':fill=');
+  const [model, arg] = spec.split(':');
+  const [what, count] = (arg || '').split('=');
   const n = Number(model.split('-')[1]);
+  const listed = what === 'sessions' ? await sessions(Number(count)) : 0;
   const { id: sid } = await api('POST', '/sessions', { title: `b10 ${spec}`, model });
-  const before = fillArg ? await fill(sid, Number(fillArg)) : 0;
+  const before = what === 'fill' ? await fill(sid, Number(count)) : 0;
+  const first = await fetch(`${base}/s/${sid}`, { headers: auth });
+  const html_bytes = (await first.arrayBuffer()).byteLength;
   const context = await browser.newContext();
   const page = await context.newPage();
   await page.goto(`${base}/?token=${token}`);
@@ -219,6 +237,8 @@ async function measure(browser, spec) {
   return {
     model: spec,
     messages_before: before,
+    sessions_listed: listed,
+    html_bytes,
     opened_ms,
     deltas: n,
     stream_ms: ended - sent,

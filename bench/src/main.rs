@@ -96,6 +96,9 @@ struct Opts {
     /// B10 page: the long session's messages before its measured turn (0: none).
     #[arg(long, default_value_t = 2000)]
     b10_long_messages: usize,
+    /// B10 page: sessions made before the last measure, to measure with a long list (0: none).
+    #[arg(long, default_value_t = 50_000)]
+    b10_sessions: usize,
     /// Run only these benchmarks, e.g. `--only b1,b3`.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
