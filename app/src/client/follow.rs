@@ -512,22 +512,30 @@ fn open_source(url: &str) -> Option<Source> {
 
 /// An event the leader read: to every tab, this one included.
 fn relay(name: &'static str, id: i64, data: String) {
-    let sid = with_tab(|tab| {
+    let to = with_tab(|tab| {
         let l = tab.leader.as_mut()?;
         let sid = l.current.clone()?;
         if let Some((_, at)) = l.streaming.iter_mut().find(|(s, _)| *s == sid) {
             *at = (*at).max(id);
         }
-        Some(sid)
+        // Posted only when another tab follows the session: a post costs about as much as
+        // applying the event.
+        let others = l
+            .tabs
+            .values()
+            .any(|(list, _)| list.iter().any(|(s, _)| *s == sid));
+        Some((sid, others))
     });
-    let Some(sid) = sid else { return };
-    post(&message(&[
-        ("k", "ev".into()),
-        ("s", sid.as_str().into()),
-        ("id", JsValue::from_f64(id as f64)),
-        ("n", name.into()),
-        ("d", data.as_str().into()),
-    ]));
+    let Some((sid, others)) = to else { return };
+    if others {
+        post(&message(&[
+            ("k", "ev".into()),
+            ("s", sid.as_str().into()),
+            ("id", JsValue::from_f64(id as f64)),
+            ("n", name.into()),
+            ("d", data.as_str().into()),
+        ]));
+    }
     deliver(&sid, id, name, &data);
 }
 
