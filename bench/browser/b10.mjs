@@ -10,7 +10,8 @@
 // `markdown-N-MS:fill=K` to measure at the end of a session that first got K short turns
 // (2·K messages), or `markdown-N-MS:sessions=K` to measure with K sessions in the list (made
 // first, and kept: put it last). For a look inside: B10_PROFILE=<file> writes the renderer's JavaScript and
-// WebAssembly self-time by function, B10_TRACE=<file> its main-thread time by trace event
+// WebAssembly self-time by function (and the callers of the busiest),
+// B10_TRACE=<file> its main-thread time by trace event
 // (layout, paint, function calls), of the last spec measured.
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
@@ -225,7 +226,22 @@ async function measure(browser, spec) {
       self.set(key, (self.get(key) || 0) + (dt[i] || 0));
     });
     const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 40);
-    (await import("node:fs")).writeFileSync(process.env.B10_PROFILE, top.map(([k, us]) => `${(us / 1000).toFixed(1)} ms  ${k}`).join("\n") + `\nsamples ${profile.samples.length}\n`);
+    // Where the busiest function is called from: the callers of its costliest sample node.
+    const parent = new Map();
+    for (const n of profile.nodes) for (const c of n.children || []) parent.set(c, n.id);
+    const perNode = new Map();
+    profile.samples.forEach((id, i) => perNode.set(id, (perNode.get(id) || 0) + (dt[i] || 0)));
+    // (B10_STACK_OF=<part of a name>: that function's instead.)
+    const named = (id) => byId.get(id).callFrame.functionName;
+    const want = process.env.B10_STACK_OF;
+    const busiest = [...perNode.entries()]
+      .filter(([id]) => (want ? named(id).includes(want) : !['(idle)', '(program)'].includes(named(id))))
+      .sort((a, b) => b[1] - a[1])[0];
+    const stack = [];
+    for (let id = busiest && busiest[0]; id !== undefined; id = parent.get(id)) {
+      stack.push(`  ${byId.get(id).callFrame.functionName || '(anon)'}`);
+    }
+    (await import("node:fs")).writeFileSync(process.env.B10_PROFILE, top.map(([k, us]) => `${(us / 1000).toFixed(1)} ms  ${k}`).join("\n") + `\nsamples ${profile.samples.length}\nthe busiest sample's callers:\n${stack.join('\n')}\n`);
   }
   const streamed = await page.evaluate(shapeInPage);
   // The same reply drawn at once (rendered by the server, then hydrated) must be the same.

@@ -53,7 +53,11 @@ pub async fn run(opts: &Opts, fake: &Fake, t: &mut Table) -> R<()> {
     }
     // And with a long session list (last: its sessions stay).
     if let Some(&n) = sizes.first().filter(|_| opts.b10_sessions > 0) {
-        models.push(format!("{}:sessions={}", markdown_model(n, 1), opts.b10_sessions));
+        models.push(format!(
+            "{}:sessions={}",
+            markdown_model(n, 1),
+            opts.b10_sessions
+        ));
     }
     let out = tokio::process::Command::new("node")
         .arg(root.join("bench/browser/b10.mjs"))
