@@ -96,7 +96,7 @@ fn follow(chat: Chat, sid: Memo<String>, first_id: String, first: Option<i64>) {
         first.set_value(None);
         chat.session.set(None);
         chat.messages.set(Vec::new());
-        chat.runs.set(Vec::new());
+        chat.set_runs(Vec::new());
         chat.error.set(None);
         leptos::task::spawn_local(async move {
             let url = snapshot_url(&id);

@@ -24,8 +24,14 @@ pub struct Chat {
     pub attempt: RwSignal<Option<AttemptEvent>>,
     pub retrier: Retrier,
     pub config: RwSignal<Option<ClientConfig>>,
-    /// Where each run is in `runs`: a message finds its run without a scan.
-    pub run_index: Memo<RunIndex>,
+    /// Each run in a signal of its own (`None` until it arrives), and each prompt's latest
+    /// run id: a reply reads its own run, so a run's change wakes the replies of that run
+    /// alone. (Read from `runs`, every reply woke on every run event and left and joined a
+    /// list of readers as long as the session: quadratic in its messages.)
+    cells: StoredValue<RunCells>,
+    /// The session's model: what every reply's note reads (a memo, so the session's other
+    /// changes, one per run event, wake none of them).
+    pub model: Memo<Option<String>>,
     /// Bumped when a message is replaced whole (not on a delta): what reads every message's
     /// state tracks this instead of every message, so a delta costs it nothing.
     pub replaced: RwSignal<u32>,
@@ -42,15 +48,17 @@ pub struct Chat {
 impl Chat {
     pub(super) fn new() -> Self {
         let runs = RwSignal::new(Vec::new());
+        let session = RwSignal::new(None::<Session>);
         Chat {
-            session: RwSignal::new(None),
+            session,
             messages: RwSignal::new(Vec::new()),
             runs,
             error: RwSignal::new(None),
             attempt: RwSignal::new(None),
             retrier: Retrier::new(),
             config: RwSignal::new(None),
-            run_index: Memo::new(move |_| runs.with(|rs| RunIndex::of(rs))),
+            cells: StoredValue::new(RunCells::default()),
+            model: Memo::new(move |_| session.with(|s| s.as_ref().map(|s| s.model.clone()))),
             replaced: RwSignal::new(0),
             show_superseded: RwSignal::new(false),
             notice: RwSignal::new(None),
@@ -80,14 +88,64 @@ impl Chat {
                 .map(|m| (m.id.clone(), RwSignal::new(m)))
                 .collect(),
         );
-        self.runs.set(d.runs);
+        self.set_runs(d.runs);
         self.error.set(None);
     }
 
     /// Takes a snapshot's runs and tells Tier 2 about the last turn (restored, not live).
     pub(super) fn load_runs(&self, runs: Vec<Run>) {
-        self.runs.set(runs);
+        self.set_runs(runs);
         self.restore_tier2();
+    }
+
+    /// Replaces the runs, and every run's and prompt's signal with what they now hold.
+    pub(super) fn set_runs(&self, runs: Vec<Run>) {
+        let mut latest: HashMap<&MessageId, &RunId> = HashMap::new();
+        for r in &runs {
+            latest.insert(&r.anchor_message_id, &r.id);
+        }
+        let ids: std::collections::HashSet<&RunId> = runs.iter().map(|r| &r.id).collect();
+        self.cells.update_value(|c| {
+            for (id, cell) in &c.runs {
+                if !ids.contains(id) {
+                    set_if_changed(cell, None);
+                }
+            }
+            for (anchor, cell) in &c.prompts {
+                if !latest.contains_key(anchor) {
+                    set_if_changed(cell, None);
+                }
+            }
+            for r in &runs {
+                set_if_changed(&c.run(&r.id), Some(r.clone()));
+            }
+            for (anchor, id) in &latest {
+                set_if_changed(&c.prompt(anchor), Some(RunId::clone(id)));
+            }
+        });
+        self.runs.set(runs);
+    }
+
+    /// A run, new or changed (a new one is its prompt's latest).
+    fn put_run(&self, r: Run) {
+        let new = self
+            .runs
+            .try_update(|rs| match rs.iter_mut().find(|x| x.id == r.id) {
+                Some(slot) => {
+                    *slot = r.clone();
+                    false
+                }
+                None => {
+                    rs.push(r.clone());
+                    true
+                }
+            });
+        self.cells.update_value(|c| {
+            if new == Some(true) {
+                set_if_changed(&c.prompt(&r.anchor_message_id), Some(r.id.clone()));
+            }
+            set_if_changed(&c.run(&r.id), Some(r));
+        });
     }
 
     /// Tells Tier 2 about the last turn of the shown runs (restored from a snapshot, not
@@ -167,11 +225,7 @@ impl Chat {
                 }
             }
             Event::Run(r) => {
-                self.runs
-                    .update(|rs| match rs.iter_mut().find(|x| x.id == r.id) {
-                        Some(slot) => *slot = r.clone(),
-                        None => rs.push(r.clone()),
-                    });
+                self.put_run(r.clone());
                 if self.browser_retries() || r.status != RunStatus::Failed {
                     let streak = self
                         .runs
@@ -289,19 +343,17 @@ impl Chat {
         });
     }
 
-    /// `f` of run `id` (tracking the runs): found by the index, so every message looking
-    /// up its own run when one changes costs one lookup each, not a scan of the session's.
+    /// `f` of run `id`, tracking that run alone (and its arrival).
     pub fn with_run<T>(&self, id: &RunId, f: impl FnOnce(&Run) -> T) -> Option<T> {
-        let at = self.run_index.with(|i| i.by_id.get(id).copied())?;
-        self.runs
-            .with(|rs| rs.get(at).filter(|r| r.id == *id).map(f))
+        let cell = self.cells.try_update_value(|c| c.run(id))?;
+        cell.with(|r| r.as_ref().map(f))
     }
 
-    /// `f` of the latest run asked for by prompt `anchor` (tracking the runs).
+    /// `f` of the latest run asked for by prompt `anchor`, tracking that run and which it is.
     pub fn with_prompt_run<T>(&self, anchor: &MessageId, f: impl FnOnce(&Run) -> T) -> Option<T> {
-        let at = self.run_index.with(|i| i.latest_for.get(anchor).copied())?;
-        self.runs
-            .with(|rs| rs.get(at).filter(|r| r.anchor_message_id == *anchor).map(f))
+        let cell = self.cells.try_update_value(|c| c.prompt(anchor))?;
+        let id = cell.get()?;
+        self.with_run(&id, f)
     }
 
     /// The session's active run: running, or waiting for a tool call's approval (Stop ends
@@ -315,20 +367,26 @@ impl Chat {
     }
 }
 
-/// Where each run is in the chat's `runs` (by id), and each prompt's latest run.
-#[derive(Debug, Default, PartialEq)]
-pub struct RunIndex {
-    by_id: HashMap<RunId, usize>,
-    latest_for: HashMap<MessageId, usize>,
+/// The signals of [`Chat`]'s runs and of its prompts' latest runs, made when first asked for.
+#[derive(Default)]
+struct RunCells {
+    runs: HashMap<RunId, ArcRwSignal<Option<Run>>>,
+    prompts: HashMap<MessageId, ArcRwSignal<Option<RunId>>>,
 }
 
-impl RunIndex {
-    fn of(runs: &[Run]) -> RunIndex {
-        let mut index = RunIndex::default();
-        for (i, r) in runs.iter().enumerate() {
-            index.by_id.insert(r.id.clone(), i);
-            index.latest_for.insert(r.anchor_message_id.clone(), i);
-        }
-        index
+impl RunCells {
+    fn run(&mut self, id: &RunId) -> ArcRwSignal<Option<Run>> {
+        self.runs.entry(id.clone()).or_default().clone()
+    }
+
+    fn prompt(&mut self, anchor: &MessageId) -> ArcRwSignal<Option<RunId>> {
+        self.prompts.entry(anchor.clone()).or_default().clone()
+    }
+}
+
+/// Sets a signal only to a new value: its readers wake only on a change.
+fn set_if_changed<T: PartialEq + Send + Sync + 'static>(cell: &ArcRwSignal<T>, value: T) {
+    if cell.with_untracked(|v| *v != value) {
+        cell.set(value);
     }
 }
