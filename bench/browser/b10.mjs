@@ -10,7 +10,7 @@
 // `markdown-N-MS:fill=K` to measure at the end of a session that first got K short turns
 // (2·K messages), or `markdown-N-MS:sessions=K` to measure with K sessions in the list (made
 // first, and kept: put it last). For a look inside: B10_PROFILE=<file> writes the renderer's JavaScript and
-// WebAssembly self-time by function (and the callers of the busiest),
+// WebAssembly self-time by function (and the callers of the busiest three),
 // B10_TRACE=<file> its main-thread time by trace event
 // (layout, paint, function calls), of the last spec measured.
 import { createRequire } from 'node:module';
@@ -226,7 +226,7 @@ async function measure(browser, spec) {
       self.set(key, (self.get(key) || 0) + (dt[i] || 0));
     });
     const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 40);
-    // Where the busiest function is called from: the callers of its costliest sample node.
+    // Where the busiest function is called from: the callers of its three costliest sample nodes.
     const parent = new Map();
     for (const n of profile.nodes) for (const c of n.children || []) parent.set(c, n.id);
     const perNode = new Map();
@@ -236,12 +236,16 @@ async function measure(browser, spec) {
     const want = process.env.B10_STACK_OF;
     const busiest = [...perNode.entries()]
       .filter(([id]) => (want ? named(id).includes(want) : !['(idle)', '(program)'].includes(named(id))))
-      .sort((a, b) => b[1] - a[1])[0];
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 3);
     const stack = [];
-    for (let id = busiest && busiest[0]; id !== undefined; id = parent.get(id)) {
-      stack.push(`  ${byId.get(id).callFrame.functionName || '(anon)'}`);
+    for (const [top, us] of busiest) {
+      stack.push(`${(us / 1000).toFixed(1)} ms:`);
+      for (let id = top; id !== undefined; id = parent.get(id)) {
+        stack.push(`  ${named(id) || '(anon)'}`);
+      }
     }
-    (await import("node:fs")).writeFileSync(process.env.B10_PROFILE, top.map(([k, us]) => `${(us / 1000).toFixed(1)} ms  ${k}`).join("\n") + `\nsamples ${profile.samples.length}\nthe busiest sample's callers:\n${stack.join('\n')}\n`);
+    (await import("node:fs")).writeFileSync(process.env.B10_PROFILE, top.map(([k, us]) => `${(us / 1000).toFixed(1)} ms  ${k}`).join("\n") + `\nsamples ${profile.samples.length}\nthe three busiest samples' callers:\n${stack.join('\n')}\n`);
   }
   const streamed = await page.evaluate(shapeInPage);
   // The same reply drawn at once (rendered by the server, then hydrated) must be the same.
