@@ -3,9 +3,10 @@ use crate::report::Table;
 use crate::{Opts, R};
 use std::path::PathBuf;
 
-/// Issue 26's budget for the bundle with Markdown and the run timeline (gzip, bytes).
-const BUDGET: u64 = 330_000;
-const BUDGET_TEXT: &str = "≤ 330 KB gzip";
+/// Issue 38's budget for the bundle (gzip, bytes): room for Leptos' own router and resources
+/// (issue 26's, with Markdown and the run timeline, was 330 KB).
+const BUDGET: u64 = 420_000;
+const BUDGET_TEXT: &str = "≤ 420 KB gzip";
 
 /// Puts the sizes of the built `.wasm` files in the table (or a row saying they are not built).
 pub fn run(opts: &Opts, t: &mut Table) -> R<()> {
