@@ -85,27 +85,35 @@ pub async fn follow(
             current = Some(n);
         }
         markers.push(marker);
+        // A feed that ends (its session's past could not be read) ends the stream with a
+        // `None`, so the client opens it again, rather than the session going quiet.
         feeds.push(
             futures::stream::unfold(live, Live::next)
-                .map(move |f| (n, f))
+                .map(move |f| Some((n, f)))
+                .chain(futures::stream::once(futures::future::ready(None)))
                 .boxed(),
         );
     }
-    let live = futures::stream::select_all(feeds).filter_map(move |(n, frame)| {
-        let frame = if frame.starts_with(b":") {
-            // One keep-alive for the stream, not one per session.
-            (n == 0).then_some(frame)
-        } else if current == Some(n) {
-            Some(frame)
-        } else {
-            current = Some(n);
-            let mut joined = Vec::with_capacity(markers[n].len() + frame.len());
-            joined.extend_from_slice(&markers[n]);
-            joined.extend_from_slice(&frame);
-            Some(Frame::from(joined))
-        };
-        futures::future::ready(frame)
-    });
+    let live = futures::stream::select_all(feeds)
+        .take_while(|item| futures::future::ready(item.is_some()))
+        .filter_map(move |item| {
+            let Some((n, frame)) = item else {
+                return futures::future::ready(None);
+            };
+            let frame = if frame.starts_with(b":") {
+                // One keep-alive for the stream, not one per session.
+                (n == 0).then_some(frame)
+            } else if current == Some(n) {
+                Some(frame)
+            } else {
+                current = Some(n);
+                let mut joined = Vec::with_capacity(markers[n].len() + frame.len());
+                joined.extend_from_slice(&markers[n]);
+                joined.extend_from_slice(&frame);
+                Some(Frame::from(joined))
+            };
+            futures::future::ready(frame)
+        });
     Ok(sse_response(first, live, state.engine.hub().clone()))
 }
 
