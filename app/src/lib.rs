@@ -5,6 +5,7 @@ pub mod api;
 pub mod client;
 pub mod clock;
 pub mod components;
+mod html;
 pub mod markdown;
 pub mod nav;
 pub mod page_data;
@@ -27,7 +28,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             _ => None,
         }));
         let mut html = String::new();
-        components::timeline::escape(&text, &mut html);
+        html::escape(&text, &mut html);
         html
     };
     #[cfg(feature = "ssr")]

@@ -3,6 +3,12 @@ use clap::{Args, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// On PostgreSQL, every connection one instance opens, whatever its load, unless the
+/// operator sets another budget (`MULLIGAN_DATABASE_MAX_CONNECTIONS`): the main pool gets
+/// all but `store::SIDE_CONNECTIONS` of it. Four instances at the default fit in PostgreSQL's
+/// stock `max_connections = 100` with room for an administrator.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 20;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ProviderKind {
     Demo,
@@ -99,7 +105,7 @@ pub struct Config {
     pub site_optional: bool,
     /// PostgreSQL: every connection this instance opens, whatever its load (4 of them are
     /// the heartbeat's, the event writer's and the two listeners'; the rest are the main pool).
-    #[arg(long, env = "MULLIGAN_DATABASE_MAX_CONNECTIONS", default_value_t = crate::store::DEFAULT_MAX_CONNECTIONS)]
+    #[arg(long, env = "MULLIGAN_DATABASE_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub database_max_connections: u32,
     /// How often each instance ends runs it recorded `running` but no longer executes.
     #[arg(long, env = "MULLIGAN_RECONCILE_MS", default_value_t = 30_000)]
@@ -151,15 +157,6 @@ impl Config {
             ));
         }
         Ok(())
-    }
-
-    /// What every provider call is held to.
-    pub fn provider_limits(&self) -> crate::llm::Limits {
-        crate::llm::Limits {
-            max_advised_wait: std::time::Duration::from_millis(self.max_advised_wait_ms),
-            header_timeout: std::time::Duration::from_millis(self.header_timeout_ms.max(1)),
-            max_event_bytes: self.max_event_bytes.max(1024),
-        }
     }
 
     pub fn database_url(&self) -> String {

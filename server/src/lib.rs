@@ -1,4 +1,5 @@
 //! Mulligan's server: configuration, store, run engine, providers and the HTTP surface.
+pub mod approval;
 pub mod clock;
 pub mod config;
 pub mod engine;
@@ -8,20 +9,22 @@ pub mod http;
 pub mod llm;
 pub mod mcp_client;
 pub mod metrics;
+pub mod providers;
 pub mod redact;
 pub mod retry;
 pub mod run;
 pub mod secrets;
 pub mod site;
 pub mod sse_lines;
+mod start_error;
 pub mod store;
 pub mod tools;
 pub mod wake;
 
 use config::Config;
 use engine::{Engine, EngineConfig};
-pub use error::StartError;
 use events::EventHub;
+pub use start_error::StartError;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +92,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
         })?,
         None => Vec::new(),
     };
-    let catalogued = match llm::setup::catalogue(&config) {
+    let catalogued = match providers::setup::catalogue(&config) {
         Ok(c) => c,
         Err(message) => {
             return Err(StartError::Providers {
@@ -110,7 +113,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
             .collect::<Vec<_>>(),
     );
     let cooldowns: Arc<dyn retry::cooldown::Table> = Arc::new(store.clone());
-    let providers = llm::setup::providers(
+    let providers = providers::setup::providers(
         &config,
         catalogued,
         addr,

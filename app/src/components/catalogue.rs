@@ -115,9 +115,9 @@ pub fn options_html(list: &ModelList, at: impl Fn(Millis) -> String + Copy) -> S
     let mut h = String::new();
     for m in &list.models {
         h.push_str("<option value=\"");
-        super::timeline::escape(&m.id, &mut h);
+        crate::html::escape(&m.id, &mut h);
         h.push_str("\" label=\"");
-        super::timeline::escape(&option_label(m, &list.default_model, at), &mut h);
+        crate::html::escape(&option_label(m, &list.default_model, at), &mut h);
         h.push_str("\"></option>");
     }
     h

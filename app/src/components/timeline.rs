@@ -4,6 +4,7 @@
 use super::state::Chat;
 use crate::api;
 use crate::client::fetch_json;
+use crate::html::escape;
 use crate::wire::{
     AutoRetry, Message, Millis, ProvenanceKind, Run, RunDetail, RunKind, RunStatus, ToolCallStatus,
 };
@@ -420,21 +421,6 @@ pub fn html(d: &Drawn) -> String {
     }
     h.push_str("</ol>");
     h
-}
-
-/// Appends `text` with HTML's five special characters escaped: it reads as text, in an
-/// element or a quoted attribute.
-pub(crate) fn escape(text: &str, out: &mut String) {
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
 }
 
 #[cfg(test)]

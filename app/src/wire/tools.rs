@@ -4,6 +4,10 @@ use super::text::words;
 use super::{MessageId, Millis, RunId, SessionId, ToolCallId};
 use serde::{Deserialize, Serialize};
 
+/// The built-in tool source's name (CONTRACT §5): Mulligan's own tools, the tools a session
+/// has when it names none.
+pub const BUILTIN_SOURCE: &str = "mulligan";
+
 /// One part of an agent message, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -2,10 +2,11 @@
 //! calls wait (it leaves this instance: no task, no connection), the operator's decision
 //! recorded once under the session's lock, the run resumed here by the last decision, the
 //! waits that time out, and a waiting run cancelled.
-use super::{Engine, Refusal, LOOP_LOCK_WAIT};
+use super::{Engine, LOOP_LOCK_WAIT};
+use crate::approval::declined_text;
+use crate::error::Refusal;
 use crate::error::{Error, Kind, Result};
 use crate::store::{Decided, EndBy, NewDecision, NotDecided, Outcome, RecordedCall};
-use crate::tools::approval::declined_text;
 use app::wire::{
     Approvals, DecidedBy, Decision, Event, Run, RunId, RunStatus, SessionId, ToolCall,
     ToolCallEvent, ToolCallId, MAX_DECISION_REASON_CHARS,

@@ -3,8 +3,9 @@
 //! every instance fires the due ones through retry-now's path, claimed under the session's
 //! lock. The database is the schedule, so a closed tab, a restart or a dead instance loses
 //! nothing, and a retry fires once however many instances see it due.
-use super::{Engine, Refusal, LOOP_LOCK_WAIT};
+use super::{Engine, LOOP_LOCK_WAIT};
 use crate::clock::now_ms;
+use crate::error::Refusal;
 use crate::error::{Kind, Result};
 use crate::metrics::metrics;
 use crate::retry::background;

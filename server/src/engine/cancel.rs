@@ -1,6 +1,7 @@
 //! Cancel and stop: ending a queued or running run `cancelled`, and stopping whatever a
 //! session is doing (its running run, else its next queued one, and its waiting retry).
-use super::{Engine, Refusal};
+use super::Engine;
+use crate::error::Refusal;
 use crate::error::{Error, Kind, Result};
 use crate::store::{EndBy, Outcome};
 use app::wire::RunId;

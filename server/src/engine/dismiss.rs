@@ -1,6 +1,7 @@
 //! Dismiss: the operator's cancel of Tier 2 for a failed run, recorded on the run and
 //! announced, so that no tab, reload or other browser arms that failure again.
-use super::{Engine, Refusal};
+use super::Engine;
+use crate::error::Refusal;
 use crate::error::{Error, Result};
 use app::wire::RunId;
 use app::wire::SessionId;

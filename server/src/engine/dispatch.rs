@@ -2,7 +2,8 @@
 //! Tier 2) and retry-now. Each takes the session's lock, checks its precondition and queues
 //! the run in one store transaction, then starts it if the session is free. The lock is what
 //! makes `if_last_run` and the retry claim atomic: N concurrent calls see one winner.
-use super::{validate_content, Engine, Refusal};
+use super::{validate_content, Engine};
+use crate::error::Refusal;
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
 use crate::store::{Dispatched, NewRun};

@@ -1,6 +1,7 @@
 //! Finishing a run: recording its end (tried again while the database is busy), holding or
 //! releasing the prompts behind it, and starting the session's next run.
-use super::{Engine, Refusal};
+use super::Engine;
+use crate::error::Refusal;
 use crate::error::Result;
 use crate::run::{Active, RunTask};
 use crate::store::{EndBy, Finished, Outcome};

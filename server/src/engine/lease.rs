@@ -1,9 +1,10 @@
 //! Several instances on one database: each keeps a lease (a heartbeat) on the runs it
 //! executes, takes over the end of runs whose instance died (recorded `interrupted`), and
 //! stops its runs when another instance asks (`LISTEN`, with a polled flag behind it).
-use super::{Engine, Refusal, LOOP_LOCK_WAIT};
+use super::{Engine, LOOP_LOCK_WAIT};
+use crate::error::Refusal;
 use crate::error::Result;
-use crate::store::{EndBy, CANCEL_CHANNEL};
+use crate::store::EndBy;
 use app::wire::RunId;
 use app::wire::{Run, RunStatus};
 use std::time::{Duration, Instant};
@@ -31,39 +32,8 @@ impl Engine {
             Box::pin(async move { e.lease_tick().await })
         });
         let engine = self.clone();
-        let pool = store.listen_pool().expect("shared store").clone();
-        tokio::spawn(async move {
-            loop {
-                let listener = async {
-                    let mut l = sqlx::postgres::PgListener::connect_with(&pool).await?;
-                    l.listen(CANCEL_CHANNEL).await?;
-                    Ok::<_, sqlx::Error>(l)
-                };
-                let mut listener = tokio::select! {
-                    _ = engine.inner.stopping.cancelled() => return,
-                    l = listener => match l {
-                        Ok(l) => l,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot listen for cancels");
-                            tokio::time::sleep(HEARTBEAT).await;
-                            continue;
-                        }
-                    },
-                };
-                loop {
-                    let n = tokio::select! {
-                        _ = engine.inner.stopping.cancelled() => return,
-                        n = listener.recv() => n,
-                    };
-                    match n {
-                        Ok(n) => engine.cancel_here(&RunId::from(n.payload())),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cancel listener dropped; reconnecting");
-                            break;
-                        }
-                    }
-                }
-            }
+        store.follow_cancels(self.inner.stopping.clone(), HEARTBEAT, move |run| {
+            engine.cancel_here(&run)
         });
         Ok(())
     }

@@ -18,7 +18,6 @@ mod parking;
 mod queue;
 mod reconcile;
 mod recover;
-mod refusal;
 mod sessions;
 mod snapshot;
 
@@ -40,7 +39,6 @@ use tokio_util::task::TaskTracker;
 pub use crate::run::overlay_mirrored;
 pub use approvals::Deciding;
 pub use config::EngineConfig;
-pub use refusal::Refusal;
 
 #[derive(Clone)]
 pub struct Engine {
@@ -69,7 +67,7 @@ impl Engine {
     pub fn new(
         store: Store,
         hub: EventHub,
-        providers: crate::llm::Providers,
+        providers: crate::providers::Providers,
         tools: crate::tools::Toolbox,
         cfg: EngineConfig,
     ) -> Engine {
@@ -113,7 +111,7 @@ impl Engine {
     }
 
     /// The models the server can call: the catalogue, cooldowns, which take tools.
-    pub fn models(&self) -> &crate::llm::models::Models {
+    pub fn models(&self) -> &crate::providers::models::Models {
         &self.inner.run.models
     }
 
@@ -220,8 +218,22 @@ struct SessionGuard {
 
 /// The session commands the built-in tools act through: the HTTP API's own code paths.
 impl crate::tools::builtin::Commands for Engine {
-    fn store(&self) -> &Store {
-        Engine::store(self)
+    async fn is_descendant(&self, ancestor: &SessionId, session: &SessionId) -> Result<bool> {
+        Ok(self.store().is_descendant(ancestor, session).await?)
+    }
+    async fn sessions(
+        &self,
+        limit: Option<u64>,
+        before: Option<String>,
+        q: Option<&str>,
+        within: Option<&SessionId>,
+    ) -> Result<app::wire::SessionList> {
+        let page = crate::store::SessionPage::new(limit, before, q)?;
+        // The family is filtered first, then paged, so pages are never short.
+        Ok(match within {
+            None => self.store().sessions(&page).await?,
+            Some(root) => self.store().descendant_sessions(&page, root).await?,
+        })
     }
     async fn post_message(&self, session: &SessionId, content: &str) -> Result<app::wire::Receipt> {
         Engine::post_message(self, session, content).await

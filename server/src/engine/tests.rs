@@ -89,7 +89,7 @@ async fn engine_at(background: app::wire::Backoff) -> (Engine, String) {
     let engine = Engine::new(
         store,
         hub,
-        crate::llm::setup::only(Arc::new(Panicking::default())),
+        crate::providers::setup::only(Arc::new(Panicking::default())),
         tools,
         cfg,
     );

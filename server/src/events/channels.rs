@@ -3,8 +3,7 @@
 use super::bytes_frame;
 use super::published::Published;
 use super::recent::{Recent, RunOf};
-use super::reserve::Held;
-use super::writer::Write;
+use super::write::Write;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +19,15 @@ pub const RING: usize = 32;
 /// A session's channel with no subscriber, no event for this long and no run streaming is
 /// dropped from memory (a later resume reads the store instead).
 pub(super) const IDLE: Duration = Duration::from_secs(60);
+
+/// An event numbered past the reservation, not yet delivered or queued for the log.
+pub(super) struct Held {
+    pub(super) id: i64,
+    pub(super) session_id: String,
+    pub(super) name: &'static str,
+    pub(super) frame: (super::bytes_frame::Frame, std::ops::Range<usize>),
+    pub(super) ends_run: bool,
+}
 
 pub(super) struct Channel {
     pub(super) session_id: Arc<str>,

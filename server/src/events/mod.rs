@@ -28,6 +28,7 @@ mod published;
 mod recent;
 mod reserve;
 mod retention;
+mod write;
 mod writer;
 
 pub use channels::RING;
@@ -44,7 +45,8 @@ use follower::follow;
 use published::write_data;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, watch};
-use writer::{write_batches, write_shared, Write};
+use write::Write;
+use writer::{write_batches, write_shared};
 
 /// Where ids and order come from.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -227,7 +229,7 @@ impl EventHub {
         }
         if id >= inner.reserved {
             // Not reserved yet: it goes out, in order, once it is (`reserve::release`).
-            inner.held.push_back(reserve::Held {
+            inner.held.push_back(channels::Held {
                 id,
                 session_id: session_id.to_string(),
                 name,

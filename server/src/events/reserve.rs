@@ -3,9 +3,8 @@
 //! never gives an id twice. Publishing writes nothing: a reservation is one small write per
 //! [`BLOCK`] ids, made in the background when half the block is left; events numbered past the
 //! mark (ids handed out faster than the database reserves them) wait, in order, for it.
-use super::bytes_frame::Frame;
 use super::channels::{deliver, Inner};
-use super::writer::Write;
+use super::write::Write;
 use crate::store::Store;
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
@@ -16,15 +15,6 @@ use tokio::sync::{mpsc, watch};
 pub(super) const BLOCK: i64 = 1 << 16;
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_CAP: Duration = Duration::from_secs(2);
-
-/// An event numbered past the reservation, not yet delivered or queued for the log.
-pub(super) struct Held {
-    pub(super) id: i64,
-    pub(super) session_id: String,
-    pub(super) name: &'static str,
-    pub(super) frame: (Frame, std::ops::Range<usize>),
-    pub(super) ends_run: bool,
-}
 
 /// Whether a new reservation is due: less than half a block left below the mark.
 pub(super) fn due(next_id: i64, mark: i64) -> bool {

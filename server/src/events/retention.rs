@@ -1,6 +1,6 @@
 //! Retention of `delta` rows: which events of a batch are written, and the pruning of
 //! ended runs' deltas once they fall due.
-use super::writer::Write;
+use super::write::Write;
 use crate::store::Store;
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! retried until written.
 use super::published::Published;
 use super::retention::{worth_writing, Prunes, SHARED_PRUNE_GRACE};
+use super::write::Write;
 use crate::store::{LoggedEvent, Store};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,16 +13,6 @@ const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// A batch the store refused is written again after this, doubling up to `RETRY_CAP`.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_CAP: Duration = Duration::from_secs(2);
-
-pub(super) enum Write {
-    /// A numbered event, and whether it is a run's end.
-    Event(Arc<Published>, bool),
-    /// A delta of a running run that left its session's in-memory window: write it.
-    Spill(Arc<Published>),
-    /// Shared mode: an event the log will number (session, name, data, ends a run).
-    Pending(String, &'static str, String, bool),
-    Flush(tokio::sync::oneshot::Sender<()>),
-}
 
 /// Writes published events to the store, one transaction per batch, until the hub is dropped.
 pub(super) async fn write_batches(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {

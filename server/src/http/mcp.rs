@@ -218,7 +218,7 @@ mod tests {
             assert_eq!(t.input_schema["type"], "object", "{}", t.name);
             assert_eq!(t.output_schema.as_ref().unwrap()["type"], "object");
         }
-        let busy = crate::engine::Refusal::RetryBusy;
+        let busy = crate::error::Refusal::RetryBusy;
         let refused = refusal(&busy.clone().into());
         assert_eq!(refused.is_error, Some(true));
         assert_eq!(refused.structured_content, None);

@@ -3,16 +3,14 @@ pub mod anthropic;
 pub mod catalogue;
 pub mod demo;
 pub mod limits;
-pub mod models;
+mod offered;
 pub mod openai;
 pub mod redacted;
-pub mod router;
-pub mod setup;
 mod sse;
 pub mod tool_calls;
 
 pub use limits::Limits;
-pub use router::Providers;
+pub use offered::Offered;
 
 use app::wire::RetryClass;
 use futures::future::BoxFuture;
@@ -27,7 +25,7 @@ pub struct ChatRequest {
     pub messages: std::sync::Arc<[ChatMessage]>,
     /// The tools the model may call in this step, by their `<server>__<tool>` names (none:
     /// a plain chat completion). Shared by every step of a run.
-    pub tools: std::sync::Arc<[crate::tools::Offered]>,
+    pub tools: std::sync::Arc<[Offered]>,
 }
 
 /// One message of the conversation sent to a provider, in the Chat Completions shape

@@ -93,7 +93,7 @@ struct Function<'a> {
 }
 
 impl<'a> Tool<'a> {
-    fn of(t: &'a crate::tools::Offered) -> Tool<'a> {
+    fn of(t: &'a super::Offered) -> Tool<'a> {
         Tool {
             r#type: "function",
             function: Function {
@@ -256,20 +256,18 @@ mod tests {
 
     #[test]
     fn the_request_body_is_the_chat_completions_shape() {
-        let tools = crate::tools::Toolbox::new(
-            crate::mcp_client::McpServers::empty(),
-            vec![app::wire::ToolInfo {
-                name: "list".into(),
-                description: Some("Lists.".into()),
-                input_schema: serde_json::json!({"type": "object"}),
-                read_only: None,
-                destructive: None,
-                idempotent: None,
-                open_world: None,
-            }],
-        );
+        let list = std::sync::Arc::new(vec![app::wire::ToolInfo {
+            name: "list".into(),
+            description: Some("Lists.".into()),
+            input_schema: serde_json::json!({"type": "object"}),
+            read_only: None,
+            destructive: None,
+            idempotent: None,
+            open_world: None,
+        }]);
+        let offered = super::super::Offered::new("mulligan__list".into(), "mulligan", list, 0);
         let messages = [super::super::ChatMessage::text("user", "hi")];
-        let body = |offered: &[crate::tools::Offered]| {
+        let body = |offered: &[super::super::Offered]| {
             serde_json::to_value(Body {
                 model: "m",
                 messages: &messages,
@@ -282,7 +280,7 @@ mod tests {
             .unwrap()
         };
         assert_eq!(
-            body(&tools.offered(&["mulligan".into()])),
+            body(&[offered.unwrap()]),
             serde_json::json!({
                 "model": "m",
                 "messages": [{"role": "user", "content": "hi"}],

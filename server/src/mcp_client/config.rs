@@ -18,7 +18,7 @@ pub struct ServerSpec {
     pub name: String,
     pub transport: TransportSpec,
     /// Which of its calls ask the operator first (CONTRACT §8).
-    pub approval: crate::tools::approval::SourceRule,
+    pub approval: crate::approval::SourceRule,
 }
 
 /// How to reach a server.
@@ -233,8 +233,8 @@ const HTTP_FIELDS: &[&str] = &["url", "headers", "type", "approval", "approval_t
 fn approval_of(
     name: &str,
     value: &serde_json::Value,
-) -> Result<crate::tools::approval::SourceRule, ConfigError> {
-    use crate::tools::approval::{Rule, SourceRule};
+) -> Result<crate::approval::SourceRule, ConfigError> {
+    use crate::approval::{Rule, SourceRule};
     let mut out = SourceRule::default();
     match value.get("approval") {
         None => {}

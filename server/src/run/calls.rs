@@ -2,11 +2,11 @@
 //! the conversation a provider reads, and each tool call a model step asks for executed and
 //! recorded — its start before it is sent, its end before the next model step.
 use super::RunTask;
+use crate::approval::{self, Verdict};
 use crate::clock::{new_id, now_ms};
 use crate::llm::tool_calls::AssembledCall;
 use crate::llm::{ChatMessage, ChatToolCall};
 use crate::store::{NewToolCall, RecordedCall};
-use crate::tools::approval::{self, Verdict};
 use crate::tools::builtin::{self, Caller};
 use crate::tools::{bounded_result, model_name, CallEnd, Offered, BUILTIN};
 use app::wire::{Approval, Event, ToolCall, ToolCallEvent, ToolCallStatus};

@@ -31,7 +31,7 @@ pub struct RunContext {
     pub hub: EventHub,
     pub provider: Arc<dyn Provider>,
     /// The catalogue's models: fallback chains, cooldowns, which take tools.
-    pub models: Arc<crate::llm::models::Models>,
+    pub models: Arc<crate::providers::models::Models>,
     pub tools: Toolbox,
     pub cfg: RunConfig,
     /// Saves streaming replies' text in batches.

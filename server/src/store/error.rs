@@ -208,6 +208,18 @@ impl From<StoreError> for Error {
     }
 }
 
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::from(e).into()
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for Error {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        Error::internal(format!("database migration failed: {e}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@
 //! `script` sends a transaction's statements together (one trip on SQLite), `shared` holds what several PostgreSQL instances share (session locks, notifications).
 mod approvals;
 mod attempts;
+mod cancels;
 mod cooldowns;
 mod error;
 mod events;
@@ -56,11 +57,7 @@ pub struct Store {
     side: Option<std::sync::Arc<shared::SidePools>>,
 }
 
-/// On PostgreSQL, every connection one instance opens, whatever its load, unless the
-/// operator sets another budget (`MULLIGAN_DATABASE_MAX_CONNECTIONS`): the main pool gets
-/// all but [`SIDE_CONNECTIONS`] of it. Four instances at the default fit in PostgreSQL's
-/// stock `max_connections = 100` with room for an administrator.
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 20;
+pub use crate::config::DEFAULT_MAX_CONNECTIONS;
 /// The smallest budget an instance can work with: two connections for the main pool.
 pub const MIN_CONNECTIONS: u32 = SIDE_CONNECTIONS + 2;
 

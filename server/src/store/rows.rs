@@ -182,7 +182,7 @@ pub fn tools(row: &impl Get) -> Vec<String> {
 fn tools_in(row: &impl Get, column: &str) -> Vec<String> {
     row.opt_text(column)
         .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_else(|| vec![crate::tools::BUILTIN.to_string()])
+        .unwrap_or_else(|| vec![app::wire::BUILTIN_SOURCE.to_string()])
 }
 
 /// Columns: `session_model`, `session_tokens_used`, `session_tools`, `session_fallbacks`

@@ -2,9 +2,8 @@
 //! who may call them ([`Caller`], [`authorize`]), and what each does through the session
 //! commands. `http::mcp` serves them over MCP; an agent turn calls them with its own session
 //! as the caller. The commands come in through [`Commands`], so this module needs no engine.
-use crate::engine::Refusal;
+use crate::error::Refusal;
 use crate::error::{Error, Result};
-use crate::store::{SessionPage, Store};
 use app::wire::SessionId;
 use app::wire::{ModelList, Receipt, RetryReceipt, Run, ToolInfo};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
@@ -23,7 +22,17 @@ pub enum Caller {
 
 /// The session commands the tools act through (the run engine implements them).
 pub(crate) trait Commands {
-    fn store(&self) -> &Store;
+    /// Whether `session` is `ancestor` or one of its sub-sessions.
+    async fn is_descendant(&self, ancestor: &SessionId, session: &SessionId) -> Result<bool>;
+    /// A page of the sessions (`GET /sessions`'s `limit`, `before`, `q`), only `within`'s
+    /// family when given; `invalid` for a bad page.
+    async fn sessions(
+        &self,
+        limit: Option<u64>,
+        before: Option<String>,
+        q: Option<&str>,
+        within: Option<&SessionId>,
+    ) -> Result<app::wire::SessionList>;
     async fn post_message(&self, session: &SessionId, content: &str) -> Result<Receipt>;
     async fn retry(&self, session: &SessionId, from: Option<&str>) -> Result<RetryReceipt>;
     async fn stop(&self, session: &SessionId) -> Result<Run>;
@@ -133,10 +142,14 @@ impl Call {
 
 /// Whether `caller` may act on `session`: `Ok(from)`, the provenance to record (the calling
 /// session for an agent), or `subsessions.not_family`.
-async fn authorize(store: &Store, caller: &Caller, session: &SessionId) -> Result<Option<String>> {
+async fn authorize(
+    commands: &impl Commands,
+    caller: &Caller,
+    session: &SessionId,
+) -> Result<Option<String>> {
     match caller {
         Caller::Operator => Ok(None),
-        Caller::Agent(me) if store.is_descendant(me, session).await? => Ok(Some(me.to_string())),
+        Caller::Agent(me) if commands.is_descendant(me, session).await? => Ok(Some(me.to_string())),
         Caller::Agent(me) => Err(Refusal::NotFamily {
             session: session.clone(),
             caller: me.clone(),
@@ -152,27 +165,28 @@ pub(crate) async fn run(
     name: &str,
     args: Value,
 ) -> Result<Value> {
-    let store = commands.store();
     let value = match Call::parse(name, args)? {
         Call::ListSessions(ListSessions { limit, before, q }) => {
-            let page = SessionPage::new(limit, before, q.as_deref())?;
-            let list = match caller {
-                Caller::Operator => store.sessions(&page).await?,
-                // The family is filtered first, then paged, so pages are never short.
-                Caller::Agent(me) => store.descendant_sessions(&page, me).await?,
+            let within = match caller {
+                Caller::Operator => None,
+                Caller::Agent(me) => Some(me),
             };
-            serde_json::to_value(list)
+            serde_json::to_value(
+                commands
+                    .sessions(limit, before, q.as_deref(), within)
+                    .await?,
+            )
         }
         Call::SendMessage(SendMessage { session, content }) => {
-            authorize(store, caller, &session).await?;
+            authorize(commands, caller, &session).await?;
             serde_json::to_value(commands.post_message(&session, &content).await?)
         }
         Call::RetrySession(Target { session }) => {
-            let from = authorize(store, caller, &session).await?;
+            let from = authorize(commands, caller, &session).await?;
             serde_json::to_value(commands.retry(&session, from.as_deref()).await?)
         }
         Call::StopSession(Target { session }) => {
-            authorize(store, caller, &session).await?;
+            authorize(commands, caller, &session).await?;
             serde_json::to_value(commands.stop(&session).await?)
         }
         // Read-only and secret-free: anyone who may call a tool may list the models.
@@ -189,7 +203,7 @@ pub(crate) async fn run(
                 }
             };
             if *caller != Caller::Agent(session.clone()) {
-                authorize(store, caller, &session).await?;
+                authorize(commands, caller, &session).await?;
             }
             serde_json::to_value(commands.rename(&session, &title).await?)
         }

@@ -3,16 +3,15 @@
 //! every tool result is held to. The built-in tools are defined and run in [`builtin`],
 //! through the session commands the engine lends them; the configured MCP servers are reached through
 //! [`McpServers`] (`crate::mcp_client`).
-pub mod approval;
 pub mod builtin;
 
+use crate::approval;
 use crate::mcp_client::McpServers;
 use app::wire::{ToolInfo, ToolServer, ToolServerStatus, ToolTransport, MAX_TOOL_RESULT_BYTES};
-use serde_json::Value;
 use std::sync::Arc;
 
 /// The built-in source's name.
-pub const BUILTIN: &str = "mulligan";
+pub const BUILTIN: &str = app::wire::BUILTIN_SOURCE;
 /// Separates server and tool in the names a model sees.
 const SEPARATOR: &str = "__";
 /// The longest tool name providers accept.
@@ -29,40 +28,7 @@ pub struct Toolbox {
     rules: Arc<Vec<(String, approval::SourceRule)>>,
 }
 
-/// A tool a model may call in a step, by the name it was given. Its description and schema
-/// stay in its source's shared list: a run holds no copy of them.
-#[derive(Clone, Debug)]
-pub struct Offered {
-    pub model_name: String,
-    pub server: String,
-    source: Arc<Vec<ToolInfo>>,
-    /// Where the tool is in `source` (set by [`Toolbox::offered`], always in range).
-    index: usize,
-}
-
-impl Offered {
-    fn info(&self) -> &ToolInfo {
-        &self.source[self.index]
-    }
-
-    /// The tool's name at its source.
-    pub fn tool(&self) -> &str {
-        &self.info().name
-    }
-
-    pub fn description(&self) -> &str {
-        self.info().description.as_deref().unwrap_or_default()
-    }
-
-    pub fn input_schema(&self) -> &Value {
-        &self.info().input_schema
-    }
-
-    /// What its source says of it.
-    pub fn annotations(&self) -> app::wire::ToolAnnotations {
-        self.info().annotations()
-    }
-}
+pub use crate::llm::Offered;
 
 impl Toolbox {
     pub fn new(external: McpServers, builtin: Vec<ToolInfo>) -> Toolbox {
@@ -149,12 +115,9 @@ impl Toolbox {
                 if out.iter().any(|o| o.model_name == model_name) {
                     continue; // two tools that read the same once sanitized: the first wins
                 }
-                out.push(Offered {
-                    model_name,
-                    server: server.to_string(),
-                    source: tools.clone(),
-                    index,
-                });
+                if let Some(offered) = Offered::new(model_name, server, tools.clone(), index) {
+                    out.push(offered);
+                }
             }
         };
         add(BUILTIN, &self.builtin);

@@ -1,6 +1,6 @@
 //! The models a server can call, as runs and `GET /models` see them: the catalogue, each
 //! model's cooldown (by its provider's cooldown key) and whether its steps carry tools.
-use super::catalogue::{Catalogue, ModelRef};
+use crate::llm::catalogue::{Catalogue, ModelRef};
 use crate::retry::cooldown::{Key, Table};
 use app::wire::{ModelInfo, ModelList, ModelStatus};
 use std::collections::{BTreeMap, HashSet};

@@ -1,7 +1,10 @@
-//! The engine's error type (the store's errors and the engine's refusals convert into it),
-//! which `http::error` maps to the contract's shape, and the typed reason a start failed.
-use crate::engine::Refusal;
+//! The bottom floor's error: what went wrong in words every floor shares (`Kind`, the
+//! engine's refusals), which the store's errors convert into and `http::error` maps to the
+//! contract's shape.
+mod refusal;
+
 use app::wire::ErrorCode;
+pub use refusal::Refusal;
 use std::fmt;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,57 +95,4 @@ impl From<Refusal> for Error {
             kind: Kind::Refused(refusal),
         }
     }
-}
-
-impl From<sqlx::Error> for Error {
-    fn from(e: sqlx::Error) -> Self {
-        crate::store::StoreError::from(e).into()
-    }
-}
-
-impl From<sqlx::migrate::MigrateError> for Error {
-    fn from(e: sqlx::migrate::MigrateError) -> Self {
-        Error::internal(format!("database migration failed: {e}"))
-    }
-}
-
-/// Why [`crate::start`] did not start: each says which setting or place to fix.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// A setting out of its range (which one, and what it takes).
-    #[error("{0}")]
-    Setting(String),
-    /// `MULLIGAN_TOKEN` was refused (what a token must be).
-    #[error("{0}")]
-    Token(String),
-    #[error("cannot create the data dir {}: {source}", dir.display())]
-    DataDir {
-        dir: std::path::PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot keep the token in {}: {source}", dir.display())]
-    TokenFile {
-        dir: std::path::PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot open the database: {0}")]
-    Database(#[from] crate::store::StoreError),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("MULLIGAN_MCP_CONFIG {}: {source}", path.display())]
-    McpConfig {
-        path: std::path::PathBuf,
-        source: crate::mcp_client::ConfigError,
-    },
-    #[error("MULLIGAN_PROVIDERS {}: {message}", path.display())]
-    Providers {
-        path: std::path::PathBuf,
-        message: String,
-    },
-    /// The event log, the first heartbeat or the recovery of interrupted runs failed.
-    #[error("{0}")]
-    Engine(#[from] Error),
 }

@@ -1,11 +1,11 @@
 //! Builds the providers a server calls from its settings: the catalogue (the
 //! `MULLIGAN_PROVIDERS` file, or the single-provider settings), each provider's API key from
 //! the environment, one HTTP client per provider, each behind its own cooldown gate.
-use super::catalogue::{Catalogue, Kind, ProviderEntry, DEMO};
 use super::models::Models;
 use super::router::{Providers, Router};
-use super::{anthropic, openai, redacted::Redacted, Provider};
 use crate::config::{Config, ProviderKind};
+use crate::llm::catalogue::{Catalogue, Kind, ProviderEntry, DEMO};
+use crate::llm::{anthropic, openai, redacted::Redacted, Provider};
 use crate::redact::Redactor;
 use crate::retry::{cooldown, gate::Gate};
 use std::collections::BTreeMap;
@@ -99,7 +99,7 @@ pub fn providers(
     cooldowns: Arc<dyn cooldown::Table>,
     redactor: Redactor,
 ) -> Providers {
-    let limits = config.provider_limits();
+    let limits = limits(config);
     let mut gates: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
     let mut keys = BTreeMap::new();
     for (name, entry) in catalogued.catalogue.providers() {
@@ -205,5 +205,14 @@ pub fn only(send: Arc<dyn Provider>) -> Providers {
     Providers {
         send,
         models: Arc::new(models),
+    }
+}
+
+/// What every provider call is held to, from the settings.
+fn limits(config: &Config) -> crate::llm::Limits {
+    crate::llm::Limits {
+        max_advised_wait: std::time::Duration::from_millis(config.max_advised_wait_ms),
+        header_timeout: std::time::Duration::from_millis(config.header_timeout_ms.max(1)),
+        max_event_bytes: config.max_event_bytes.max(1024),
     }
 }

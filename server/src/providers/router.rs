@@ -1,7 +1,7 @@
 //! The provider of a catalogue: sends each request to the provider its `<provider>/<model>`
 //! names (each behind its own cooldown gate), with no tools for a model that takes none.
 use super::models::Models;
-use super::{ChatRequest, DeltaStream, Provider, ProviderError};
+use crate::llm::{ChatRequest, DeltaStream, Provider, ProviderError};
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
 use std::sync::Arc;
