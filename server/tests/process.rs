@@ -61,7 +61,7 @@ async fn kill_9_mid_stream_then_restart_marks_the_run_interrupted_and_logs_no_se
     let logs = std::fs::read_to_string(&log).unwrap();
     assert!(logs.contains("interrupted"), "the log says what happened");
     assert!(
-        logs.contains(&format!("session={sid} run={rid}")),
+        logs.contains(&format!("session_id={sid} run_id={rid}")),
         "the run's log lines say whose they are"
     );
     assert!(!logs.contains(API_KEY), "the API key reached the log");

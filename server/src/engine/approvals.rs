@@ -41,12 +41,12 @@ impl Engine {
             )
             .await?;
         let Some((run, reply)) = parked else {
-            tracing::info!(run = %run.id, "the run ended before it could wait for approval");
+            tracing::info!(run_id = %run.id, "the run ended before it could wait for approval");
             return Ok(true);
         };
         if let Some(mut reply) = reply {
             if let Err(e) = self.store().with_parts_of(&mut reply).await {
-                tracing::warn!(run = %run.id, error = %e, "could not read a reply's tool calls");
+                tracing::warn!(run_id = %run.id, error = %e, "could not read a reply's tool calls");
             }
             self.publish(session_id, Event::Message(reply));
         }
@@ -139,7 +139,7 @@ impl Engine {
             }
         };
         tracing::info!(
-            session = %session_id, run = %run_id, call = %call_id,
+            session_id = %session_id, run_id = %run_id, call = %call_id,
             decision = %d.decision, by = ?d.by, "a tool call was decided"
         );
         self.announce_call(&session_id, run_id, &call);
@@ -150,7 +150,7 @@ impl Engine {
         // nothing starts here; the approvals loop of a running instance resumes it.
         if let Some(owner) = self.owner() {
             if let Some(started) = self.store().resume_decided(run_id, owner).await? {
-                tracing::info!(run = %run_id, "every call decided: the run resumes here");
+                tracing::info!(run_id = %run_id, "every call decided: the run resumes here");
                 self.launch_resumed(started).await;
                 self.publish_session(&session_id).await?;
             }
@@ -208,7 +208,7 @@ impl Engine {
         let session_id = &ended.session_id;
         if let Some(mut reply) = reply {
             if let Err(e) = self.store().with_parts_of(&mut reply).await {
-                tracing::warn!(run = %run.id, error = %e, "could not read a reply's tool calls");
+                tracing::warn!(run_id = %run.id, error = %e, "could not read a reply's tool calls");
             }
             self.publish(session_id, Event::Message(reply));
         }
@@ -243,10 +243,12 @@ impl Engine {
             };
             match self.decide_now(&w.run_id, &w.call.id, &deciding).await {
                 Ok(_) => {
-                    tracing::info!(run = %w.run_id, call = %w.call.id, "a tool call's wait timed out")
+                    tracing::info!(run_id = %w.run_id, call = %w.call.id, "a tool call's wait timed out")
                 }
                 Err(e) if matches!(e.kind, Kind::Refused(_)) => {}
-                Err(e) => tracing::warn!(run = %w.run_id, error = %e, "could not time out a wait"),
+                Err(e) => {
+                    tracing::warn!(run_id = %w.run_id, error = %e, "could not time out a wait")
+                }
             }
         }
         self.resume_decided().await
@@ -263,7 +265,7 @@ impl Engine {
                 Err(_) => continue,
             };
             if let Some(started) = self.store().resume_decided(&run_id, owner).await? {
-                tracing::info!(run = %run_id, "a decided run resumes here");
+                tracing::info!(run_id = %run_id, "a decided run resumes here");
                 self.launch_resumed(started).await;
             }
         }
@@ -275,7 +277,7 @@ impl Engine {
     /// Launches a resumed run, its reply announced with its calls as they are now.
     async fn launch_resumed(&self, mut started: crate::store::Started) {
         if let Err(e) = self.store().with_parts_of(&mut started.reply).await {
-            tracing::warn!(run = %started.run.id, error = %e, "could not read a reply's tool calls");
+            tracing::warn!(run_id = %started.run.id, error = %e, "could not read a reply's tool calls");
         }
         self.launch(started);
     }

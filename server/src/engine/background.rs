@@ -56,7 +56,7 @@ impl Engine {
         }
         let parked_on = parked.as_ref().map(|(model, _)| model.as_str());
         tracing::info!(
-            session = %run.session_id, run = %run.id, attempt, fires_at = waiting.fires_at,
+            session_id = %run.session_id, run_id = %run.id, attempt, fires_at = waiting.fires_at,
             parked_on, "a background retry is waiting"
         );
         store
@@ -82,7 +82,7 @@ impl Engine {
         if !self.store().clear_waiting_retry(session_id).await? {
             return Err(Refusal::NoWaitingRetry.into());
         }
-        tracing::info!(session = %session_id, "the waiting background retry was cancelled");
+        tracing::info!(session_id = %session_id, "the waiting background retry was cancelled");
         metrics().background_retry("cancelled");
         self.publish_session(session_id).await
     }
@@ -149,7 +149,7 @@ impl Engine {
             Ok(guard) => guard,
             // Held elsewhere for long: it fires on a later pass.
             Err(e) => {
-                tracing::warn!(session = %session_id, error = %e, "a due background retry waits for its session's lock");
+                tracing::warn!(session_id = %session_id, error = %e, "a due background retry waits for its session's lock");
                 return false;
             }
         };
@@ -158,7 +158,7 @@ impl Engine {
             Err(e) => {
                 // The waiting retry stays (its end is in the retry's own transaction): it is
                 // tried again on the next pass.
-                tracing::warn!(session = %session_id, error = %e, "a due background retry could not fire; it stays waiting");
+                tracing::warn!(session_id = %session_id, error = %e, "a due background retry could not fire; it stays waiting");
                 false
             }
         }
@@ -183,7 +183,7 @@ impl Engine {
         });
         if !belongs {
             tracing::info!(
-                session = %session_id, for_run = ?rec.retry_run_id, last_turn = ?last.map(|r| r.id),
+                session_id = %session_id, for_run = ?rec.retry_run_id, last_turn = ?last.map(|r| r.id),
                 "a waiting background retry outlived its turn; it ends without firing"
             );
             return self.end_stale(session_id).await.map(|()| false);
@@ -192,7 +192,7 @@ impl Engine {
             Ok(r) => {
                 metrics().background_retry("fired");
                 tracing::info!(
-                    session = %session_id, run = %r.run_id, attempt = waiting.attempt,
+                    session_id = %session_id, run_id = %r.run_id, attempt = waiting.attempt,
                     "a background retry fired"
                 );
                 Ok(true)
@@ -208,7 +208,7 @@ impl Engine {
                     )
                 ) =>
             {
-                tracing::info!(session = %session_id, "a background retry found nothing to retry: {e}");
+                tracing::info!(session_id = %session_id, "a background retry found nothing to retry: {e}");
                 self.end_stale(session_id).await.map(|()| false)
             }
             Err(e) => Err(e),

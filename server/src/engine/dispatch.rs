@@ -41,7 +41,7 @@ impl Engine {
             waiting_retry_ended,
         } = self.store().dispatch(new, self.owner()).await?;
         if waiting_retry_ended && !fired {
-            tracing::info!(session = %session_id, run = %run.id, "a newer turn ended the waiting background retry");
+            tracing::info!(session_id = %session_id, run_id = %run.id, "a newer turn ended the waiting background retry");
             metrics().background_retry("superseded");
         }
         for run in released {
@@ -64,7 +64,7 @@ impl Engine {
         let started = started.map(|s| self.launch(s));
         if waiting_retry_ended {
             if let Err(e) = self.publish_session(&session_id).await {
-                tracing::warn!(session = %session_id, error = %e, "could not announce the session");
+                tracing::warn!(session_id = %session_id, error = %e, "could not announce the session");
             }
         }
         Ok(Receipt {

@@ -47,11 +47,11 @@ impl Engine {
                     if self.inner.stopping.is_cancelled() {
                         tries_left_stopping = tries_left_stopping.saturating_sub(1);
                         if tries_left_stopping == 0 {
-                            tracing::error!(run = %run.id, error = %e, "could not record the end of a run before stopping; the next start ends it");
+                            tracing::error!(run_id = %run.id, error = %e, "could not record the end of a run before stopping; the next start ends it");
                             break;
                         }
                     }
-                    tracing::warn!(run = %run.id, attempt, error = %e, "could not record the end of a run; trying again");
+                    tracing::warn!(run_id = %run.id, attempt, error = %e, "could not record the end of a run; trying again");
                     tokio::time::sleep(delay).await;
                     delay = delay.saturating_mul(2).min(Duration::from_secs(2));
                 }
@@ -64,7 +64,7 @@ impl Engine {
             return;
         }
         if let Err(e) = self.start_next(session_id).await {
-            tracing::error!(session = %session_id, error = %e, "could not start the next run");
+            tracing::error!(session_id = %session_id, error = %e, "could not start the next run");
         }
     }
 
@@ -80,7 +80,7 @@ impl Engine {
             Ok(g) => Some(g),
             Err(e) => {
                 // Recording the end matters more: it is conditional on the run not having ended.
-                tracing::error!(run = %run.id, error = %e, "could not take the session lock");
+                tracing::error!(run_id = %run.id, error = %e, "could not take the session lock");
                 None
             }
         };
@@ -116,7 +116,7 @@ impl Engine {
         if let Some(mut reply) = reply {
             if run.tools_executed > 0 || run.steps > 1 {
                 if let Err(e) = self.store().with_parts_of(&mut reply).await {
-                    tracing::warn!(run = %run.id, error = %e, "could not read a reply's tool calls");
+                    tracing::warn!(run_id = %run.id, error = %e, "could not read a reply's tool calls");
                 }
             }
             self.publish(session_id, Event::Message(reply));

@@ -83,7 +83,7 @@ impl Engine {
             .collect();
         for run_id in active_before {
             if !running.contains(&run_id) {
-                tracing::warn!(run = %run_id, "another instance ended this run: stopping it here");
+                tracing::warn!(run_id = %run_id, "another instance ended this run: stopping it here");
                 self.cancel_here(&run_id);
             }
         }
@@ -92,11 +92,11 @@ impl Engine {
         }
         let orphans = store.orphaned_runs().await?;
         for run in orphans {
-            tracing::warn!(run = %run.id, "the instance executing this run stopped renewing its lease");
+            tracing::warn!(run_id = %run.id, "the instance executing this run stopped renewing its lease");
             // One session locked for long (or a failed write) holds up only itself: it is
             // looked at again on the next pass.
             if let Err(e) = self.take_over(&run, LOOP_LOCK_WAIT).await {
-                tracing::warn!(run = %run.id, error = %e, "could not end an orphaned run yet; trying again");
+                tracing::warn!(run_id = %run.id, error = %e, "could not end an orphaned run yet; trying again");
             }
         }
         Ok(())

@@ -139,7 +139,7 @@ impl Engine {
                 }
             }
             Claim::Probe | Claim::Release => {
-                tracing::info!(%model, session = %first, ?claim, "a parked turn goes");
+                tracing::info!(%model, session_id = %first, ?claim, "a parked turn goes");
                 // The outage is over once its last parked turn went (`Parking::failed`); the
                 // row stays so that a released turn's failure still counts on it.
                 let fired = self.fire_one(&first).await;
@@ -178,7 +178,7 @@ impl Engine {
         if self.store().session(&probe).await?.session.status != SessionStatus::Running {
             return Ok(());
         }
-        tracing::info!(%model, session = %probe, "the probe still runs: its deadline moves on");
+        tracing::info!(%model, session_id = %probe, "the probe still runs: its deadline moves on");
         self.store()
             .change_outage(model, |current| {
                 (current.map(|o| o.probe_still_running(now)), ())
@@ -193,7 +193,7 @@ impl Engine {
         for session_id in self.store().reschedule_parked(model, at, except).await? {
             // One session that cannot be read does not keep the others' news back.
             if let Err(e) = self.publish_session(&session_id).await {
-                tracing::warn!(session = %session_id, error = %e.message, "cannot announce a parked turn's new time");
+                tracing::warn!(session_id = %session_id, error = %e.message, "cannot announce a parked turn's new time");
             }
         }
         Ok(())

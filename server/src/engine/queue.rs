@@ -32,7 +32,7 @@ impl Engine {
         }
         self.pump(session_id).await?;
         if any && self.store().clear_waiting_retry(session_id).await? {
-            tracing::info!(session = %session_id, "released prompts ended the waiting background retry");
+            tracing::info!(session_id = %session_id, "released prompts ended the waiting background retry");
             crate::metrics::metrics().background_retry("superseded");
             self.publish_session(session_id).await?;
         }
@@ -56,18 +56,18 @@ impl Engine {
             let _guard = match self.lock_within(&session_id, LOOP_LOCK_WAIT).await {
                 Ok(guard) => guard,
                 Err(e) => {
-                    tracing::debug!(session = %session_id, error = %e, "the pump skips a locked session");
+                    tracing::debug!(session_id = %session_id, error = %e, "the pump skips a locked session");
                     continue;
                 }
             };
             match self.pump(&session_id).await {
                 Ok(Some(run)) => {
-                    tracing::warn!(session = %session_id, run = %run, "a queued run was waiting with nothing running; started it");
+                    tracing::warn!(session_id = %session_id, run_id = %run, "a queued run was waiting with nothing running; started it");
                     started += 1;
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!(session = %session_id, error = %e, "the pump could not start a queued run; trying again");
+                    tracing::warn!(session_id = %session_id, error = %e, "the pump could not start a queued run; trying again");
                 }
             }
         }
@@ -103,8 +103,9 @@ impl Engine {
         self.publish(session_id, Event::Run(started.run.clone()));
         self.publish(session_id, Event::Message(started.reply.clone()));
         let id = started.run.id.clone();
-        // Every log line of the run (its attempts, tools, saves and end) says whose it is.
-        let span = tracing::info_span!("run", session = %session_id, run = %id);
+        // Every log line of the run (its attempts, tools, saves and end) says whose it is; a
+        // root span, so the next run (started as this one ends) is not nested in it.
+        let span = tracing::info_span!(parent: None, "run", session_id = %session_id, run_id = %id);
         let active = Active::default();
         self.inner
             .active

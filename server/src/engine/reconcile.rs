@@ -29,7 +29,7 @@ impl Engine {
                 Ok(guard) => guard,
                 // Held elsewhere for long: looked at again on the next pass.
                 Err(e) => {
-                    tracing::warn!(run = %run.id, error = %e, "reconcile skips a locked session");
+                    tracing::warn!(run_id = %run.id, error = %e, "reconcile skips a locked session");
                     continue;
                 }
             };
@@ -40,7 +40,7 @@ impl Engine {
             if run.status != RunStatus::Running {
                 continue;
             }
-            tracing::warn!(run = %run.id, "a run recorded running here has no task: ending it");
+            tracing::warn!(run_id = %run.id, "a run recorded running here has no task: ending it");
             self.interrupt_locked(
                 &run,
                 "the server lost track of this reply while it was being written",

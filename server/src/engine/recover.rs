@@ -22,7 +22,7 @@ impl Engine {
         // left to the lease keeper and the reconcile, not allowed to stop the start.
         for run in left {
             if let Err(e) = self.take_over(&run, super::LOCK_WAIT).await {
-                tracing::warn!(run = %run.id, error = %e, "could not end an interrupted run at start");
+                tracing::warn!(run_id = %run.id, error = %e, "could not end an interrupted run at start");
             }
         }
         for session_id in store.sessions_with_queued_runs().await? {
@@ -31,7 +31,7 @@ impl Engine {
                 self.pump(&session_id).await.map(drop)
             };
             if let Err(e) = started.await {
-                tracing::warn!(session = %session_id, error = %e, "could not start a queued run at start");
+                tracing::warn!(session_id = %session_id, error = %e, "could not start a queued run at start");
             }
         }
         Ok(())
@@ -55,7 +55,7 @@ impl Engine {
             tool_calls_recorded: true, // unknown after a restart
             served: Vec::new(),
         };
-        tracing::warn!(run = %run.id, "marking a run interrupted by a server stop");
+        tracing::warn!(run_id = %run.id, "marking a run interrupted by a server stop");
         if let Some((run, reply)) = store.finish_run(&run.id, &outcome, by).await? {
             if let Some(reply) = reply {
                 self.publish(&run.session_id, Event::Message(reply));

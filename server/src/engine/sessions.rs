@@ -162,7 +162,7 @@ impl Engine {
         if session.auto_retry != AutoRetry::Background
             && self.store().clear_waiting_retry(session_id).await?
         {
-            tracing::info!(session = %session_id, "the session left background retries: its waiting retry ended");
+            tracing::info!(session_id = %session_id, "the session left background retries: its waiting retry ended");
             metrics().background_retry("cancelled");
         }
         self.publish_session(session_id).await

@@ -32,7 +32,7 @@ impl EventHub {
                     } else if d.seq > entry.1 + 1 {
                         // Deltas were missed: sending this one would show the text with a
                         // hole in it.
-                        tracing::info!(run = %d.run_id, seq = d.seq, after = entry.1, "deltas were missed: catching up from the saved text");
+                        tracing::info!(run_id = %d.run_id, seq = d.seq, after = entry.1, "deltas were missed: catching up from the saved text");
                         let behind = Behind {
                             session_id: e.session_id.clone().into(),
                             held: Vec::new(),
@@ -108,7 +108,7 @@ impl EventHub {
             let saved = match self.store.streaming_reply(&session_id).await {
                 Ok(m) => m.filter(|m| m.run_id.as_ref() == Some(&run_id)),
                 Err(e) => {
-                    tracing::warn!(run = %run_id, error = %e, "cannot read a reply to catch up");
+                    tracing::warn!(run_id = %run_id, error = %e, "cannot read a reply to catch up");
                     continue;
                 }
             };

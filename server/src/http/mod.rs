@@ -10,6 +10,7 @@ mod page;
 mod providers;
 mod runs;
 mod sessions;
+mod span;
 mod sse;
 
 pub use sessions::hex_sha256;
@@ -135,6 +136,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::cookie_from_query,
         ))
+        .layer(middleware::from_fn(span::request_span))
         .with_state(state)
 }
 

@@ -282,7 +282,7 @@ impl Live {
                 Ok(None) => {}
                 Err(e) => {
                     // The stream ends; EventSource resumes from its last id.
-                    tracing::warn!(session = %self.sid, error = %e, "a subscriber's past events could not be read; its stream ends");
+                    tracing::warn!(session_id = %self.sid, error = %e, "a subscriber's past events could not be read; its stream ends");
                     return None;
                 }
             }

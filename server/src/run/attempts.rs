@@ -72,7 +72,7 @@ impl RunTask {
             Ok(outages) => outages,
             Err(e) => {
                 // Not knowing costs a Tier 1 round on a model that is out, nothing worse.
-                tracing::warn!(run = %self.run.id, error = %e, "cannot read the models' outages");
+                tracing::warn!(error = %e, "cannot read the models' outages");
                 return Vec::new();
             }
         };
@@ -141,7 +141,7 @@ impl RunTask {
             if !(cooling || provider_unavailable(&class.retry_class)) {
                 return Err(failure.into_error(err));
             }
-            tracing::info!(run = %self.run.id, %model, next = %chain[i + 1], class = %class.retry_class, "the model could not take the step: falling back");
+            tracing::info!(%model, next = %chain[i + 1], class = %class.retry_class, "the model could not take the step: falling back");
             after.push(FellBack {
                 model: model.id(),
                 retry_class: class.retry_class.clone(),
@@ -178,7 +178,7 @@ impl RunTask {
     /// Records that `model` answered step `step` after passing over `after`.
     fn served(&mut self, step: u32, model: &ModelRef, after: Vec<FellBack>) {
         if !after.is_empty() {
-            tracing::info!(run = %self.run.id, step, %model, "a fallback model answered");
+            tracing::info!(step, %model, "a fallback model answered");
         }
         self.tally.served.push(Served {
             step,
@@ -231,9 +231,13 @@ impl RunTask {
             let Some(messages) = smaller else {
                 return Err(err);
             };
-            tracing::info!(run = %run.id, from = request.messages.len(), to = messages.len(), "context overflow: compacting once");
+            tracing::info!(
+                from = request.messages.len(),
+                to = messages.len(),
+                "context overflow: compacting once"
+            );
             if let Err(e) = ctx.store.mark_compacted(&run.id).await {
-                tracing::warn!(run = %run.id, error = %e, "could not record the compaction");
+                tracing::warn!(error = %e, "could not record the compaction");
             }
             request.messages = messages.into();
             compacted = true;
@@ -299,7 +303,7 @@ impl tier1::Observer for RunAttempts<'_> {
                 self.target.recorded.as_deref(),
             );
             if let Err(e) = started.await {
-                tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
+                tracing::warn!(error = %e, "could not record an attempt");
             }
         })
     }
@@ -319,10 +323,10 @@ impl tier1::Observer for RunAttempts<'_> {
                 .attempt_failed(&self.run.id, self.offset + n, &reason, retry_in_ms)
                 .await
             {
-                tracing::warn!(run = %self.run.id, error = %e, "could not record an attempt");
+                tracing::warn!(error = %e, "could not record an attempt");
             }
             if let Some(ms) = retry_in_ms {
-                tracing::info!(run = %self.run.id, attempt = n, retry_in_ms = ms, error = %err, "provider call failed; Tier 1 retries");
+                tracing::info!(attempt = n, retry_in_ms = ms, error = %err, "provider call failed; Tier 1 retries");
                 let event = AttemptEvent {
                     run_id: self.run.id.clone(),
                     n: self.offset + n + 1,

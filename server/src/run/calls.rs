@@ -147,20 +147,20 @@ impl RunTask {
     /// (waiting at most [`TOOLS_START_WAIT`], the run `running` meanwhile, and logged).
     /// Answers the tools and the sources still missing after the wait.
     pub(super) async fn turn_tools(&self, sources: &[String]) -> (Arc<[Offered]>, Vec<String>) {
-        let (tools, run) = (&self.ctx.tools, &self.run);
+        let tools = &self.ctx.tools;
         let starting = tools.external().starting(sources);
         let missing = if starting.is_empty() {
             starting
         } else {
             tracing::info!(
-                run = %run.id, sources = ?starting,
+                sources = ?starting,
                 "the turn waits up to {} s for tool sources still starting",
                 TOOLS_START_WAIT.as_secs()
             );
             let missing = tools.started(sources, TOOLS_START_WAIT).await;
             if !missing.is_empty() {
                 tracing::warn!(
-                    run = %run.id, sources = ?missing,
+                    sources = ?missing,
                     "tool sources still starting after {} s: the turn goes on without their tools",
                     TOOLS_START_WAIT.as_secs()
                 );
@@ -353,7 +353,7 @@ impl RunTask {
             .iter()
             .filter(|p| p.call.status == ToolCallStatus::AwaitingApproval)
             .count();
-        tracing::info!(run = %self.run.id, waiting, "tool calls wait for the operator's decision");
+        tracing::info!(waiting, "tool calls wait for the operator's decision");
         Executed::Awaiting
     }
 

@@ -68,7 +68,7 @@ impl RunTask {
             Ok(outcome) => outcome,
             Err(panic) => {
                 let what = panic_text(&*panic);
-                tracing::error!(run = %self.run.id, panic = %what, "the runner panicked; the run fails as internal");
+                tracing::error!(panic = %what, "the runner panicked; the run fails as internal");
                 let content = std::mem::take(&mut self.active.live().text);
                 outcome(
                     RunStatus::Failed,
@@ -144,11 +144,11 @@ impl RunTask {
                 tokens,
             ),
             End::Refused { class, message } => {
-                tracing::info!(run = %run.id, class = class.as_str(), "run refused: {message}");
+                tracing::info!(class = class.as_str(), "run refused: {message}");
                 // The first attempt was recorded as the run started; it ends here, unsent.
                 if !opened {
                     if let Err(e) = ctx.store.attempt_failed(&run.id, 1, &message, None).await {
-                        tracing::warn!(run = %run.id, error = %e, "could not record an attempt");
+                        tracing::warn!(error = %e, "could not record an attempt");
                     }
                 }
                 failed(content, message, classify::of(class, None), tokens)
@@ -156,7 +156,7 @@ impl RunTask {
             End::Failed(err) => {
                 let class = classify::classify(&err, started, now_ms());
                 let message = limits::error_text(&err.to_string());
-                tracing::info!(run = %run.id, class = %class.retry_class, error = %message, "run failed");
+                tracing::info!(class = %class.retry_class, error = %message, "run failed");
                 failed(content, message, class, tokens)
             }
         }

@@ -118,7 +118,7 @@ impl Drop for SessionLock {
         let holder = std::mem::take(&mut self.holder);
         tokio::spawn(async move {
             if let Err(e) = release_lock(&pool, &session_id, &holder).await {
-                tracing::warn!(error = %e, session = %session_id, "could not release a session lock; it lapses by itself");
+                tracing::warn!(error = %e, session_id = %session_id, "could not release a session lock; it lapses by itself");
             }
         });
     }
@@ -188,7 +188,7 @@ fn renew_lock(pool: PgPool, session_id: String, holder: String) -> tokio_util::s
             .execute(&pool)
             .await;
             if let Err(e) = renewed {
-                tracing::warn!(error = %e, session = %session_id, "could not renew a session lock");
+                tracing::warn!(error = %e, session_id = %session_id, "could not renew a session lock");
             }
         }
     });
