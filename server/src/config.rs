@@ -74,6 +74,10 @@ pub struct Config {
     /// No bytes this long mid-stream ends the run as `stream_interrupted`.
     #[arg(long, env = "MULLIGAN_STREAM_IDLE_MS", default_value_t = 60_000)]
     pub stream_idle_ms: u64,
+    /// A reply's deltas go out at most once in this long: text a provider streams sooner
+    /// goes out with the next one (0: each provider delta as it comes).
+    #[arg(long, env = "MULLIGAN_DELTA_WINDOW_MS", default_value_t = 16)]
+    pub delta_window_ms: u64,
     /// The longest wait a provider may advise (`Retry-After`, `retry-after-ms`, reset
     /// headers); a longer one is taken as this. Cooldowns never last longer.
     #[arg(

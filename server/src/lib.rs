@@ -154,6 +154,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
             run: crate::run::RunConfig {
                 stream_idle: Duration::from_millis(config.stream_idle_ms),
                 save_every: Duration::from_millis(250),
+                delta_window: Duration::from_millis(config.delta_window_ms.min(1000)),
                 tier1: retry::policy::Policy {
                     max_attempts: config.tier1_max_attempts.max(1),
                     base: Duration::from_millis(config.tier1_base_ms),

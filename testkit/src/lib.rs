@@ -112,6 +112,10 @@ pub fn config(data_dir: &std::path::Path, provider_url: &str) -> Config {
     c.token = None;
     // Tier 1 backs off in milliseconds here; advised waits are still honoured exactly.
     c.tier1_base_ms = 20;
+    // Each provider delta goes out as its own event, so a test can follow a reply delta by
+    // delta; `server/tests/deltas.rs` tests the default window, and the binary's tests run
+    // with it.
+    c.delta_window_ms = 0;
     c
 }
 

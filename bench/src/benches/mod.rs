@@ -50,20 +50,24 @@ impl Trace {
         }
     }
 
-    /// Records delta number `arrivals.len()` with its text; fails on a gap or a reorder.
+    /// Records the provider's deltas that one of Mulligan's carries (several, when they came
+    /// within its delta window: `k@t ` each), numbered from `arrivals.len()`; fails on a gap
+    /// or a reorder.
     fn delta(&mut self, text: &str, at: Instant) -> R<()> {
         let now = clock_us();
-        let k = self.arrivals.len();
-        match parse_delta(text) {
-            Some((i, sent)) if i == k => {
-                self.first_sent_us.get_or_insert(sent);
-                self.arrivals.push(at);
-                self.transits_us.push(now.saturating_sub(sent));
-                Ok(())
+        for piece in text.split_inclusive(' ') {
+            let k = self.arrivals.len();
+            match parse_delta(piece) {
+                Some((i, sent)) if i == k => {
+                    self.first_sent_us.get_or_insert(sent);
+                    self.arrivals.push(at);
+                    self.transits_us.push(now.saturating_sub(sent));
+                }
+                Some((i, _)) => return Err(format!("delta {i} arrived where delta {k} was due")),
+                None => return Err(format!("unexpected delta text {piece:?}")),
             }
-            Some((i, _)) => Err(format!("delta {i} arrived where delta {k} was due")),
-            None => Err(format!("unexpected delta text {text:?}")),
         }
+        Ok(())
     }
 
     fn expect_count(&self, n: usize) -> R<()> {
@@ -104,14 +108,16 @@ pub async fn relay(server: &Server, events: &mut Events, sid: &str, n: usize) ->
     let mut trace = Trace::new(Instant::now());
     let receipt = server.post_message(sid, "go").await?;
     let rid = receipt.run_id;
+    let mut seq = 0;
     loop {
         let (e, at) = events.next(EVENT_WAIT).await?;
         match e {
             Event::Delta(d) if d.run_id == rid => {
-                let due = trace.arrivals.len() as u64 + 1;
+                let due = seq + 1;
                 if d.seq != due {
                     return Err(format!("delta seq {} arrived where {due} was due", d.seq));
                 }
+                seq = d.seq;
                 trace.delta(&d.text, at)?;
             }
             Event::Run(r) if r.id == rid && !r.status.is_active() => {

@@ -72,6 +72,7 @@ async fn engine_at(background: app::wire::Backoff) -> (Engine, String) {
         run: crate::run::RunConfig {
             stream_idle: Duration::from_secs(5),
             save_every: Duration::from_millis(250),
+            delta_window: Duration::ZERO,
             tier1: crate::retry::policy::Policy {
                 max_attempts: 1,
                 base: Duration::from_millis(10),

@@ -27,6 +27,10 @@ impl Active {
 pub struct Live {
     pub text: String,
     pub seq: u64,
+    /// Text the provider streamed that waits for the next delta to go out (see
+    /// `RunConfig::delta_window`): not in `text`, `seq` or any event yet, but the run's
+    /// recorded reply when it ends before that.
+    pub held: String,
     /// Model steps whose provider call opened.
     pub steps: u32,
     /// Tool calls whose start was (or was being) recorded.

@@ -46,6 +46,8 @@ pub struct RunConfig {
     pub stream_idle: Duration,
     /// How often streamed text is saved (the stored reply is never further behind).
     pub save_every: Duration,
+    /// A reply's deltas go out at most once in this long (zero: each as it comes).
+    pub delta_window: Duration,
     pub tier1: crate::retry::policy::Policy,
     /// Per-session token budget.
     pub spend_limit_tokens: Option<u64>,

@@ -121,7 +121,9 @@ impl RunTask {
         };
         let (content, opened) = {
             let mut live = active.live();
-            (std::mem::take(&mut live.text), live.steps > 0)
+            let mut text = std::mem::take(&mut live.text);
+            text.push_str(&std::mem::take(&mut live.held));
+            (text, live.steps > 0)
         };
         // What the provider reported, but never less than the reply's own size suggests (a
         // provider cannot stream past the spend limit by reporting few tokens). A resumed run

@@ -10,6 +10,7 @@ use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem};
 use crate::wake::WhenWoken;
 use app::wire::{Delta, Event, RetryClass, Role};
 use futures::StreamExt;
+use std::time::Duration;
 use tokio::time::Instant;
 
 /// How one model step ended.
@@ -143,7 +144,10 @@ impl RunTask {
         }
     }
 
-    /// Opens one model step through Tier 1 and relays its deltas to the session's subscribers.
+    /// Opens one model step through Tier 1 and relays its deltas to the session's subscribers:
+    /// at most one delta per `delta_window` (the first at once; text heard sooner waits in
+    /// `Live::held`, at most that long), so a provider streaming a token a millisecond costs
+    /// every subscriber, the log and each page one event a window, not one a token.
     async fn relay_step(&mut self, request: ChatRequest, step: u32) -> Step {
         let opened = match self.open(request, step).await {
             Ok(o) => o,
@@ -152,11 +156,18 @@ impl RunTask {
         self.active.live().steps = step;
         let cfg = &self.ctx.cfg;
         let (idle, save_every, max_reply) = (cfg.stream_idle, cfg.save_every, cfg.max_reply_bytes);
+        let window = cfg.delta_window;
         let mut stream = opened.stream;
         let mut head = opened.head.into_iter();
         let mut last_save = Instant::now();
         let mut unsaved = false;
         let mut asked = Vec::new();
+        // When the last delta went out, and the timer that sends the held text (armed only
+        // while some is held).
+        let mut sent_at: Option<Instant> = None;
+        let send_held = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(send_held);
+        let mut holding = false;
         // One timer for the stall check, moved on only when it fires (not one per delta), and
         // polled only when it fires (not on each delta's wake-up).
         let mut heard = Instant::now();
@@ -171,6 +182,11 @@ impl RunTask {
                             heard = Instant::now();
                             break item;
                         }
+                        () = &mut send_held, if holding => {
+                            holding = false;
+                            self.send_held(step);
+                            sent_at = Some(Instant::now());
+                        }
                         () = &mut stall => {
                             let due = heard + idle;
                             if Instant::now() >= due {
@@ -183,9 +199,10 @@ impl RunTask {
             };
             match item {
                 Some(Ok(StreamItem::Delta(text))) => {
-                    let seq = {
+                    {
                         let mut live = self.active.live();
-                        if live.text.len().saturating_add(text.len()) > max_reply {
+                        let size = live.text.len().saturating_add(live.held.len());
+                        if size.saturating_add(text.len()) > max_reply {
                             return Step::Ended(End::Refused {
                                 class: RetryClass::ReplyTooLarge,
                                 message: format!(
@@ -193,18 +210,23 @@ impl RunTask {
                                 ),
                             });
                         }
-                        live.text.push_str(&text);
-                        live.seq += 1;
-                        live.seq
-                    };
-                    let delta = Delta {
-                        run_id: self.run.id.clone(),
-                        message_id: self.reply.id.clone(),
-                        seq,
-                        text,
-                        step,
-                    };
-                    self.publish(Event::Delta(delta));
+                        live.held.push_str(&text);
+                    }
+                    let due = sent_at.map(|at| at + window);
+                    match due.filter(|due| *due > Instant::now()) {
+                        // Within the window of the last delta: it goes out when that ends.
+                        Some(due) => {
+                            if !holding {
+                                holding = true;
+                                send_held.as_mut().reset(due);
+                            }
+                        }
+                        None => {
+                            holding = false;
+                            self.send_held(step);
+                            sent_at = Some(Instant::now());
+                        }
+                    }
                     unsaved = true;
                 }
                 Some(Ok(StreamItem::Usage { total_tokens })) => {
@@ -216,12 +238,17 @@ impl RunTask {
                 Some(Ok(StreamItem::ToolCalls(calls))) => asked = calls,
                 Some(Ok(StreamItem::Heard)) => {}
                 Some(Ok(StreamItem::Done)) | None => {
+                    self.send_held(step);
                     if unsaved && !asked.is_empty() {
                         self.save(); // the text before the calls, before they run
                     }
                     return Step::Asked(asked);
                 }
-                Some(Err(e)) => return Step::Ended(End::Failed(e)),
+                Some(Err(e)) => {
+                    // What came before the failure is the reply's, and its subscribers'.
+                    self.send_held(step);
+                    return Step::Ended(End::Failed(e));
+                }
             }
             // The save goes to the context's saver (batched with every other run's): a busy
             // database delays the stored copy, never the deltas.
@@ -231,6 +258,27 @@ impl RunTask {
                 unsaved = false;
             }
         }
+    }
+
+    /// Sends the held text as the reply's next delta (nothing if none is held).
+    fn send_held(&self, step: u32) {
+        let (text, seq) = {
+            let mut live = self.active.live();
+            if live.held.is_empty() {
+                return;
+            }
+            let text = std::mem::take(&mut live.held);
+            live.text.push_str(&text);
+            live.seq += 1;
+            (text, live.seq)
+        };
+        self.publish(Event::Delta(Delta {
+            run_id: self.run.id.clone(),
+            message_id: self.reply.id.clone(),
+            seq,
+            text,
+            step,
+        }));
     }
 
     /// Hands the reply's text so far to the saver.

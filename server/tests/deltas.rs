@@ -1,0 +1,99 @@
+//! A reply's deltas at the default window (`MULLIGAN_DELTA_WINDOW_MS`, 16 ms): a provider
+//! streaming a token a millisecond reaches subscribers as one delta a window, whole and in
+//! order, its first token at once; a provider slower than the window, a delta per token.
+use testkit as common;
+
+use app::wire::{Event, RunStatus};
+use common::fake::{FakeProvider, Script};
+use common::{config, run_ended, temp_dir, TestServer};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A server at the binary's default window (the other tests send each delta alone).
+async fn server(tag: &str, fake: &FakeProvider) -> TestServer {
+    let dir = temp_dir(tag);
+    let mut c = config(&dir, &fake.url);
+    c.delta_window_ms = 16;
+    TestServer::start(c).await
+}
+
+/// The run's deltas as (seq, text), read from its session's stream until the run ends.
+async fn deltas_of(server: &TestServer, sid: &str) -> (Vec<(u64, String)>, String) {
+    let mut sse = server.events(sid, None).await;
+    let receipt = server.send(sid, "go").await;
+    let events = sse.until(WAIT, run_ended(&receipt.run_id)).await;
+    let run = server.wait_run_end(&receipt.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed);
+    let deltas = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Delta(d) => Some((d.seq, d.text.clone())),
+            _ => None,
+        })
+        .collect();
+    let reply = server
+        .detail(sid)
+        .await
+        .messages
+        .last()
+        .unwrap()
+        .content
+        .clone();
+    (deltas, reply)
+}
+
+fn words(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("w{i} ")).collect()
+}
+
+#[tokio::test]
+async fn a_token_a_millisecond_goes_out_as_a_delta_a_window() {
+    let fake = FakeProvider::start().await;
+    let sent = words(300);
+    fake.push(Script::Stream {
+        deltas: sent.clone(),
+        every: Duration::from_millis(1),
+        finish: true,
+    });
+    let server = server("deltas-fast", &fake).await;
+    let sid = server.create_session().await;
+    let (deltas, reply) = deltas_of(&server, &sid).await;
+
+    let whole: String = sent.concat();
+    assert_eq!(
+        deltas.iter().map(|d| d.1.as_str()).collect::<String>(),
+        whole
+    );
+    assert_eq!(reply, whole, "the stored reply is the whole text");
+    let seqs: Vec<u64> = deltas.iter().map(|d| d.0).collect();
+    assert_eq!(seqs, (1..=deltas.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        deltas[0].1, "w0 ",
+        "the first token goes out at once, alone"
+    );
+    // 300 tokens over at least 300 ms: about 20 windows (a slow machine stretches the
+    // stream, and so the count, but never to one delta a token).
+    assert!(
+        deltas.len() <= 150,
+        "{} deltas for 300 tokens a millisecond apart",
+        deltas.len()
+    );
+}
+
+#[tokio::test]
+async fn a_provider_slower_than_the_window_gets_a_delta_a_token() {
+    let fake = FakeProvider::start().await;
+    let sent = words(5);
+    fake.push(Script::Stream {
+        deltas: sent.clone(),
+        every: Duration::from_millis(80),
+        finish: true,
+    });
+    let server = server("deltas-slow", &fake).await;
+    let sid = server.create_session().await;
+    let (deltas, reply) = deltas_of(&server, &sid).await;
+    let texts: Vec<&str> = deltas.iter().map(|d| d.1.as_str()).collect();
+    assert_eq!(texts, sent.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(reply, sent.concat());
+}
