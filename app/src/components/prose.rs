@@ -10,8 +10,8 @@ use std::sync::Arc;
 /// it is now (reading it through a signal, so a change is seen).
 ///
 /// The first draw parses the whole text (the server's and the hydrating page's alike).
-/// After that a change is drawn at most once per animation frame (or within 50 ms where a
-/// hidden tab gets no frames), and a draw parses only the open tail ([`Stream`]): a frozen
+/// After that each change is drawn when it comes (a streaming reply's text changes once a
+/// frame: see `Chat::flush_deltas`), and a draw parses only the open tail ([`Stream`]): a frozen
 /// block is parsed and drawn once and keeps its nodes, so the cost of a delta does not grow
 /// with the reply, and text selected in it stays selected.
 pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> impl IntoView {
@@ -67,27 +67,16 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
     };
     draw();
     #[cfg(feature = "hydrate")]
-    {
-        let pending = StoredValue::new(false);
-        let flush = move || {
-            if pending.get_value() {
-                pending.set_value(false);
-                draw();
-            }
-        };
-        Effect::new(move |ran: Option<()>| {
-            // Subscribes to the text. The first run draws only if the text grew since the
-            // first draw (a delta between the two): a long session's replies cost nothing.
-            let mut grown = false;
-            read(&mut |t| grown = t.len() != stream.with_value(Stream::seen));
-            if pending.get_value() || (ran.is_none() && !grown) {
-                return;
-            }
-            pending.set_value(true);
-            request_animation_frame(flush.clone());
-            set_timeout(flush.clone(), std::time::Duration::from_millis(50));
-        });
-    }
+    Effect::new(move |ran: Option<()>| {
+        // Subscribes to the text, which changes at most once a frame (`Chat` applies a
+        // frame's deltas together). The first run draws only if the text grew since the
+        // first draw (a delta between the two): a long session's replies cost nothing.
+        let mut grown = false;
+        read(&mut |t| grown = t.len() != stream.with_value(Stream::seen));
+        if ran.is_some() || grown {
+            draw();
+        }
+    });
     #[cfg(not(feature = "hydrate"))]
     let _ = (read, draw);
     view! {

@@ -5,8 +5,8 @@ use super::use_sessions;
 use crate::api;
 use crate::client::fetch_json;
 use crate::wire::{
-    AttemptEvent, AutoRetry, ClientConfig, Event, Message, Run, RunStatus, RunSummary, Session,
-    SessionDetail, SessionStatus,
+    AttemptEvent, AutoRetry, ClientConfig, Delta, Event, Message, Run, RunStatus, RunSummary,
+    Session, SessionDetail, SessionStatus,
 };
 use crate::wire::{MessageId, RunId};
 use leptos::prelude::*;
@@ -43,6 +43,8 @@ pub struct Chat {
     /// The page's list of calls waiting for the operator, looked at again on the events that
     /// may change it.
     approvals: Option<super::approvals::Approvals>,
+    /// Deltas heard since the last frame, applied together ([`Chat::flush_deltas`]).
+    gathered: StoredValue<Vec<Delta>>,
 }
 
 impl Chat {
@@ -63,6 +65,7 @@ impl Chat {
             show_superseded: RwSignal::new(false),
             notice: RwSignal::new(None),
             approvals: super::approvals::use_approvals(),
+            gathered: StoredValue::new(Vec::new()),
         }
     }
 
@@ -185,8 +188,69 @@ impl Chat {
         });
     }
 
+    /// Keeps a delta for the next frame: a reply streaming a delta a millisecond is updated
+    /// (and drawn, see `prose`) once a frame, not once a delta. A hidden tab gets no frames:
+    /// a timer applies them there.
+    fn gather(&self, d: Delta) {
+        #[cfg(feature = "hydrate")]
+        {
+            let first = self.gathered.try_update_value(|g| {
+                g.push(d);
+                g.len() == 1
+            });
+            if first == Some(true) {
+                let chat = *self;
+                let flush = move || chat.flush_deltas();
+                request_animation_frame(flush);
+                set_timeout(flush, std::time::Duration::from_millis(50));
+            }
+        }
+        #[cfg(not(feature = "hydrate"))]
+        self.apply_deltas(&[d]);
+    }
+
+    /// Applies the deltas gathered so far.
+    pub fn flush_deltas(&self) {
+        let gathered = self.gathered.try_update_value(std::mem::take);
+        if let Some(ds) = gathered.filter(|ds| !ds.is_empty()) {
+            self.apply_deltas(&ds);
+        }
+    }
+
+    /// Appends deltas to their replies: each run of one reply's deltas in one update (from
+    /// the end: a delta is nearly always for the last message, so its cost does not grow
+    /// with the session). A delta already applied (its `seq` not past the reply's) is not.
+    fn apply_deltas(&self, ds: &[Delta]) {
+        for run in ds.chunk_by(|a, b| a.message_id == b.message_id) {
+            let slot = self.messages.with_untracked(|ms| {
+                ms.iter()
+                    .rev()
+                    .find(|(id, _)| *id == run[0].message_id)
+                    .map(|(_, s)| *s)
+            });
+            if let Some(s) = slot {
+                s.update(|m| {
+                    for d in run {
+                        if d.seq > m.delta_seq.unwrap_or(0) {
+                            m.content.push_str(&d.text);
+                            m.delta_seq = Some(d.seq);
+                        }
+                    }
+                });
+            }
+        }
+    }
+
     /// Applies one live event.
     pub fn apply(&self, event: Event) {
+        let event = match event {
+            Event::Delta(d) => return self.gather(d),
+            // Whatever comes after deltas finds them applied: events take effect in order.
+            other => {
+                self.flush_deltas();
+                other
+            }
+        };
         if let Some(a) = self.approvals.filter(|_| self.asks(&event)) {
             a.refresh();
         }
@@ -206,24 +270,7 @@ impl Chat {
                         .update(|ms| ms.push((m.id.clone(), RwSignal::new(m)))),
                 }
             }
-            Event::Delta(d) => {
-                // From the end: a delta is nearly always for the last message, so its cost
-                // does not grow with the session.
-                let slot = self.messages.with_untracked(|ms| {
-                    ms.iter()
-                        .rev()
-                        .find(|(id, _)| *id == d.message_id)
-                        .map(|(_, s)| *s)
-                });
-                if let Some(s) = slot {
-                    s.update(|m| {
-                        if d.seq > m.delta_seq.unwrap_or(0) {
-                            m.content.push_str(&d.text);
-                            m.delta_seq = Some(d.seq);
-                        }
-                    });
-                }
-            }
+            Event::Delta(d) => self.apply_deltas(&[d]),
             Event::Run(r) => {
                 self.put_run(r.clone());
                 if self.browser_retries() || r.status != RunStatus::Failed {
