@@ -208,12 +208,19 @@ async function measure(browser, spec) {
     await cdp.send('Tracing.end');
     await done;
     const by = new Map();
+    const count = new Map();
+    // The page's main thread only (other threads' and processes' tasks are not its time).
+    const main = new Set(traced.filter((e) => e.ph === 'M' && e.name === 'thread_name' && e.args?.name === 'CrRendererMain').map((e) => `${e.pid}:${e.tid}`));
     for (const e of traced) {
-      if (e.ph !== 'X' || !e.dur) continue;
-      by.set(e.name, (by.get(e.name) || 0) + e.dur);
+      if (e.ph !== 'X' || !e.dur || !main.has(`${e.pid}:${e.tid}`)) continue;
+      // An event's dispatch by its type (`message`, `animationFrame`, …): which work it is.
+      const type = e.args?.data?.type ?? e.args?.data?.functionName;
+      const name = type ? `${e.name}:${type}` : e.name;
+      by.set(name, (by.get(name) || 0) + e.dur);
+      count.set(name, (count.get(name) || 0) + 1);
     }
     const top = [...by.entries()].sort((a, b) => b[1] - a[1]).slice(0, 30);
-    (await import('node:fs')).writeFileSync(process.env.B10_TRACE, top.map(([k, us]) => `${(us / 1000).toFixed(1)} ms  ${k}`).join('\n') + '\n');
+    (await import('node:fs')).writeFileSync(process.env.B10_TRACE, top.map(([k, us]) => `${(us / 1000).toFixed(1)} ms  ×${count.get(k)}  ${k}`).join('\n') + '\n');
   }
   if (process.env.B10_PROFILE) {
     const { profile } = await cdp.send('Profiler.stop');
