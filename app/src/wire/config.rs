@@ -59,6 +59,17 @@ impl Backoff {
     };
 
     /// The countdown before retry `attempt` (1-based): `min(cap, base·2^(attempt-1))`.
+    ///
+    /// ```
+    /// use app::wire::Backoff;
+    /// let delays: Vec<u64> = (1..=10).map(|n| Backoff::CONTRACT.delay_ms(n)).collect();
+    /// assert_eq!(
+    ///     delays,
+    ///     [2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000, 300_000]
+    /// );
+    /// // Unlimited: the thousandth retry still waits the cap, no overflow.
+    /// assert_eq!(Backoff::CONTRACT.delay_ms(1_000), 300_000);
+    /// ```
     pub fn delay_ms(&self, attempt: u32) -> u64 {
         let shift = attempt.saturating_sub(1).min(40);
         self.base_ms

@@ -124,6 +124,17 @@ impl Following {
 
     /// Reads `ID[:LAST_EVENT_ID],…`: 1 to [`MAX_FOLLOWED`] sessions, none twice; the error
     /// in words.
+    ///
+    /// ```
+    /// use app::wire::{Following, SessionId};
+    /// let f = Following::parse("s_a:41,s_b").unwrap();
+    /// assert_eq!(
+    ///     f.0,
+    ///     [(SessionId::new("s_a"), Some(41)), (SessionId::new("s_b"), None)]
+    /// );
+    /// assert_eq!(f.to_query(), "s_a:41,s_b");
+    /// assert!(Following::parse("s_a,s_a").unwrap_err().contains("twice"));
+    /// ```
     pub fn parse(text: &str) -> Result<Following, String> {
         let text = text.trim();
         if text.is_empty() {
