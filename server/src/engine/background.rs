@@ -95,7 +95,7 @@ impl Engine {
     }
 
     /// Starts the loop that fires due waiting retries until the server stops. It sleeps until
-    /// the earliest waiting retry (at least [`TICK`], at most [`IDLE`]), woken early when this
+    /// the earliest waiting retry (at least `TICK`, at most `IDLE`), woken early when this
     /// instance leaves one: an idle server does not ask its database four times a second.
     pub fn fire_background_retries(&self) {
         let engine = self.clone();

@@ -1,6 +1,6 @@
 //! The run engine: dispatch (post a prompt → queued run), the per-session queue (one active
 //! run per session), cancel, release, and restart recovery. Every decision about a session's
-//! runs is taken under that session's lock ([`Engine::lock`]) — in-process, and on a shared
+//! runs is taken under that session's lock (`Engine::lock`) — in-process, and on a shared
 //! database also a lock row across instances — which is what makes "one active run
 //! per session", the claims and the ordering of queued prompts atomic. Each run executes as a
 //! task of [`crate::run`], which the engine launches and whose end it records.

@@ -39,7 +39,7 @@ impl Engine {
         Ok(ids)
     }
 
-    /// Starts the pump loop: every [`PUMP_EVERY`], the queued (not held) runs of sessions with
+    /// Starts the pump loop: every `PUMP_EVERY`, the queued (not held) runs of sessions with
     /// nothing running start, whatever left them there (a dispatch cut short, a start that
     /// failed); it ends when the server stops. A session locked elsewhere is left for the
     /// next pass.

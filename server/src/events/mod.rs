@@ -12,14 +12,14 @@
 //! the session's delta rows before it are pruned (at once on one instance; after
 //! [`SHARED_PRUNE_GRACE`] on a shared log, so every follower has read them). One instance
 //! writes a delta row only when the delta leaves the session's in-memory window
-//! ([`RECENT`](channels::RECENT) events) while its run is still going: a resume within the
+//! (`RECENT` events) while its run is still going: a resume within the
 //! window is served from memory, and a resume below it finds every delta of a running run in
 //! the log. The stored reply and the `message` event published with the run's end carry the
 //! whole text, so a resume from the log over a pruned range gets that snapshot instead of the
 //! deltas.
 //!
 //! Ids are never given twice, crash or not. One instance reserves them in the log a block
-//! ahead of handing them out ([`reserve`]); a restart numbers on after the reservation. On a
+//! ahead of handing them out (`reserve`); a restart numbers on after the reservation. On a
 //! shared log the database's sequence gives them, and only committed ones go out.
 pub mod bytes_frame;
 mod channels;

@@ -1,7 +1,7 @@
 //! The store: every read and write of Mulligan's state goes through [`Store`], on SQLite (the
 //! embedded default) or PostgreSQL (several instances on one database). The SQL is written
 //! once, in the dialect both accept (`$n` parameters, `ON CONFLICT`, `RETURNING`);
-//! [`with_pool!`] runs a body against whichever pool is open. One file per aggregate:
+//! `with_pool!` runs a body against whichever pool is open. One file per aggregate:
 //! `sessions`, `messages`, `runs` (with `run_reads`, `starts` and their `attempts`),
 //! `tool_calls`, `events` (the event log, `notify` its notifications) and `cooldowns`; `rows` maps rows to wire types,
 //! `script` sends a transaction's statements together (one trip on SQLite), `shared` holds what several PostgreSQL instances share (session locks, notifications).

@@ -108,7 +108,7 @@ const END_RUN: &str =
      RETURNING *";
 
 /// Who records a run's end, which decides what the end's statement checks on a shared
-/// database (on SQLite, one instance, nothing more than [`END_RUN`]'s own check).
+/// database (on SQLite, one instance, nothing more than `END_RUN`'s own check).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EndBy {
     /// The instance executing the run: only while the lease it started the run under is
@@ -248,7 +248,7 @@ impl Store {
     /// instance's id), also the start of the session's next run when none is running (the new
     /// one, or a prompt queued before it), so a run on a free session starts in the
     /// transaction that queued it. A session that does not exist is `not_found`. The statements
-    /// go as one [`Script`]: on SQLite one trip to the connection's thread.
+    /// go as one `Script`: on SQLite one trip to the connection's thread.
     pub async fn dispatch(&self, d: NewRun<'_>, start: Option<&str>) -> Result<Dispatched> {
         let now = now_ms();
         let mut script = Script::default();

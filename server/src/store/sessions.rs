@@ -120,7 +120,7 @@ pub const MAX_SEARCH_CHARS: usize = 200;
 
 impl SessionPage {
     /// A page as a client asked for it: `limit` from 1 to [`MAX_SESSION_PAGE`] (default
-    /// [`DEFAULT_SESSION_PAGE`]), `before` a session id (an empty one counts as none), `q`
+    /// `DEFAULT_SESSION_PAGE`), `before` a session id (an empty one counts as none), `q`
     /// words of the title; `invalid` otherwise.
     pub fn new(limit: Option<u64>, before: Option<String>, q: Option<&str>) -> Result<SessionPage> {
         let limit = match limit {

@@ -327,7 +327,7 @@ impl Store {
     }
 
     /// Records that `instance` is alive now, by the database's clock, on the heartbeat's own
-    /// connection. A beat that hangs past [`BEAT_TIMEOUT`] fails and closes its connection,
+    /// connection. A beat that hangs past `BEAT_TIMEOUT` fails and closes its connection,
     /// so the next beat goes out on a fresh one.
     pub async fn heartbeat(&self, instance: &str) -> Result<()> {
         let Some(side) = &self.side else {

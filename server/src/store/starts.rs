@@ -112,7 +112,7 @@ impl Start {
 }
 
 impl Store {
-    /// In one transaction: starts the session's next run (see [`push_start`]) unless one
+    /// In one transaction: starts the session's next run (see `push_start`) unless one
     /// is running or none waits. `owner` is the instance that executes it (its heartbeat is
     /// the run's lease).
     pub async fn start_next(&self, session_id: &SessionId, owner: &str) -> Result<Option<Started>> {

@@ -1,7 +1,7 @@
 //! The built-in `mulligan` tools (CONTRACT §5, §6): their definitions, their typed inputs,
-//! who may call them ([`Caller`], [`authorize`]), and what each does through the session
+//! who may call them ([`Caller`], `authorize`), and what each does through the session
 //! commands. `http::mcp` serves them over MCP; an agent turn calls them with its own session
-//! as the caller. The commands come in through [`Commands`], so this module needs no engine.
+//! as the caller. The commands come in through `Commands`, so this module needs no engine.
 use crate::error::Refusal;
 use crate::error::{Error, Result};
 use app::wire::SessionId;
