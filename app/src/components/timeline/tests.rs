@@ -1,6 +1,8 @@
 //! The timeline's tests: rows in time order, who started a run, escaping, labels.
+use super::layout::*;
 use super::*;
 use crate::wire::{Attempt, FellBack, Provenance, RetryClass, Served, ToolCall};
+use crate::wire::{AutoRetry, Millis, ProvenanceKind, Run, RunDetail, RunStatus, ToolCallStatus};
 
 fn run(json: serde_json::Value) -> Run {
     let mut base = serde_json::json!({
