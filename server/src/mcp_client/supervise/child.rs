@@ -1,0 +1,75 @@
+//! A stdio server's child process: killed with its process group when dropped; its error
+//! output read, logged and its last line kept.
+use super::Secrets;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+
+const MAX_STDERR_LINE: usize = 1024;
+
+/// A stdio server's process; killed (with its process group) when dropped.
+pub(super) struct Child(pub(super) tokio::process::Child);
+
+impl Child {
+    /// Whether it has exited within a moment, and `" (exit status …)"` if so.
+    pub(super) async fn exit_status(&mut self) -> (bool, String) {
+        match tokio::time::timeout(Duration::from_secs(2), self.0.wait()).await {
+            Ok(Ok(status)) => (true, format!(" ({status})")),
+            _ => (false, String::new()),
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // Not yet reaped, so the id still names this process group.
+        #[cfg(unix)]
+        if let (Ok(None), Some(pid)) = (self.0.try_wait(), self.0.id()) {
+            if let Ok(pid) = i32::try_from(pid) {
+                // SAFETY: kill(2) with a negative pid signals that process group; no memory
+                // is touched.
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+            }
+        }
+        let _ = self.0.start_kill();
+    }
+}
+
+/// Logs a child's stderr at debug, line by line with lines cut to [`MAX_STDERR_LINE`], and
+/// keeps the last line for error messages; never stops reading, so the child cannot block.
+pub(super) async fn drain_stderr(
+    server: String,
+    mut stderr: tokio::process::ChildStderr,
+    last: Arc<Mutex<Option<String>>>,
+    secrets: Secrets,
+) {
+    let mut buf = [0u8; 4096];
+    let mut line: Vec<u8> = Vec::with_capacity(256);
+    let emit = |line: &mut Vec<u8>| {
+        let text = String::from_utf8_lossy(line).trim_end().to_string();
+        line.clear();
+        if text.trim().is_empty() {
+            return;
+        }
+        let text = secrets.scrub(&text);
+        tracing::debug!(server = %server, "stderr: {text}");
+        let kept: String = text.chars().take(300).collect();
+        *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(kept);
+    };
+    loop {
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                emit(&mut line);
+            } else if line.len() < MAX_STDERR_LINE {
+                line.push(b);
+            }
+        }
+    }
+    emit(&mut line);
+}
