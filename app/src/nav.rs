@@ -1,6 +1,7 @@
 //! Which page the address shows, and moving between pages without a reload: the app has two
 //! pages, which need no more of a router than this (the router crate and its generic views
 //! cost the bundle 58 KB gzip: bench/README, B5).
+use crate::wire::SessionId;
 use leptos::prelude::*;
 
 /// A page of the app, read from an address's path.
@@ -9,7 +10,7 @@ pub enum Page {
     /// `/`: the welcome text.
     Home,
     /// `/s/{id}`: one session's chat.
-    Session(String),
+    Session(SessionId),
     /// Any other path.
     Unknown,
 }
@@ -21,13 +22,13 @@ impl Page {
             return Page::Home;
         }
         match path.strip_prefix("/s/") {
-            Some(id) if !id.is_empty() && !id.contains('/') => Page::Session(id.to_string()),
-            _ => Page::Unknown,
+            Some(id) => id.parse().map_or(Page::Unknown, Page::Session),
+            None => Page::Unknown,
         }
     }
 
     /// A session page's path.
-    pub fn session_path(id: &str) -> String {
+    pub fn session_path(id: &SessionId) -> String {
         format!("/s/{id}")
     }
 }
@@ -70,16 +71,16 @@ impl Nav {
         self.page.get_untracked()
     }
 
-    /// The open session's id, `""` on other pages (tracked).
-    pub fn session_id(&self) -> String {
+    /// The open session's id, `None` on other pages (tracked).
+    pub fn session_id(&self) -> Option<SessionId> {
         self.page.with(|p| match p {
-            Page::Session(id) => id.clone(),
-            _ => String::new(),
+            Page::Session(id) => Some(id.clone()),
+            _ => None,
         })
     }
 
     /// Whether `id`'s page is shown (tracked).
-    pub fn is_session(&self, id: &str) -> bool {
+    pub fn is_session(&self, id: &SessionId) -> bool {
         self.page
             .with(|p| matches!(p, Page::Session(open) if open == id))
     }
@@ -178,23 +179,30 @@ mod browser {
 #[cfg(test)]
 mod tests {
     use super::Page;
+    use crate::wire::SessionId;
 
     #[test]
     fn a_path_names_its_page() {
         assert_eq!(Page::of_path("/"), Page::Home);
         assert_eq!(Page::of_path(""), Page::Home);
-        assert_eq!(Page::of_path("/s/abc"), Page::Session("abc".into()));
-        assert_eq!(
-            Page::of_path(&Page::session_path("x-1")),
-            Page::Session("x-1".into())
-        );
+        let abc: SessionId = "abc".parse().unwrap();
+        assert_eq!(Page::of_path("/s/abc"), Page::Session(abc));
+        let x1: SessionId = "x-1".parse().unwrap();
+        assert_eq!(Page::of_path(&Page::session_path(&x1)), Page::Session(x1));
         assert_eq!(
             super::title(Some("fix the build")),
             "fix the build — Mulligan"
         );
         assert_eq!(super::title(Some("  ")), "Mulligan");
         assert_eq!(super::title(None), "Mulligan");
-        for other in ["/s/", "/s/a/b", "/sessions", "/api/v1/sessions", "/s"] {
+        for other in [
+            "/s/",
+            "/s/a/b",
+            "/s/a%20b",
+            "/sessions",
+            "/api/v1/sessions",
+            "/s",
+        ] {
             assert_eq!(Page::of_path(other), Page::Unknown, "{other}");
         }
     }

@@ -2,7 +2,7 @@
 //! server before it renders the page and written into it as JSON, so the first HTML shows
 //! them and the browser hydrates from the same data without asking again. Each part is used
 //! once, by the view that opens with it; everything later comes over the API.
-use crate::wire::{ClientConfig, SessionDetail, SessionList};
+use crate::wire::{ClientConfig, SessionDetail, SessionId, SessionList};
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -56,10 +56,10 @@ pub fn take_sessions() -> Option<Loaded<SessionList>> {
 }
 
 /// The first snapshot, once, when it is `id`'s.
-pub fn take_session(id: &str) -> Option<Loaded<SessionDetail>> {
+pub fn take_session(id: &SessionId) -> Option<Loaded<SessionDetail>> {
     let FirstData(data) = use_context::<FirstData>()?;
     data.try_update_value(|d| match &d.session {
-        Some(Ok(s)) if s.session.id != id => None,
+        Some(Ok(s)) if s.session.id != *id => None,
         _ => d.session.take(),
     })
     .flatten()
@@ -83,6 +83,9 @@ fn read_from_page() -> Option<PageData> {
 }
 
 /// The snapshot's URL: superseded messages included (the page folds them away).
-pub fn snapshot_url(id: &str) -> String {
-    format!("{}?include_superseded=true", crate::api::SESSION.url(&[id]))
+pub fn snapshot_url(id: &SessionId) -> String {
+    format!(
+        "{}?include_superseded=true",
+        crate::api::SESSION.url(&[id.as_str()])
+    )
 }

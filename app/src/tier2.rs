@@ -6,7 +6,9 @@
 //! so a dismissed failure never arms again, in any tab or after a reload; a restored failure
 //! counts down from its `finished_at` and its attempt number, not from the reload. No clock,
 //! no timers, no I/O: the adapter feeds it inputs and carries out the effects it returns.
-use crate::wire::{Backoff, ErrorCode, Millis, RetryClassification, Run, RunStatus};
+use crate::wire::{
+    Backoff, ErrorCode, MessageId, Millis, RetryClassification, Run, RunId, RunStatus,
+};
 
 /// The longest wait one browser timer takes (`setTimeout` holds an i32 of ms, ~24.8 days): a
 /// later deadline is reached by chaining timers, each re-armed on [`Input::TimerFired`].
@@ -59,9 +61,9 @@ pub enum State {
 /// The failed run Tier 2 retries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
-    pub run_id: String,
+    pub run_id: RunId,
     /// The operator message to regenerate from.
-    pub anchor_id: String,
+    pub anchor_id: MessageId,
     pub retry: Option<RetryClassification>,
     pub finished_at: Millis,
     /// The operator cancelled Tier 2 for this run (`retry_dismissed_at` is set).
@@ -73,7 +75,7 @@ pub struct Failure {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answer {
     /// The regenerate was accepted: this run now carries the turn.
-    Receipt { run_id: String },
+    Receipt { run_id: RunId },
     /// The server refused with this code (`regenerate.stale`: someone else already retried).
     Refused { code: ErrorCode },
     /// The request did not get an answer.
@@ -117,19 +119,19 @@ pub enum Effect {
     /// `POST …/messages/:anchor/regenerate {if_last_run}`.
     Dispatch {
         generation: u64,
-        anchor_id: String,
-        if_last_run: String,
+        anchor_id: MessageId,
+        if_last_run: RunId,
     },
     /// Abort the in-flight regenerate request.
     AbortDispatch,
     /// The fallback: a receipt arrived after the operator cancelled; stop that run.
     CancelRun {
-        run_id: String,
+        run_id: RunId,
     },
     /// Record the operator's cancel on the failed run (`POST …/runs/:rid/dismiss-retry`), so
     /// other tabs disarm and no reload re-arms it.
     DismissRetry {
-        run_id: String,
+        run_id: RunId,
     },
 }
 
@@ -142,7 +144,7 @@ pub struct Tier2 {
     attempt: u32,
     failure: Option<Failure>,
     /// Failures already handled, so a replayed event never re-arms.
-    seen_run: Option<String>,
+    seen_run: Option<RunId>,
     /// The generation whose dispatch the operator cancelled mid-flight.
     cancelled_dispatch: Option<u64>,
 }
@@ -191,7 +193,7 @@ impl Tier2 {
     pub fn step(&mut self, input: Input) -> Vec<Effect> {
         match input {
             Input::RunFailed { failure, live, now } => {
-                if self.seen_run.as_deref() == Some(failure.run_id.as_str()) {
+                if self.seen_run.as_ref() == Some(&failure.run_id) {
                     // The same failure again: news only if it was dismissed meanwhile.
                     return if failure.dismissed {
                         self.dismissed_elsewhere()

@@ -4,7 +4,7 @@
 //! resumes with `Last-Event-ID` after a drop, as `EventSource` does.
 use crate::R;
 use app::api;
-use app::wire::{Event, Receipt, Run};
+use app::wire::{Event, Receipt, Run, RunId};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -307,10 +307,10 @@ impl Server {
     }
 
     /// `POST …/runs/:rid/cancel`: the status and the answered run.
-    pub async fn cancel(&self, sid: &str, rid: &str) -> R<(u16, Value)> {
+    pub async fn cancel(&self, sid: &str, rid: &RunId) -> R<(u16, Value)> {
         self.call(
             reqwest::Method::POST,
-            &api::CANCEL_RUN.url(&[sid, rid]),
+            &api::CANCEL_RUN.url(&[sid, rid.as_str()]),
             None,
         )
         .await
@@ -325,9 +325,14 @@ impl Server {
         .await
     }
 
-    pub async fn run(&self, rid: &str) -> R<Run> {
+    pub async fn run(&self, rid: &RunId) -> R<Run> {
         let v = self
-            .expect(reqwest::Method::GET, &api::RUN.url(&[rid]), None, 200)
+            .expect(
+                reqwest::Method::GET,
+                &api::RUN.url(&[rid.as_str()]),
+                None,
+                200,
+            )
             .await?;
         serde_json::from_value(v["run"].clone()).map_err(|e| format!("run: {e}"))
     }

@@ -88,7 +88,7 @@ async fn a_turn_calls_a_tool_then_answers_with_its_result() {
     let reply = detail
         .messages
         .iter()
-        .find(|m| m.run_id.as_deref() == Some(run.id.as_str()))
+        .find(|m| m.run_id.as_ref().map(|id| id.as_str()) == Some(run.id.as_str()))
         .unwrap();
     assert_eq!(reply.content, "Let me look. Found one.");
     let parts = reply
@@ -220,7 +220,7 @@ async fn tier2_over_a_turn_whose_tool_ran_continues_it_instead_of_regenerating()
     let kept = server.detail(&sid).await.messages;
     assert!(kept
         .iter()
-        .any(|m| m.run_id.as_deref() == Some(failed.id.as_str())));
+        .any(|m| m.run_id.as_ref().map(|id| id.as_str()) == Some(failed.id.as_str())));
 }
 
 #[tokio::test]

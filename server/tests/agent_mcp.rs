@@ -37,12 +37,16 @@ async fn tools_ready(server: &TestServer) {
     }
 }
 
-async fn calls_of(server: &TestServer, sid: &str, run_id: &str) -> Vec<ToolCall> {
+async fn calls_of(
+    server: &TestServer,
+    sid: &str,
+    run_id: &(impl std::fmt::Display + ?Sized),
+) -> Vec<ToolCall> {
     let detail = server.detail(sid).await;
     let reply = detail
         .messages
         .iter()
-        .find(|m| m.run_id.as_deref() == Some(run_id))
+        .find(|m| m.run_id.as_ref().map(|id| id.to_string()) == Some(run_id.to_string()))
         .expect("the run's reply");
     reply
         .parts

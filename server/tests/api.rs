@@ -54,7 +54,10 @@ async fn a_prompt_streams_to_completion_over_sse() {
         (Role::Agent, Some(MessageStatus::Complete))
     );
     assert_eq!(reply.content, "Hello, operator.");
-    assert_eq!(reply.run_id.as_deref(), Some(receipt.run_id.as_str()));
+    assert_eq!(
+        reply.run_id.as_ref().map(|id| id.as_str()),
+        Some(receipt.run_id.as_str())
+    );
     // The provider got the conversation with the operator's words.
     let seen = fake.seen();
     assert_eq!(seen.len(), 1);
@@ -258,7 +261,7 @@ async fn cancel_records_cancelled_and_the_next_prompt_runs() {
     let stopped = detail
         .messages
         .iter()
-        .find(|m| m.run_id.as_deref() == Some(first.run_id.as_str()))
+        .find(|m| m.run_id.as_ref().map(|id| id.as_str()) == Some(first.run_id.as_str()))
         .unwrap();
     assert_eq!(stopped.status, Some(MessageStatus::Cancelled));
     assert!(
@@ -338,7 +341,10 @@ async fn a_provider_failure_is_classified_on_the_run_and_the_reply() {
     assert_eq!(run.status, RunStatus::Failed);
     let detail = server.detail(&sid).await;
     let reply = detail.messages.last().unwrap();
-    assert_eq!(reply.run_id.as_deref(), Some(receipt.run_id.as_str()));
+    assert_eq!(
+        reply.run_id.as_ref().map(|id| id.as_str()),
+        Some(receipt.run_id.as_str())
+    );
     let retry = reply.retry.clone().unwrap();
     assert_eq!(
         (retry.retry_class.clone(), retry.retryable),

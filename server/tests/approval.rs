@@ -13,13 +13,17 @@ use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 /// The calls of a run's reply, in order.
-async fn calls_of(server: &TestServer, sid: &str, run_id: &str) -> Vec<ToolCall> {
+async fn calls_of(
+    server: &TestServer,
+    sid: &str,
+    run_id: &(impl std::fmt::Display + ?Sized),
+) -> Vec<ToolCall> {
     server
         .detail(sid)
         .await
         .messages
         .iter()
-        .find(|m| m.run_id.as_deref() == Some(run_id))
+        .find(|m| m.run_id.as_ref().map(|id| id.to_string()) == Some(run_id.to_string()))
         .expect("the run's reply")
         .parts
         .iter()
@@ -57,7 +61,12 @@ async fn until_waiting(server: &TestServer, sid: &str, prompt: &str) -> (String,
     (run.id.to_string(), call)
 }
 
-async fn decide(server: &TestServer, run: &str, call: &str, body: Value) -> (u16, Value) {
+async fn decide(
+    server: &TestServer,
+    run: &(impl std::fmt::Display + ?Sized),
+    call: &(impl std::fmt::Display + ?Sized),
+    body: Value,
+) -> (u16, Value) {
     server
         .post(&format!("/runs/{run}/tool_calls/{call}/decision"), body)
         .await

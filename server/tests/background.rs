@@ -327,7 +327,12 @@ async fn released_prompts_end_the_waiting_retry_of_the_turn_they_were_held_behin
     );
     let w = waiting(&server, &sid).await;
     assert_eq!(
-        server.run(&b.run_id).await.held_by.as_deref(),
+        server
+            .run(&b.run_id)
+            .await
+            .held_by
+            .as_ref()
+            .map(|id| id.as_str()),
         Some(a.run_id.as_str())
     );
     let (status, body) = server

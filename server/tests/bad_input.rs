@@ -156,6 +156,41 @@ async fn bad_input_gets_the_contract_error_and_changes_nothing() {
             ErrorCode::NotFound,
         ),
         (
+            "a session id with a space",
+            authed(http.get(server.url("/sessions/s%20nope"))),
+            400,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "a run id of 200 bytes",
+            authed(http.get(server.url(&format!("/runs/{}", "r".repeat(200))))),
+            400,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "regenerate from a message id with a slash",
+            authed(http.post(server.url(&format!("/sessions/{sid}/messages/m%2F1/regenerate"))))
+                .json(&json!({})),
+            400,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "regenerate with an empty if_last_run",
+            authed(http.post(server.url(&format!(
+                "/sessions/{sid}/messages/{}/regenerate",
+                receipt.message_id
+            ))))
+            .json(&json!({"if_last_run": ""})),
+            422,
+            ErrorCode::InvalidRequest,
+        ),
+        (
+            "follow a session id with a quote",
+            authed(http.get(server.url("/events?sessions=s%22x:0"))),
+            422,
+            ErrorCode::InvalidRequest,
+        ),
+        (
             "follow no session",
             authed(http.get(server.url("/events"))),
             422,

@@ -150,12 +150,16 @@ async fn cancel_of_an_ended_run_is_a_refusal() {
     let run = server.wait_run_end(&receipt.run_id).await;
     assert_eq!(run.status, RunStatus::Completed);
 
-    let out = mulligan(&server, &["cancel", &sid, &receipt.run_id]).await;
+    let out = mulligan(&server, &["cancel", &sid, receipt.run_id.as_str()]).await;
     assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
     assert!(out.stderr.starts_with("conflict: "), "{}", out.stderr);
     assert!(out.stdout.is_empty());
 
-    let out = mulligan(&server, &["cancel", &sid, &receipt.run_id, "--json"]).await;
+    let out = mulligan(
+        &server,
+        &["cancel", &sid, receipt.run_id.as_str(), "--json"],
+    )
+    .await;
     assert_eq!(out.code, 2, "{}", out.stderr);
     let err: ApiError = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(err.error.code, ErrorCode::Conflict);
@@ -217,7 +221,7 @@ async fn regenerate_and_retry_start_runs() {
     let sid = server.create_session().await;
     let first = server.send(&sid, "prompt").await;
     server.wait_run_end(&first.run_id).await;
-    let out = mulligan(&server, &["regenerate", &sid, &first.message_id]).await;
+    let out = mulligan(&server, &["regenerate", &sid, first.message_id.as_str()]).await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     let line = out.stdout.trim();
     assert!(
@@ -349,7 +353,7 @@ async fn send_and_regenerate_refusals_exit_2_and_json_success_is_the_answer() {
     server.wait_run_end(&receipt.run_id).await;
     let out = mulligan(
         &server,
-        &["regenerate", &sid, &receipt.message_id, "--json"],
+        &["regenerate", &sid, receipt.message_id.as_str(), "--json"],
     )
     .await;
     assert_eq!(out.code, 0, "{}", out.stderr);
@@ -365,11 +369,11 @@ async fn regenerate_of_a_superseded_prompt_is_stale_and_exits_2() {
     server.wait_run_end(&first.run_id).await;
     let second = server.send(&sid, "two").await;
     server.wait_run_end(&second.run_id).await;
-    let out = mulligan(&server, &["regenerate", &sid, &first.message_id]).await;
+    let out = mulligan(&server, &["regenerate", &sid, first.message_id.as_str()]).await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     let before = server.detail(&sid).await.runs.len();
     // The second prompt is superseded now: regenerating it is refused.
-    let out = mulligan(&server, &["regenerate", &sid, &second.message_id]).await;
+    let out = mulligan(&server, &["regenerate", &sid, second.message_id.as_str()]).await;
     assert_eq!(out.code, 2, "{} {}", out.stdout, out.stderr);
     assert!(
         out.stderr.starts_with("regenerate.stale: "),
@@ -542,7 +546,7 @@ async fn new_with_fallbacks_falls_back_and_runs_show_says_who_answered() {
     let run = server.wait_run_end(&receipt.run_id).await;
     assert_eq!(run.status, RunStatus::Completed, "{run:?}");
 
-    let out = mulligan(&server, &["runs", "show", &receipt.run_id]).await;
+    let out = mulligan(&server, &["runs", "show", receipt.run_id.as_str()]).await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     let text = &out.stdout;
     assert!(
@@ -574,7 +578,11 @@ async fn new_with_fallbacks_falls_back_and_runs_show_says_who_answered() {
         "{text}"
     );
 
-    let out = mulligan(&server, &["runs", "show", &receipt.run_id, "--json"]).await;
+    let out = mulligan(
+        &server,
+        &["runs", "show", receipt.run_id.as_str(), "--json"],
+    )
+    .await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     let printed: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     let (_, api) = server.get(&format!("/runs/{}", receipt.run_id)).await;
@@ -720,7 +728,7 @@ async fn an_agent_lists_the_models_and_runs_show_shows_the_tool_call() {
         "{listed:?}"
     );
 
-    let out = mulligan(&server, &["runs", "show", &r.run_id]).await;
+    let out = mulligan(&server, &["runs", "show", r.run_id.as_str()]).await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     let lines: Vec<&str> = out.stdout.lines().collect();
     let at = |part: &str| {
@@ -1031,7 +1039,7 @@ async fn approvals_lists_waiting_calls_and_approve_and_deny_decide_them() {
             "--always",
             "--reason",
             "keep it",
-            &sent.run_id,
+            sent.run_id.as_str(),
             &call,
         ],
     )

@@ -23,7 +23,11 @@ fn overloaded() -> Script {
     }
 }
 
-async fn dismiss(server: &TestServer, sid: &str, rid: &str) -> (u16, Value) {
+async fn dismiss(
+    server: &TestServer,
+    sid: &str,
+    rid: &(impl std::fmt::Display + ?Sized),
+) -> (u16, Value) {
     server
         .post(
             &format!("/sessions/{sid}/runs/{rid}/dismiss-retry"),

@@ -119,7 +119,9 @@ async fn a_resume_over_pruned_deltas_gets_the_whole_reply_and_every_other_event(
     );
     let want: String = (0..200).map(|i| format!("d{i} ")).collect();
     let last_reply = again.iter().rev().find_map(|(_, e)| match e {
-        Event::Message(m) if m.run_id.as_deref() == Some(receipt.run_id.as_str()) => {
+        Event::Message(m)
+            if m.run_id.as_ref().map(|id| id.as_str()) == Some(receipt.run_id.as_str()) =>
+        {
             Some(m.content.clone())
         }
         _ => None,
@@ -146,7 +148,7 @@ async fn the_largest_last_event_id_resumes_after_everything() {
     let (_, event) = sse.next(WAIT).await;
     let ids_of_first = |e: &Event| match e {
         Event::Run(r) => r.id == first.run_id,
-        Event::Message(m) => m.run_id.as_deref() == Some(first.run_id.as_str()),
+        Event::Message(m) => m.run_id.as_ref().map(|id| id.as_str()) == Some(first.run_id.as_str()),
         _ => false,
     };
     assert!(!ids_of_first(&event), "history came back: {event:?}");
@@ -206,7 +208,7 @@ async fn after_a_crash_a_resumed_stream_learns_the_run_ended() {
     assert!(
         after
             .iter()
-            .any(|(_, e)| matches!(e, Event::Message(m) if m.run_id.as_deref() == Some(receipt.run_id.as_str()))),
+            .any(|(_, e)| matches!(e, Event::Message(m) if m.run_id.as_ref().map(|id| id.as_str()) == Some(receipt.run_id.as_str()))),
         "the reply's final snapshot came too"
     );
 }

@@ -51,7 +51,7 @@ fn limited_for(secs: u64) -> Script {
     }
 }
 
-async fn detail(server: &TestServer, rid: &str) -> RunDetail {
+async fn detail(server: &TestServer, rid: &(impl std::fmt::Display + ?Sized)) -> RunDetail {
     let (status, body) = server.get(&format!("/runs/{rid}")).await;
     assert_eq!(status, 200, "{body}");
     serde_json::from_value(body).unwrap()

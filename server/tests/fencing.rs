@@ -5,7 +5,7 @@
 //! moving an instance's heartbeat back.
 use testkit as common;
 
-use app::wire::{RunId, RunStatus, ToolCall, ToolCallStatus};
+use app::wire::{MessageId, RunId, RunStatus, ToolCall, ToolCallId, ToolCallStatus};
 use common::{fresh_postgres_database, on_postgres, postgres_url};
 use server::store::{EndBy, NewRun, NewSession, NewToolCall, Outcome, Started, Store};
 
@@ -53,12 +53,8 @@ impl Db {
             .unwrap();
     }
 
-    async fn stored_text(&self, message_id: &str) -> String {
-        self.store
-            .message(&message_id.into())
-            .await
-            .unwrap()
-            .content
+    async fn stored_text(&self, message_id: &MessageId) -> String {
+        self.store.message(message_id).await.unwrap().content
     }
 
     /// Records `run_id`'s end as `by` would: the ended run, or `None` when refused.
@@ -82,14 +78,14 @@ impl Db {
         orphans.into_iter().map(|r| r.id).collect()
     }
 
-    async fn status(&self, run_id: &str) -> RunStatus {
+    async fn status(&self, run_id: &RunId) -> RunStatus {
         self.store.run(run_id).await.unwrap().status
     }
 
     /// Records a call of `started`'s run as it starts.
     async fn call_started(&self, started: &Started, id: &str) -> server::store::Result<ToolCall> {
         let call = ToolCall {
-            id: id.into(),
+            id: ToolCallId::new(id),
             step: 1,
             server: "mulligan".into(),
             tool: "list_sessions".into(),

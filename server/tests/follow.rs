@@ -21,15 +21,20 @@ fn session_of(e: &Event, runs: &[(String, String)]) -> String {
     }
 }
 
-fn run_session(runs: &[(String, String)], rid: &str) -> String {
+fn run_session(runs: &[(String, String)], rid: &(impl std::fmt::Display + ?Sized)) -> String {
     runs.iter()
-        .find(|(r, _)| r == rid)
+        .find(|(r, _)| *r == rid.to_string())
         .map(|(_, s)| s.clone())
         .unwrap_or_else(|| panic!("an event of run {rid}, which no test run started"))
 }
 
 /// A session's events after `after`, up to its run `rid`'s end, from its own stream.
-async fn own_stream(server: &TestServer, sid: &str, after: i64, rid: &str) -> Vec<i64> {
+async fn own_stream(
+    server: &TestServer,
+    sid: &str,
+    after: i64,
+    rid: &(impl std::fmt::Display + ?Sized),
+) -> Vec<i64> {
     let mut sse = server.events(sid, Some(after)).await;
     let seen = sse.until(WAIT, run_ended(rid)).await;
     seen.into_iter().map(|(id, _)| id).collect()

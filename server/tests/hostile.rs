@@ -44,7 +44,11 @@ fn memory(child: &Child, field: &str) -> usize {
 }
 
 /// Polls until the run has ended, for at most `within`.
-async fn ended_within(server: &TestServer, rid: &str, within: Duration) -> Run {
+async fn ended_within(
+    server: &TestServer,
+    rid: &(impl std::fmt::Display + ?Sized),
+    within: Duration,
+) -> Run {
     let deadline = Instant::now() + within;
     loop {
         let run = server.run(rid).await;

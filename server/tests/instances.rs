@@ -217,7 +217,7 @@ async fn a_killed_instance_s_run_is_marked_interrupted_by_another() {
     let reply = detail
         .messages
         .iter()
-        .find(|m| m.run_id.as_deref() == Some(rid.as_str()))
+        .find(|m| m.run_id.as_ref().map(|id| id.as_str()) == Some(rid.as_str()))
         .unwrap();
     assert!(reply.content.starts_with("w0 w1 w2 "), "partial text kept");
     // The hold follows the run's end under the same session lock, a moment later.
@@ -232,7 +232,11 @@ async fn a_killed_instance_s_run_is_marked_interrupted_by_another() {
     }
     let held = held.unwrap();
     assert_eq!(held.status, RunStatus::Queued);
-    assert_eq!(held.held_by.as_deref(), Some(rid.as_str()), "{held:#?}");
+    assert_eq!(
+        held.held_by.as_ref().map(|id| id.as_str()),
+        Some(rid.as_str()),
+        "{held:#?}"
+    );
     eprintln!("a dead instance's run was recorded interrupted after {noticed:?}");
 }
 

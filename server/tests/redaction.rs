@@ -10,7 +10,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Every answer about the run and its session, as one text.
-async fn served(server: &TestServer, sid: &str, run_id: &str) -> String {
+async fn served(
+    server: &TestServer,
+    sid: &str,
+    run_id: &(impl std::fmt::Display + ?Sized),
+) -> String {
     let mut all = String::new();
     for path in [
         format!("/sessions/{sid}?include_superseded=true"),

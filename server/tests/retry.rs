@@ -2,7 +2,9 @@
 //! the atomic claim and its refusals, resend vs continuation, held prompts.
 use testkit as common;
 
-use app::wire::{ErrorCode, ProvenanceKind, Receipt, RetryReceipt, Role, RunKind, RunStatus};
+use app::wire::{
+    ErrorCode, PromptId, ProvenanceKind, Receipt, RetryReceipt, Role, RunKind, RunStatus,
+};
 use common::fake::Script;
 use common::{held_behind_a_failure, setup, TestServer};
 use serde_json::{json, Value};
@@ -311,7 +313,12 @@ async fn a_failed_turn_without_output_is_resent_once_for_concurrent_clicks() {
     );
     let p = run.provenance.unwrap();
     assert_eq!(
-        (p.kind.clone(), p.prompt_id.as_deref(), p.attempt, p.manual),
+        (
+            p.kind.clone(),
+            p.prompt_id.as_ref().map(|id| id.as_str()),
+            p.attempt,
+            p.manual
+        ),
         (
             ProvenanceKind::AutoResume,
             Some(r.message_id.as_str()),
@@ -359,7 +366,10 @@ async fn a_failed_turn_with_output_gets_a_continuation_and_attempts_count_up() {
     let first: RetryReceipt = serde_json::from_value(body).unwrap();
     assert_eq!(
         (first.kind, first.prompt_id.clone()),
-        (RunKind::Continuation, format!("{}~resume-1", r.message_id))
+        (
+            RunKind::Continuation,
+            PromptId::of_message(&r.message_id).resume(1)
+        )
     );
     assert_eq!(
         server.wait_run_end(&first.run_id).await.status,
@@ -371,7 +381,7 @@ async fn a_failed_turn_with_output_gets_a_continuation_and_attempts_count_up() {
     let second: RetryReceipt = serde_json::from_value(body).unwrap();
     assert_eq!(
         second.prompt_id,
-        format!("{}~resume-2", r.message_id),
+        PromptId::of_message(&r.message_id).resume(2),
         "attempt ids count up per prompt"
     );
     assert_eq!(
@@ -486,7 +496,7 @@ async fn three_held_prompts_are_released_in_order_with_their_ids() {
     for id in &ids {
         let held = server.run(id).await;
         assert_eq!(
-            (held.status, held.held_by.as_deref()),
+            (held.status, held.held_by.as_ref().map(|id| id.as_str())),
             (RunStatus::Queued, Some(failing.run_id.as_str())),
             "{id} is held behind the failure"
         );

@@ -4,7 +4,7 @@
 //! outage, and text with U+0000 (this last one on SQLite too).
 use testkit as common;
 
-use app::wire::{ErrorCode, Event, MessageStatus, RunStatus};
+use app::wire::{ErrorCode, Event, MessageStatus, RunStatus, SessionId};
 use common::fake::{FakeProvider, Script};
 use common::{config, fresh_postgres_database, on_postgres, postgres_url, temp_dir, TestServer};
 use serde_json::json;
@@ -105,7 +105,7 @@ async fn many_sessions_over_two_instances_stay_within_each_instance_s_connection
                         text.push_str(&d.text);
                     }
                     Event::Message(m)
-                        if m.run_id.as_deref() == Some(&receipt.run_id)
+                        if m.run_id.as_ref() == Some(&receipt.run_id)
                             && m.status == Some(MessageStatus::Complete) =>
                     {
                         final_text = Some(m.content);
@@ -199,10 +199,18 @@ async fn a_dropped_lock_waiter_leaves_the_lock_free() {
     let store = server::store::Store::open(&db).await.unwrap();
     let far = || tokio::time::Instant::now() + Duration::from_secs(30);
     for round in 0..20u64 {
-        let held = store.lock_session(&"s".into(), far()).await.unwrap();
+        let held = store
+            .lock_session(&SessionId::new("s"), far())
+            .await
+            .unwrap();
         let waiter = tokio::spawn({
             let store = store.clone();
-            async move { store.lock_session(&"s".into(), far()).await.map(drop) }
+            async move {
+                store
+                    .lock_session(&SessionId::new("s"), far())
+                    .await
+                    .map(drop)
+            }
         });
         // Dropped at a different point of its polling each round.
         tokio::time::sleep(Duration::from_millis(1 + round * 3)).await;
@@ -212,7 +220,7 @@ async fn a_dropped_lock_waiter_leaves_the_lock_free() {
         let began = Instant::now();
         let again = store
             .lock_session(
-                &"s".into(),
+                &SessionId::new("s"),
                 tokio::time::Instant::now() + Duration::from_secs(2),
             )
             .await;
@@ -304,7 +312,7 @@ async fn run_ends_during_a_database_outage_are_written_when_it_is_back() {
             .await
             .messages
             .into_iter()
-            .find(|m| m.run_id.as_deref() == Some(&r.run_id))
+            .find(|m| m.run_id.as_ref() == Some(&r.run_id))
             .unwrap();
         assert_eq!(reply.content, expected, "{sid}");
     }
@@ -406,7 +414,7 @@ async fn deltas_cross_instances_without_rows_and_a_late_instance_resumes_without
     for (_, e) in &seen_c {
         match e {
             Event::Message(m)
-                if m.run_id.as_deref() == Some(&receipt.run_id)
+                if m.run_id.as_ref() == Some(&receipt.run_id)
                     && m.status == Some(MessageStatus::Streaming)
                     && m.delta_seq.unwrap_or(0) > 0 =>
             {

@@ -1,7 +1,9 @@
 //! The store's own guarantees, on SQLite or (with `MULLIGAN_TEST_DATABASE=postgres`) PostgreSQL.
 use testkit as common;
 
-use app::wire::{AutoRetry, MessageId, MessageStatus, ProvenanceKind, RunStatus, SessionId};
+use app::wire::{
+    AutoRetry, MessageId, MessageStatus, PromptId, ProvenanceKind, RunId, RunStatus, SessionId,
+};
 use server::store::{EndBy, NewRun, NewSession, Outcome, Started, Store};
 
 async fn open(tag: &str) -> Store {
@@ -33,7 +35,10 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         .unwrap()
         .expect("the queued run starts");
     assert_eq!(run.id, queued.id);
-    assert_eq!(reply.run_id.as_deref(), Some(run.id.as_str()));
+    assert_eq!(
+        reply.run_id.as_ref().map(|id| id.as_str()),
+        Some(run.id.as_str())
+    );
     let save = |text: &str, seq: u64| vec![(reply.id.to_string(), text.to_string(), seq)];
 
     store.save_reply_texts(&save("a b", 2)).await.unwrap();
@@ -119,8 +124,14 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
     );
     assert_eq!(started.id, first.run.id);
     assert_eq!(started.status, RunStatus::Running);
-    assert_eq!(started.reply_message_id.as_deref(), Some(reply.id.as_str()));
-    assert_eq!(reply.run_id.as_deref(), Some(first.run.id.as_str()));
+    assert_eq!(
+        started.reply_message_id.as_ref().map(|id| id.as_str()),
+        Some(reply.id.as_str())
+    );
+    assert_eq!(
+        reply.run_id.as_ref().map(|id| id.as_str()),
+        Some(first.run.id.as_str())
+    );
     assert_eq!(reply.status, Some(MessageStatus::Streaming));
     // Busy: queued, not started.
     let second = store
@@ -152,7 +163,10 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
     assert!(store.start_next(sid, "i-a").await.unwrap().is_none());
 
     let missing = store
-        .dispatch(NewRun::prompt(&"s_missing".into(), "hello"), Some("i-a"))
+        .dispatch(
+            NewRun::prompt(&SessionId::new("s_missing"), "hello"),
+            Some("i-a"),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -178,7 +192,7 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
     ) -> NewRun<'a> {
         let provenance = kind.map(|kind| app::wire::Provenance {
             kind,
-            prompt_id: anchor.map(MessageId::to_string),
+            prompt_id: anchor.map(PromptId::of_message),
             attempt: Some(1),
             manual: None,
             from: None,
@@ -198,8 +212,9 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
         .message
         .unwrap()
         .id;
-    assert_eq!(store.tries_of(&prompt).await.unwrap(), 1);
-    assert_eq!(store.resumes_of(&prompt).await.unwrap(), 0);
+    let prompt_id = PromptId::of_message(&prompt);
+    assert_eq!(store.tries_of(&prompt_id).await.unwrap(), 1);
+    assert_eq!(store.resumes_of(&prompt_id).await.unwrap(), 0);
     // A regenerate on the prompt, and an automatic resume anchored on a continuation.
     store
         .dispatch(
@@ -214,9 +229,9 @@ async fn tries_and_resumes_of_a_prompt_follow_the_provenance() {
         ..run(sid, Some(&prompt), None, Some(ProvenanceKind::AutoResume))
     };
     store.dispatch(resume, None).await.unwrap();
-    assert_eq!(store.tries_of(&prompt).await.unwrap(), 3);
-    assert_eq!(store.resumes_of(&prompt).await.unwrap(), 1);
-    assert_eq!(store.tries_of("m_other").await.unwrap(), 0);
+    assert_eq!(store.tries_of(&prompt_id).await.unwrap(), 3);
+    assert_eq!(store.resumes_of(&prompt_id).await.unwrap(), 1);
+    assert_eq!(store.tries_of(&PromptId::new("m_other")).await.unwrap(), 0);
 }
 
 /// An agent token acts on its session's descendants only: the store answers that by walking
@@ -230,7 +245,7 @@ async fn descent_is_found_by_walking_up_the_family() {
         async move {
             let s = store
                 .create_session(&NewSession {
-                    parent_id: parent.as_deref(),
+                    parent_id: parent.as_ref(),
                     ..NewSession::plain("demo", hash)
                 })
                 .await
@@ -242,8 +257,8 @@ async fn descent_is_found_by_walking_up_the_family() {
     let child = new(Some(root.clone()), "h-child").await;
     let grandchild = new(Some(child.clone()), "h-grandchild").await;
     let other = new(None, "h-other").await;
-    let is = |a: &str, b: &str| {
-        let (a, b) = (SessionId::from(a), SessionId::from(b));
+    let is = |a: &SessionId, b: &SessionId| {
+        let (a, b) = (a.clone(), b.clone());
         let store = &store;
         async move { store.is_descendant(&a, &b).await.unwrap() }
     };
@@ -256,7 +271,7 @@ async fn descent_is_found_by_walking_up_the_family() {
     );
     assert!(!is(&child, &root).await, "nor is its parent");
     assert!(!is(&root, &other).await);
-    assert!(!is(&root, "s_missing").await);
+    assert!(!is(&root, &SessionId::new("s_missing")).await);
 }
 
 /// The background-retry loop sleeps until the earliest waiting retry: the store names it,
@@ -280,7 +295,7 @@ async fn the_next_waiting_retry_is_the_earliest() {
             reason: RetryClass::Overloaded,
         };
         store
-            .set_waiting_retry(&s.id, &"r_failed".into(), &waiting, None)
+            .set_waiting_retry(&s.id, &RunId::new("r_failed"), &waiting, None)
             .await
             .unwrap();
     }

@@ -142,12 +142,16 @@ async fn next_seen(rx: &mut UnboundedReceiver<Seen>, within: Duration) -> Seen {
         .expect("the probe is up")
 }
 
-async fn calls_of(server: &TestServer, sid: &str, run_id: &str) -> Vec<ToolCall> {
+async fn calls_of(
+    server: &TestServer,
+    sid: &str,
+    run_id: &(impl std::fmt::Display + ?Sized),
+) -> Vec<ToolCall> {
     let detail = server.detail(sid).await;
     detail
         .messages
         .iter()
-        .filter(|m| m.run_id.as_deref() == Some(run_id))
+        .filter(|m| m.run_id.as_ref().map(|id| id.to_string()) == Some(run_id.to_string()))
         .flat_map(|m| m.parts.iter().flatten())
         .filter_map(|p| match p {
             Part::ToolCall { call } => Some(call.clone()),
@@ -250,7 +254,7 @@ async fn an_is_error_result_reaches_the_model_and_the_turn_completes() {
         .messages
         .iter()
         .rev()
-        .find(|m| m.run_id.as_deref() == Some(run.id.as_str()))
+        .find(|m| m.run_id.as_ref().map(|id| id.as_str()) == Some(run.id.as_str()))
         .unwrap();
     assert!(reply.content.contains("The tool failed."), "{reply:#?}");
 }

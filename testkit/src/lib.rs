@@ -18,7 +18,7 @@ pub use db::{database_url, fresh_postgres_database, on_postgres, postgres_url};
 pub use process::{mulligan_bin, serve};
 pub use sse::{run_ended, Sse};
 
-use app::wire::{Receipt, Run, RunId, RunStatus, SessionDetail};
+use app::wire::{MessageId, Receipt, Run, RunId, RunStatus, SessionDetail};
 use serde_json::Value;
 use server::config::{Config, ProviderKind};
 use std::path::PathBuf;
@@ -94,8 +94,8 @@ pub async fn held_behind_a_failure(
     );
     let held = server.run(&queued.run_id).await;
     assert_eq!(
-        (held.status, held.held_by.as_deref()),
-        (RunStatus::Queued, Some(failing.run_id.as_str())),
+        (held.status, held.held_by.as_ref()),
+        (RunStatus::Queued, Some(&failing.run_id)),
         "the second prompt is held behind the failure"
     );
     (failing.run_id, queued)
@@ -153,12 +153,12 @@ impl TestServer {
     }
 
     /// A message's content as stored (not as the API overlays a streaming reply).
-    pub async fn stored_content(&self, message_id: &str) -> String {
+    pub async fn stored_content(&self, message_id: &MessageId) -> String {
         let url = database_url(&self.data_dir)
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("mulligan.db").display()));
         // The store's own read, on whichever backend the server uses: the row as written.
         let store = server::store::Store::open(&url).await.unwrap();
-        let content = store.message(&message_id.into()).await.unwrap().content;
+        let content = store.message(message_id).await.unwrap().content;
         store.close().await;
         content
     }
@@ -216,7 +216,7 @@ impl TestServer {
         body["id"].as_str().unwrap().to_string()
     }
 
-    pub async fn send(&self, sid: &str, content: &str) -> Receipt {
+    pub async fn send(&self, sid: &(impl std::fmt::Display + ?Sized), content: &str) -> Receipt {
         let (status, body) = self
             .post(
                 &format!("/sessions/{sid}/messages"),
@@ -227,20 +227,20 @@ impl TestServer {
         serde_json::from_value(body).unwrap()
     }
 
-    pub async fn detail(&self, sid: &str) -> SessionDetail {
+    pub async fn detail(&self, sid: &(impl std::fmt::Display + ?Sized)) -> SessionDetail {
         let (status, body) = self.get(&format!("/sessions/{sid}")).await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_value(body).unwrap()
     }
 
-    pub async fn run(&self, rid: &str) -> Run {
+    pub async fn run(&self, rid: &(impl std::fmt::Display + ?Sized)) -> Run {
         let (status, body) = self.get(&format!("/runs/{rid}")).await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_value(body["run"].clone()).unwrap()
     }
 
     /// Polls until the run has ended (10 s at most).
-    pub async fn wait_run_end(&self, rid: &str) -> Run {
+    pub async fn wait_run_end(&self, rid: &(impl std::fmt::Display + ?Sized)) -> Run {
         for _ in 0..400 {
             let run = self.run(rid).await;
             if !run.status.is_active() {
@@ -252,7 +252,11 @@ impl TestServer {
     }
 
     /// Polls until the run has the status.
-    pub async fn wait_run_status(&self, rid: &str, status: RunStatus) -> Run {
+    pub async fn wait_run_status(
+        &self,
+        rid: &(impl std::fmt::Display + ?Sized),
+        status: RunStatus,
+    ) -> Run {
         for _ in 0..400 {
             let run = self.run(rid).await;
             if run.status == status {
@@ -264,7 +268,11 @@ impl TestServer {
     }
 
     /// Opens the session's SSE stream, optionally resuming after an event id.
-    pub async fn events(&self, sid: &str, last_event_id: Option<i64>) -> Sse {
+    pub async fn events(
+        &self,
+        sid: &(impl std::fmt::Display + ?Sized),
+        last_event_id: Option<i64>,
+    ) -> Sse {
         let mut req = self
             .http
             .get(self.url(&format!("/sessions/{sid}/events")))

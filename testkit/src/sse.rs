@@ -74,6 +74,7 @@ impl Sse {
 }
 
 /// True for a `run` event of `rid` that has ended.
-pub fn run_ended(rid: &str) -> impl FnMut(&Event) -> bool + '_ {
-    move |e| matches!(e, Event::Run(r) if r.id == rid && !r.status.is_active())
+pub fn run_ended(rid: &(impl std::fmt::Display + ?Sized)) -> impl FnMut(&Event) -> bool {
+    let rid = rid.to_string();
+    move |e| matches!(e, Event::Run(r) if r.id.as_str() == rid && !r.status.is_active())
 }

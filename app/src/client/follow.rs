@@ -72,7 +72,11 @@ pub struct SessionFeed {
 }
 
 impl SessionFeed {
-    pub fn open(sid: &str, after: i64, on_event: impl FnMut(i64, Event) + 'static) -> SessionFeed {
+    pub fn open(
+        sid: &crate::wire::SessionId,
+        after: i64,
+        on_event: impl FnMut(i64, Event) + 'static,
+    ) -> SessionFeed {
         start();
         let key = with_tab(|tab| {
             let key = tab.next_key;
@@ -84,7 +88,7 @@ impl SessionFeed {
                 on_event: Rc::new(RefCell::new(on_event)),
             });
             if let Some(leader) = &mut tab.leader {
-                ask(leader, sid, after);
+                ask(leader, sid.as_str(), after);
             }
             key
         });

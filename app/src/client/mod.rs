@@ -135,7 +135,7 @@ pub struct SessionFeed;
 #[cfg(not(feature = "hydrate"))]
 impl SessionFeed {
     pub fn open(
-        _sid: &str,
+        _sid: &crate::wire::SessionId,
         _after: i64,
         _on_event: impl FnMut(i64, Event) + 'static,
     ) -> SessionFeed {

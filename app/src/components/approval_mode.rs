@@ -32,7 +32,7 @@ fn patch(chat: Chat, body: PatchSession) {
     };
     leptos::task::spawn_local(async move {
         let body = serde_json::to_string(&body).ok();
-        let url = api::PATCH_SESSION.url(&[&sid]);
+        let url = api::PATCH_SESSION.url(&[sid.as_str()]);
         match fetch_json::<Session>(api::PATCH_SESSION.method(), &url, body).await {
             Ok(s) => {
                 chat.session.set(Some(s));

@@ -5,7 +5,7 @@ use super::use_sessions;
 use crate::api;
 use crate::client::fetch_json;
 use crate::nav::Page;
-use crate::wire::{Approvals as Answer, SessionStatus, WaitingCall};
+use crate::wire::{Approvals as Answer, SessionId, SessionStatus, WaitingCall};
 use leptos::prelude::*;
 
 /// How often the line is looked at again while a call waits (the outage banners' pace).
@@ -124,11 +124,11 @@ pub fn ApprovalsLine() -> impl IntoView {
     });
     // Each session once, in the order its first call began waiting.
     let links = move || {
-        let mut ids: Vec<String> = Vec::new();
+        let mut ids: Vec<SessionId> = Vec::new();
         waiting.with(|w| {
             for c in w {
-                if !ids.iter().any(|id| id == c.session_id.as_str()) {
-                    ids.push(c.session_id.to_string());
+                if !ids.contains(&c.session_id) {
+                    ids.push(c.session_id.clone());
                 }
             }
         });
@@ -137,10 +137,10 @@ pub fn ApprovalsLine() -> impl IntoView {
             .map(|(k, id)| {
                 let title = sessions.0.with(|ss| {
                     ss.iter()
-                        .find(|s| s.id.as_str() == id)
+                        .find(|s| s.id == id)
                         .map(|s| s.title.clone())
                 });
-                let text = title.filter(|t| !t.trim().is_empty()).unwrap_or_else(|| id.clone());
+                let text = title.filter(|t| !t.trim().is_empty()).unwrap_or_else(|| id.to_string());
                 let comma = (k > 0).then_some(", ");
                 view! { {comma}<a class="approvals-session" href=Page::session_path(&id)>{text}</a> }
             })

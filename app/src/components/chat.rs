@@ -7,13 +7,14 @@ use super::state::Chat;
 use crate::api;
 use crate::client::{fetch_json, PageLocal, SessionFeed};
 use crate::page_data::{first_config, snapshot_url, take_session};
-use crate::wire::{AutoRetry, ClientConfig, Session, SessionDetail};
+use crate::wire::{AutoRetry, ClientConfig, Session, SessionDetail, SessionId};
 use leptos::prelude::*;
 
 #[component]
 pub fn SessionView() -> impl IntoView {
     let nav = crate::nav::use_nav();
-    let sid = Memo::new(move |_| nav.session_id());
+    // Shown only on a session's page, so the id is always there.
+    let sid = Memo::new(move |_| nav.session_id().unwrap_or_default());
     let chat = Chat::new();
     provide_context(chat);
     provide_context(chat.retrier);
@@ -74,11 +75,11 @@ pub fn SessionView() -> impl IntoView {
 /// as they come (from the snapshot's last event id, so none is missed or applied twice), with
 /// Tier 2 told of its last turn. Leaving a session closes its stream and stands its Tier 2
 /// down at once.
-fn follow(chat: Chat, sid: Memo<String>, first_id: String, first: Option<i64>) {
+fn follow(chat: Chat, sid: Memo<SessionId>, first_id: SessionId, first: Option<i64>) {
     let stream = StoredValue::<_, PageLocal>::new_with_storage(None::<SessionFeed>);
     // The first snapshot, until the chat leaves it for another session's.
     let first = StoredValue::new(first);
-    let open = move |id: &str, after: i64| {
+    let open = move |id: &SessionId, after: i64| {
         chat.restore_tier2();
         stream.set_value(Some(SessionFeed::open(id, after, move |_, ev| {
             chat.apply(ev)
@@ -118,7 +119,7 @@ fn follow(chat: Chat, sid: Memo<String>, first_id: String, first: Option<i64>) {
 
 /// The open session: its header, its conversation and the dock (banner and composer).
 #[component]
-fn ChatBody(sid: Memo<String>) -> impl IntoView {
+fn ChatBody(sid: Memo<SessionId>) -> impl IntoView {
     let chat = expect_context::<Chat>();
     let scroller = NodeRef::<leptos::html::Div>::new();
     let list = NodeRef::<leptos::html::Ol>::new();
@@ -199,7 +200,7 @@ fn AutoRetrySetting() -> impl IntoView {
         leptos::task::spawn_local(async move {
             // `{"auto_retry":"…"}`, written out: `serde_json::Value` costs the browser bundle.
             let body = format!(r#"{{"auto_retry":"{}"}}"#, value.as_str());
-            let url = api::PATCH_SESSION.url(&[&sid]);
+            let url = api::PATCH_SESSION.url(&[sid.as_str()]);
             let method = api::PATCH_SESSION.method();
             match fetch_json::<Session>(method, &url, Some(body)).await {
                 Ok(s) => {

@@ -7,7 +7,7 @@ use crate::wire::{PostMessage, Receipt};
 use leptos::prelude::*;
 
 #[component]
-pub fn Composer(session_id: Memo<String>) -> impl IntoView {
+pub fn Composer(session_id: Memo<crate::wire::SessionId>) -> impl IntoView {
     let chat = expect_context::<Chat>();
     let text = RwSignal::new(String::new());
     let sending = RwSignal::new(false);
@@ -35,7 +35,7 @@ pub fn Composer(session_id: Memo<String>) -> impl IntoView {
             let body = serde_json::to_string(&PostMessage { content }).ok();
             let res: Result<Receipt, ClientError> = fetch_json(
                 api::POST_MESSAGE.method(),
-                &api::POST_MESSAGE.url(&[&sid]),
+                &api::POST_MESSAGE.url(&[sid.as_str()]),
                 body,
             )
             .await;

@@ -5,7 +5,7 @@ use crate::api;
 use crate::client::fetch_json;
 use crate::wire::{
     ErrorCode, Message, MessageStatus, Part, ProvenanceKind, Receipt, Regenerate, RetryClass, Role,
-    Run, RunKind, RunStatus,
+    Run, RunId, RunKind, RunStatus,
 };
 use leptos::prelude::*;
 
@@ -130,7 +130,7 @@ fn run_tag(chat: Chat, r: &Run) -> Option<AnyView> {
                     return;
                 };
                 leptos::task::spawn_local(async move {
-                    let url = api::RELEASE.url(&[&sid]);
+                    let url = api::RELEASE.url(&[sid.as_str()]);
                     let method = api::RELEASE.method();
                     if let Err(e) =
                         fetch_json::<serde::de::IgnoredAny>(method, &url, Some("{}".into())).await
@@ -217,7 +217,7 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
         chat.notice.set(None);
         stop_error.set(None);
         leptos::task::spawn_local(async move {
-            let url = api::REGENERATE.url(&[&sid, &anchor]);
+            let url = api::REGENERATE.url(&[sid.as_str(), anchor.as_str()]);
             let body = serde_json::to_string(&Regenerate {
                 if_last_run: Some(run_id),
                 manual: true,
@@ -292,7 +292,7 @@ fn ReplyState(message: RwSignal<Message>) -> impl IntoView {
 }
 
 /// How many tool calls the reply's turn ran: the calls it shows, or its run's count if more.
-fn tool_calls_ran(chat: &Chat, message: RwSignal<Message>, run_id: &str) -> u32 {
+fn tool_calls_ran(chat: &Chat, message: RwSignal<Message>, run_id: &RunId) -> u32 {
     let shown = message.with_untracked(|m| {
         m.parts.iter().flatten().fold(0u32, |n, p| match p {
             Part::ToolCall { .. } => n.saturating_add(1),
@@ -301,7 +301,7 @@ fn tool_calls_ran(chat: &Chat, message: RwSignal<Message>, run_id: &str) -> u32 
     });
     let executed = chat.runs.with_untracked(|rs| {
         rs.iter()
-            .find(|r| r.id == run_id)
+            .find(|r| r.id == *run_id)
             .map_or(0, |r| r.tools_executed)
     });
     shown.max(executed)
@@ -372,12 +372,12 @@ fn provenance_tag(chat: &Chat, m: &Message) -> Option<AnyView> {
 #[cfg(test)]
 mod tests {
     use super::continuation_note;
-    use crate::wire::{Message, Provenance, ProvenanceKind, Role};
+    use crate::wire::{Message, MessageId, PromptId, Provenance, ProvenanceKind, Role, SessionId};
 
     fn message(role: Role, content: &str, kind: Option<ProvenanceKind>) -> Message {
         Message {
-            id: "m_1".into(),
-            session_id: "s_1".into(),
+            id: MessageId::new("m_1"),
+            session_id: SessionId::new("s_1"),
             role,
             content: content.into(),
             created_at: 0,
@@ -388,7 +388,7 @@ mod tests {
             retry: None,
             provenance: kind.map(|kind| Provenance {
                 kind,
-                prompt_id: Some("m_0".into()),
+                prompt_id: Some(PromptId::new("m_0")),
                 attempt: Some(1),
                 manual: Some(false),
                 from: None,

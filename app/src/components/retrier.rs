@@ -5,7 +5,7 @@ use crate::client::{fetch_json, fetch_json_with, Abort, PageLocal};
 use crate::clock::now_ms;
 use crate::tier2::{self, Answer, Failure, Input, State, Tier2};
 use crate::wire::Backoff;
-use crate::wire::{ClientConfig, ErrorCode, Receipt, Run, RunStatus};
+use crate::wire::{ClientConfig, ErrorCode, MessageId, Receipt, Run, RunId, RunStatus, SessionId};
 use leptos::prelude::*;
 use std::time::Duration;
 
@@ -18,8 +18,8 @@ pub struct Retrier {
     timer: StoredValue<Option<TimeoutHandle>, PageLocal>,
     abort: StoredValue<Option<Abort>, PageLocal>,
     /// The regenerate in flight: its anchor and the failed run it retries.
-    pending: StoredValue<Option<(String, String)>>,
-    session_id: StoredValue<String>,
+    pending: StoredValue<Option<(MessageId, RunId)>>,
+    session_id: StoredValue<Option<SessionId>>,
     pub error: RwSignal<Option<String>>,
     /// "Already retried in another tab": this tab's retry found the turn taken.
     pub stale: RwSignal<bool>,
@@ -42,16 +42,16 @@ impl Retrier {
             timer: StoredValue::new_with_storage(None),
             abort: StoredValue::new_with_storage(None),
             pending: StoredValue::new(None),
-            session_id: StoredValue::new(String::new()),
+            session_id: StoredValue::new(None),
             error: RwSignal::new(None),
             stale: RwSignal::new(false),
         }
     }
 
     /// Starts over for a session (after navigation), with the server's policy.
-    pub fn reset(&self, session_id: &str) {
+    pub fn reset(&self, session_id: &SessionId) {
         self.stop_timer();
-        self.session_id.set_value(session_id.to_string());
+        self.session_id.set_value(Some(session_id.clone()));
         let policy = self.machine.with_value(|m| m.policy());
         self.machine.set_value(Tier2::new(policy));
         self.sync();
@@ -75,8 +75,8 @@ impl Retrier {
         let input = match run.status {
             RunStatus::Failed => Input::RunFailed {
                 failure: Failure {
-                    run_id: run.id.to_string(),
-                    anchor_id: run.anchor_message_id.to_string(),
+                    run_id: run.id.clone(),
+                    anchor_id: run.anchor_message_id.clone(),
                     retry: run.retry.clone(),
                     finished_at: run.finished_at.unwrap_or(0),
                     dismissed: run.retry_dismissed_at.is_some(),
@@ -149,14 +149,16 @@ impl Retrier {
                 anchor_id,
                 if_last_run,
             } => {
-                let sid = self.session_id.get_value();
+                let Some(sid) = self.session_id.get_value() else {
+                    return;
+                };
                 let abort = Abort::new();
                 self.abort.set_value(abort.clone());
                 self.pending
                     .set_value(Some((anchor_id.clone(), if_last_run.clone())));
-                let url = api::REGENERATE.url(&[&sid, &anchor_id]);
+                let url = api::REGENERATE.url(&[sid.as_str(), anchor_id.as_str()]);
                 let body = serde_json::to_string(&crate::wire::Regenerate {
-                    if_last_run: Some(if_last_run.into()),
+                    if_last_run: Some(if_last_run),
                     manual: false,
                     from: crate::client::tab_id(),
                 })
@@ -164,9 +166,7 @@ impl Retrier {
                 leptos::task::spawn_local(async move {
                     let res = fetch_json_with::<Receipt>("POST", &url, body, abort.as_ref()).await;
                     let answer = match res {
-                        Ok(r) => Answer::Receipt {
-                            run_id: r.run_id.into(),
-                        },
+                        Ok(r) => Answer::Receipt { run_id: r.run_id },
                         Err(e) if e.status >= 400 => {
                             if e.code == ErrorCode::RegenerateStale {
                                 this.stale.set(true);
@@ -194,9 +194,11 @@ impl Retrier {
                 else {
                     return;
                 };
-                let sid = self.session_id.get_value();
+                let Some(sid) = self.session_id.get_value() else {
+                    return;
+                };
                 leptos::task::spawn_local(async move {
-                    let url = api::SESSION.url(&[&sid]);
+                    let url = api::SESSION.url(&[sid.as_str()]);
                     let method = api::SESSION.method();
                     let Ok(detail) =
                         fetch_json::<crate::wire::SessionDetail>(method, &url, None).await
@@ -210,16 +212,18 @@ impl Retrier {
                         .find(|r| r.anchor_message_id == anchor)
                         .filter(|r| r.id != failed && r.status.is_active());
                     if let Some(run) = stray {
-                        let url = api::CANCEL_RUN.url(&[&sid, &run.id]);
+                        let url = api::CANCEL_RUN.url(&[sid.as_str(), run.id.as_str()]);
                         let method = api::CANCEL_RUN.method();
                         let _ = fetch_json::<Run>(method, &url, Some("{}".into())).await;
                     }
                 });
             }
             tier2::Effect::DismissRetry { run_id } => {
-                let sid = self.session_id.get_value();
+                let Some(sid) = self.session_id.get_value() else {
+                    return;
+                };
                 leptos::task::spawn_local(async move {
-                    let url = api::DISMISS_RETRY.url(&[&sid, &run_id]);
+                    let url = api::DISMISS_RETRY.url(&[sid.as_str(), run_id.as_str()]);
                     let method = api::DISMISS_RETRY.method();
                     if let Err(e) = fetch_json::<Run>(method, &url, Some("{}".into())).await {
                         // A run that ended otherwise meanwhile (`conflict`) has nothing to keep.
@@ -230,9 +234,11 @@ impl Retrier {
                 });
             }
             tier2::Effect::CancelRun { run_id } => {
-                let sid = self.session_id.get_value();
+                let Some(sid) = self.session_id.get_value() else {
+                    return;
+                };
                 leptos::task::spawn_local(async move {
-                    let url = api::CANCEL_RUN.url(&[&sid, &run_id]);
+                    let url = api::CANCEL_RUN.url(&[sid.as_str(), run_id.as_str()]);
                     let method = api::CANCEL_RUN.method();
                     let _ = fetch_json::<Run>(method, &url, Some("{}".into())).await;
                 });

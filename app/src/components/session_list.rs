@@ -124,7 +124,7 @@ const PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
 
 /// `GET /sessions` of `limit` sessions older than `before`, whose titles hold `q`'s words.
-fn list_url(q: &str, limit: usize, before: Option<&str>) -> String {
+fn list_url(q: &str, limit: usize, before: Option<&SessionId>) -> String {
     let mut url = format!("{}?limit={limit}", api::LIST_SESSIONS.url(&[]));
     if !q.trim().is_empty() {
         url.push_str("&q=");
@@ -132,7 +132,7 @@ fn list_url(q: &str, limit: usize, before: Option<&str>) -> String {
     }
     if let Some(b) = before {
         url.push_str("&before=");
-        url.push_str(&encode(b));
+        url.push_str(&encode(b.as_str()));
     }
     url
 }
@@ -167,10 +167,10 @@ fn Entries(
         <ul class="sessions">
             <For each=move || sessions.0.get() key=|s| (s.id.clone(), s.title.clone(), state_label(s), last_activity(s)) let:s>
                 {
-                    let href = Page::session_path(s.id.as_str());
+                    let href = Page::session_path(&s.id);
                     let current = {
                         let id = s.id.clone();
-                        Signal::derive(move || nav.is_session(id.as_str()))
+                        Signal::derive(move || nav.is_session(&id))
                     };
                     let label = state_label(&s);
                     let active = last_activity(&s);
@@ -330,7 +330,7 @@ mod tests {
     fn a_list_url_encodes_its_search_and_cursor() {
         assert_eq!(list_url("", 100, None), "/api/v1/sessions?limit=100");
         assert_eq!(
-            list_url(" deploy fix&x=1 ", 100, Some("s_1")),
+            list_url(" deploy fix&x=1 ", 100, Some(&SessionId::new("s_1"))),
             "/api/v1/sessions?limit=100&q=deploy%20fix%26x%3D1&before=s_1"
         );
         assert_eq!(encode("é"), "%C3%A9");

@@ -171,9 +171,12 @@ impl Chat {
         let Some(id) = self.session_id() else { return };
         let this = *self;
         leptos::task::spawn_local(async move {
-            let url = format!("{}?include_superseded=true", api::SESSION.url(&[&id]));
+            let url = format!(
+                "{}?include_superseded=true",
+                api::SESSION.url(&[id.as_str()])
+            );
             match fetch_json::<SessionDetail>(api::SESSION.method(), &url, None).await {
-                Ok(d) if this.session_id().as_deref() == Some(id.as_str()) => {
+                Ok(d) if this.session_id().as_ref() == Some(&id) => {
                     // The session too: what the other tab's action changed (a tool's rename).
                     this.apply(Event::Session(d.session));
                     for m in d.messages {
@@ -382,7 +385,7 @@ impl Chat {
         let Some(sid) = self.session_id() else { return };
         let this = *self;
         leptos::task::spawn_local(async move {
-            let url = api::CANCEL_RUN.url(&[&sid, &run_id]);
+            let url = api::CANCEL_RUN.url(&[sid.as_str(), run_id.as_str()]);
             match fetch_json::<Run>(api::CANCEL_RUN.method(), &url, Some("{}".into())).await {
                 Ok(run) => this.apply(Event::Run(run)),
                 Err(e) => error.set(Some(e.explain())),

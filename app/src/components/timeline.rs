@@ -27,7 +27,7 @@ pub fn Timeline(message: RwSignal<Message>) -> impl IntoView {
             return;
         };
         leptos::task::spawn_local(async move {
-            let url = api::RUN.url(&[&rid]);
+            let url = api::RUN.url(&[rid.as_str()]);
             let answer = fetch_json::<RunDetail>(api::RUN.method(), &url, None).await;
             let auto_retry = chat
                 .session

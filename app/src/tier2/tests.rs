@@ -1,13 +1,13 @@
 //! The Tier 2 state machine's behaviour, without a browser.
 use super::*;
-use crate::wire::RetryClass;
+use crate::wire::{RetryClass, SessionId};
 
 const P: Backoff = Backoff::CONTRACT;
 
 fn failure(run: &str, retryable: bool, after: Option<Millis>) -> Failure {
     Failure {
-        run_id: run.into(),
-        anchor_id: "m1".into(),
+        run_id: RunId::new(run),
+        anchor_id: MessageId::new("m1"),
         retry: Some(RetryClassification {
             retryable,
             retry_class: RetryClass::Overloaded,
@@ -63,14 +63,14 @@ fn a_retryable_failure_arms_fires_and_dispatches_with_if_last_run() {
         e,
         vec![Effect::Dispatch {
             generation: 1,
-            anchor_id: "m1".into(),
-            if_last_run: "r1".into()
+            anchor_id: MessageId::new("m1"),
+            if_last_run: RunId::new("r1")
         }]
     );
     t.step(Input::DispatchAnswered {
         generation: 1,
         answer: Answer::Receipt {
-            run_id: "r2".into(),
+            run_id: RunId::new("r2"),
         },
         now: 0,
     });
@@ -188,7 +188,7 @@ fn cancel_while_dispatching_aborts_and_a_late_receipt_is_cancelled() {
         vec![
             Effect::AbortDispatch,
             Effect::DismissRetry {
-                run_id: "r1".into()
+                run_id: RunId::new("r1")
             }
         ]
     );
@@ -196,14 +196,14 @@ fn cancel_while_dispatching_aborts_and_a_late_receipt_is_cancelled() {
     let e = t.step(Input::DispatchAnswered {
         generation: 1,
         answer: Answer::Receipt {
-            run_id: "r2".into(),
+            run_id: RunId::new("r2"),
         },
         now: 0,
     });
     assert_eq!(
         e,
         vec![Effect::CancelRun {
-            run_id: "r2".into()
+            run_id: RunId::new("r2")
         }]
     );
 }
@@ -255,7 +255,7 @@ fn cancel_is_recorded_on_the_server_and_a_dismissed_failure_never_arms() {
         vec![
             Effect::StopTimer,
             Effect::DismissRetry {
-                run_id: "r1".into()
+                run_id: RunId::new("r1")
             }
         ]
     );
@@ -277,7 +277,7 @@ fn cancel_is_recorded_on_the_server_and_a_dismissed_failure_never_arms() {
     // Retry now still works from there.
     assert!(matches!(
         &t.step(Input::OperatorRetryNow { now: 3000 })[..],
-        [Effect::Dispatch { if_last_run, .. }] if if_last_run == "r1"
+        [Effect::Dispatch { if_last_run, .. }] if if_last_run.as_str() == "r1"
     ));
 }
 
@@ -413,15 +413,15 @@ fn a_deadline_beyond_one_browser_timer_is_reached_by_chained_timers() {
 
 fn run(id: &str, status: RunStatus, held: bool) -> Run {
     Run {
-        id: id.into(),
-        session_id: "s".into(),
-        anchor_message_id: "m".into(),
+        id: RunId::new(id),
+        session_id: SessionId::new("s"),
+        anchor_message_id: MessageId::new("m"),
         reply_message_id: None,
         status,
         kind: crate::wire::RunKind::Prompt,
         attempt: 1,
         tier1_attempts: 1,
-        held_by: held.then(|| "x".into()),
+        held_by: held.then(|| RunId::new("x")),
         error_message: None,
         retry: None,
         retry_dismissed_at: None,
@@ -497,7 +497,7 @@ fn property_no_doubled_dispatch_nothing_after_cancel_delays_in_bounds() {
                     generation: gen,
                     answer: match rng.next(3) {
                         0 => Answer::Receipt {
-                            run_id: format!("x{gen}"),
+                            run_id: RunId::new(format!("x{gen}")),
                         },
                         1 => Answer::Refused {
                             code: ErrorCode::RegenerateStale,

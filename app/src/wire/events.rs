@@ -155,13 +155,13 @@ impl Following {
                 }
                 None => (item, None),
             };
-            if sid.is_empty() || sid.len() > 200 {
-                return Err(format!("{item:?} is not a session id"));
+            let sid: SessionId = sid
+                .parse()
+                .map_err(|e| format!("{item:?} is not a session id: {e}"))?;
+            if list.iter().any(|(s, _)| *s == sid) {
+                return Err(format!("session \"{sid}\" is named twice"));
             }
-            if list.iter().any(|(s, _)| s.as_str() == sid) {
-                return Err(format!("session {sid:?} is named twice"));
-            }
-            list.push((SessionId::from(sid.to_string()), after));
+            list.push((sid, after));
         }
         Ok(Following(list))
     }
@@ -174,9 +174,9 @@ mod tests {
     #[test]
     fn a_follow_list_reads_back_what_it_writes() {
         let list = Following(vec![
-            (SessionId::from("s_a".to_string()), Some(12)),
-            (SessionId::from("s_b".to_string()), None),
-            (SessionId::from("s_c".to_string()), Some(0)),
+            (SessionId::new("s_a"), Some(12)),
+            (SessionId::new("s_b"), None),
+            (SessionId::new("s_c"), Some(0)),
         ]);
         assert_eq!(list.to_query(), "s_a:12,s_b,s_c:0");
         assert_eq!(Following::parse(&list.to_query()), Ok(list));

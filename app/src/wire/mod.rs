@@ -185,13 +185,13 @@ mod tests {
     #[test]
     fn absent_options_are_omitted_and_events_round_trip() {
         let m = Message {
-            id: "m1".into(),
-            session_id: "s1".into(),
+            id: MessageId::new("m1"),
+            session_id: SessionId::new("s1"),
             role: Role::Agent,
             content: "hi".into(),
             created_at: 1,
             superseded: false,
-            run_id: Some("r1".into()),
+            run_id: Some(RunId::new("r1")),
             status: Some(MessageStatus::Failed),
             error_message: None,
             retry: Some(RetryClassification {

@@ -1,6 +1,6 @@
 //! Runs: one execution of a turn, its Tier 1 attempts, its classification and provenance.
 use super::text::words;
-use super::{MessageId, Millis, RunId, SessionId};
+use super::{MessageId, Millis, PromptId, RunId, SessionId};
 use serde::{Deserialize, Serialize};
 
 words! {
@@ -195,7 +195,8 @@ pub struct RetryClassification {
 pub struct Provenance {
     pub kind: ProvenanceKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub prompt_id: Option<PromptId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,7 +238,8 @@ pub struct RunDetail {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RetryReceipt {
     /// `<prompt id>~resume-<n>`: which attempt of which prompt this is.
-    pub prompt_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub prompt_id: PromptId,
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub run_id: RunId,
     pub kind: RunKind,

@@ -385,7 +385,7 @@ mod tests {
 
     fn call(id: &str) -> ToolCall {
         ToolCall {
-            id: id.into(),
+            id: ToolCallId::new(id),
             step: 1,
             server: "fs".into(),
             tool: "write_file".into(),
@@ -418,7 +418,7 @@ mod tests {
                 text: "I will write.".into()
             }
         );
-        assert!(matches!(&parts[1], Part::ToolCall { call } if call.id == "c1"));
+        assert!(matches!(&parts[1], Part::ToolCall { call } if call.id.as_str() == "c1"));
         assert_eq!(
             parts[2],
             Part::Text {

@@ -193,7 +193,7 @@ async fn page_render(server: &Server) -> R<(f64, f64)> {
         let receipt = server.post_message(&sid, "go").await?;
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let run = server.run(receipt.run_id.as_str()).await?;
+            let run = server.run(&receipt.run_id).await?;
             if !run.status.is_active() {
                 if run.status != app::wire::RunStatus::Completed {
                     return Err(format!("the 1 MiB reply's run ended {:?}", run.status));

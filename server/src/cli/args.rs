@@ -1,5 +1,6 @@
 //! The client commands' arguments: where the server is, the token, `--json`, and each
 //! command's own (CONTRACT §4).
+use app::wire::{MessageId, RunId, SessionId, ToolCallId};
 use clap::{Args, Subcommand};
 
 /// Where the server is, how to authenticate, and how to print.
@@ -55,7 +56,7 @@ pub enum Command {
     /// Post an operator message to a session (starts or queues a run).
     Send {
         /// The session's id.
-        session: String,
+        session: SessionId,
         /// The message; several words are joined with spaces.
         #[arg(required = true, num_args = 1..)]
         text: Vec<String>,
@@ -69,25 +70,25 @@ pub enum Command {
     /// Run a session again from one of its operator messages.
     Regenerate {
         /// The session's id.
-        session: String,
+        session: SessionId,
         /// The operator message to regenerate from.
-        message: String,
+        message: MessageId,
         #[command(flatten)]
         conn: Conn,
     },
     /// Stop a queued or running run.
     Cancel {
         /// The session's id.
-        session: String,
+        session: SessionId,
         /// The run's id.
-        run: String,
+        run: RunId,
         #[command(flatten)]
         conn: Conn,
     },
     /// Retry a session's failed last turn now (`--cancel`: cancel its waiting background retry).
     Retry {
         /// The session's id.
-        session: String,
+        session: SessionId,
         /// Cancel the session's waiting background retry instead.
         #[arg(long)]
         cancel: bool,
@@ -107,9 +108,9 @@ pub enum Command {
     /// tool in this session from now on).
     Approve {
         /// The run's id.
-        run: String,
+        run: RunId,
         /// The tool call's id.
-        call: String,
+        call: ToolCallId,
         /// Remember: never ask again for this tool in this session.
         #[arg(long)]
         always: bool,
@@ -120,9 +121,9 @@ pub enum Command {
     /// turn goes on (`--always`: and deny this tool in this session from now on).
     Deny {
         /// The run's id.
-        run: String,
+        run: RunId,
         /// The tool call's id.
-        call: String,
+        call: ToolCallId,
         /// Remember: deny this tool in this session from now on without asking.
         #[arg(long)]
         always: bool,
@@ -163,7 +164,7 @@ pub enum RunsCommand {
     /// run's start.
     Show {
         /// The run's id.
-        run: String,
+        run: RunId,
         #[command(flatten)]
         conn: Conn,
     },

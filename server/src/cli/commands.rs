@@ -4,7 +4,9 @@ use super::render::{one_line, sessions_table, snippet, started, to_wire, untrust
 use super::{Command, Failure, Outcome};
 use app::api::native::{Answer, CallError, Client};
 use app::api::{self, Endpoint};
-use app::wire::{CreateSession, DecideToolCall, DecidedBy, Decision, PostMessage, Regenerate};
+use app::wire::{
+    CreateSession, DecideToolCall, DecidedBy, Decision, PostMessage, Regenerate, RunId, ToolCallId,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -87,7 +89,13 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
             let body = PostMessage {
                 content: text.join(" "),
             };
-            let a = call(&client, &api::POST_MESSAGE, &[session], Some(&body)).await?;
+            let a = call(
+                &client,
+                &api::POST_MESSAGE,
+                &[session.as_str()],
+                Some(&body),
+            )
+            .await?;
             let r = &a.value;
             run_id = Some(r.run_id.clone());
             let line = format!(
@@ -102,7 +110,13 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
             session, message, ..
         } => {
             let body = Regenerate::default();
-            let a = call(&client, &api::REGENERATE, &[session, message], Some(&body)).await?;
+            let a = call(
+                &client,
+                &api::REGENERATE,
+                &[session.as_str(), message.as_str()],
+                Some(&body),
+            )
+            .await?;
             let r = &a.value;
             let mut line = format!(
                 "regenerated {session} from message {message}: run {} ({})",
@@ -121,7 +135,13 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
             (a.raw, line)
         }
         Command::Cancel { session, run, .. } => {
-            let a = call(&client, &api::CANCEL_RUN, &[session, run], None).await?;
+            let a = call(
+                &client,
+                &api::CANCEL_RUN,
+                &[session.as_str(), run.as_str()],
+                None,
+            )
+            .await?;
             let line = format!("cancelled run {}", a.value.id);
             (a.raw, line)
         }
@@ -130,11 +150,17 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
             cancel: true,
             ..
         } => {
-            let a = call(&client, &api::CANCEL_WAITING_RETRY, &[session], None).await?;
+            let a = call(
+                &client,
+                &api::CANCEL_WAITING_RETRY,
+                &[session.as_str()],
+                None,
+            )
+            .await?;
             (a.raw, format!("cancelled the waiting retry of {session}"))
         }
         Command::Retry { session, .. } => {
-            let a = call(&client, &api::RETRY, &[session], None).await?;
+            let a = call(&client, &api::RETRY, &[session.as_str()], None).await?;
             let r = &a.value;
             run_id = Some(r.run_id.clone());
             let line = format!("retried {session}: {}, run {}", to_wire(&r.kind), r.run_id);
@@ -182,7 +208,7 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
         Command::Runs {
             command: RunsCommand::Show { run, .. },
         } => {
-            let a = call(&client, &api::RUN, &[run], None).await?;
+            let a = call(&client, &api::RUN, &[run.as_str()], None).await?;
             let line = super::timeline::run_timeline(&a.value);
             (a.raw, line)
         }
@@ -199,8 +225,8 @@ async fn answer(client: &Client, cmd: &Command) -> Outcome<Printed> {
 /// `approve` / `deny`: the decision posted, and the call as decided.
 async fn decided(
     client: &Client,
-    run: &str,
-    cid: &str,
+    run: &RunId,
+    cid: &ToolCallId,
     decision: Decision,
     reason: Option<String>,
 ) -> Outcome<(String, String)> {
@@ -210,7 +236,13 @@ async fn decided(
         from: None,
         by: Some(DecidedBy::Cli),
     };
-    let a = call(client, &api::DECIDE_TOOL_CALL, &[run, cid], Some(&body)).await?;
+    let a = call(
+        client,
+        &api::DECIDE_TOOL_CALL,
+        &[run.as_str(), cid.as_str()],
+        Some(&body),
+    )
+    .await?;
     let c = &a.value.call;
     let what = if decision.allows() {
         "allowed: it runs now and the turn goes on"
@@ -251,7 +283,7 @@ pub async fn execute_and_follow(cmd: &Command) -> Outcome<std::process::ExitCode
         }
     };
     // Events after this snapshot are replayed: nothing the run does is missed.
-    let after = call(&client, &api::SESSION, &[session], None)
+    let after = call(&client, &api::SESSION, &[session.as_str()], None)
         .await?
         .value
         .last_event_id;

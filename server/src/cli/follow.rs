@@ -6,7 +6,7 @@ use super::render::{approval_line, tool_line, untrusted};
 use super::{Failure, Outcome};
 use app::api::native::Client;
 use app::api::{self};
-use app::wire::{Event, Run, RunStatus};
+use app::wire::{Event, Run, RunId, RunStatus, SessionId};
 use futures::StreamExt;
 use server::sse_lines::owned_events;
 use std::io::Write;
@@ -20,12 +20,17 @@ const MAX_EVENT_BYTES: usize = 16 << 20;
 const RECONNECTS: u32 = 5;
 
 /// Follows run `run_id` of `session` from event `after` on.
-pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) -> Outcome<ExitCode> {
+pub async fn follow(
+    client: &Client,
+    session: &SessionId,
+    run_id: &RunId,
+    after: i64,
+) -> Outcome<ExitCode> {
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .build()
         .map_err(|e| Failure::Other(format!("cannot build the HTTP client: {e}")))?;
-    let url = client.url(&api::EVENTS.url(&[session]));
+    let url = client.url(&api::EVENTS.url(&[session.as_str()]));
     let mut last = after;
     let mut reconnects = 0;
     let mut at_line_start = true;
@@ -51,7 +56,7 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
                 ev = events.next() => ev,
                 _ = &mut interrupt => {
                     if ask_to_cancel(run_id).await {
-                        let cancelled = client.call(&api::CANCEL_RUN, &[session, run_id], None).await;
+                        let cancelled = client.call(&api::CANCEL_RUN, &[session.as_str(), run_id.as_str()], None).await;
                         if let Err(e) = cancelled {
                             eprintln!("could not cancel: {e:?}");
                         }
@@ -68,12 +73,12 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
                 continue;
             };
             match event {
-                Event::Delta(d) if d.run_id == run_id => {
+                Event::Delta(d) if d.run_id == *run_id => {
                     print!("{}", untrusted(&d.text));
                     at_line_start = d.text.ends_with('\n');
                     let _ = std::io::stdout().flush();
                 }
-                Event::ToolCall(t) if t.run_id == run_id => {
+                Event::ToolCall(t) if t.run_id == *run_id => {
                     if !at_line_start {
                         println!();
                     }
@@ -86,7 +91,7 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
                     }
                     at_line_start = true;
                 }
-                Event::Attempt(a) if a.run_id == run_id => {
+                Event::Attempt(a) if a.run_id == *run_id => {
                     eprintln!(
                         "[provider failed: {}; Tier 1 tries again in {:.1} s (attempt {})]",
                         untrusted(&a.reason),
@@ -94,7 +99,7 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
                         a.n
                     );
                 }
-                Event::Run(r) if r.id == run_id && !r.status.is_active() => {
+                Event::Run(r) if r.id == *run_id && !r.status.is_active() => {
                     if !at_line_start {
                         println!();
                     }
@@ -114,14 +119,14 @@ pub async fn follow(client: &Client, session: &str, run_id: &str, after: i64) ->
 }
 
 /// The last line and the exit code of a run that ended.
-fn ended(session: &str, r: &Run) -> ExitCode {
+fn ended(session: &SessionId, r: &Run) -> ExitCode {
     match r.status {
         RunStatus::Completed => {
-            println!("[completed: run {}]", untrusted(&r.id));
+            println!("[completed: run {}]", untrusted(r.id.as_str()));
             ExitCode::SUCCESS
         }
         RunStatus::Cancelled => {
-            println!("[cancelled: run {}]", untrusted(&r.id));
+            println!("[cancelled: run {}]", untrusted(r.id.as_str()));
             ExitCode::from(4)
         }
         _ => {
@@ -146,8 +151,8 @@ fn ended(session: &str, r: &Run) -> ExitCode {
 }
 
 /// Asks on the terminal whether to cancel; anything but yes keeps following.
-async fn ask_to_cancel(run_id: &str) -> bool {
-    eprint!("\nCancel run {}? [y/N] ", untrusted(run_id));
+async fn ask_to_cancel(run_id: &RunId) -> bool {
+    eprint!("\nCancel run {}? [y/N] ", untrusted(run_id.as_str()));
     let _ = std::io::stderr().flush();
     let answer = tokio::task::spawn_blocking(|| {
         let mut line = String::new();

@@ -2,7 +2,8 @@
 //! tables, and the API's JSON on one line for `--json` (a run's timeline: [`super::timeline`]).
 use app::clock::{clock_text, relative, utc};
 use app::wire::{
-    Decision, Millis, ModelInfo, ModelList, Session, ToolCall, ToolCallStatus, ToolServer,
+    Decision, Millis, ModelInfo, ModelList, RunId, Session, SessionId, ToolCall, ToolCallStatus,
+    ToolServer,
 };
 use serde_json::Value;
 use std::borrow::Cow;
@@ -171,7 +172,7 @@ pub fn approvals_table(list: &app::wire::Approvals) -> String {
 }
 
 /// A waiting call and the commands that decide it.
-pub fn approval_line(session: &str, run: &str, call: &ToolCall) -> String {
+pub fn approval_line(session: &SessionId, run: &RunId, call: &ToolCall) -> String {
     let says = match call.annotations {
         Some(a) if a.read_only == Some(true) => "reads only",
         Some(a) if a.destructive == Some(true) => "may change or delete",

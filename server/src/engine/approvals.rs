@@ -163,7 +163,7 @@ impl Engine {
             session_id,
             Event::ToolCall(ToolCallEvent {
                 run_id: run_id.clone(),
-                message_id: call.message_id.as_str().into(),
+                message_id: call.message_id.clone(),
                 call: call.call.clone(),
             }),
         );

@@ -7,11 +7,11 @@ use crate::error::Refusal;
 use crate::error::{Error, Result};
 use crate::metrics::metrics;
 use crate::store::{Dispatched, NewRun};
-use app::wire::MessageId;
 use app::wire::SessionId;
 use app::wire::{
     Event, Provenance, ProvenanceKind, Receipt, RetryReceipt, Role, RunId, RunKind, RunStatus,
 };
+use app::wire::{MessageId, PromptId};
 
 /// What a regenerate asks for, beyond its anchor (see [`Engine::regenerate`]).
 #[derive(Clone, Copy)]
@@ -69,7 +69,7 @@ impl Engine {
         }
         Ok(Receipt {
             message_id,
-            queued: started.as_deref() != Some(run.id.as_str()),
+            queued: started.as_ref() != Some(&run.id),
             run_id: run.id,
             superseded,
             tools_superseded: 0,
@@ -219,7 +219,8 @@ impl Engine {
         {
             self.cancel_waiting_run(w).await?;
         }
-        let attempt = self.store().tries_of(mid).await? + 1;
+        let prompt = PromptId::of_message(mid);
+        let attempt = self.store().tries_of(&prompt).await?.saturating_add(1);
         self.queue(NewRun {
             session_id,
             release_held: false,
@@ -230,7 +231,7 @@ impl Engine {
             attempt,
             provenance: Some(Provenance {
                 kind: ProvenanceKind::Regenerate,
-                prompt_id: Some(mid.to_string()),
+                prompt_id: Some(prompt),
                 attempt: Some(attempt),
                 manual: manual.then_some(true),
                 from: from.map(str::to_string),
@@ -295,12 +296,13 @@ impl Engine {
         let anchor = store.message(&failed.anchor_message_id).await?;
         // The prompt this turn answers: a continuation's origin, else its anchor.
         let prompt_id = match &anchor.provenance {
-            Some(p) if p.kind == ProvenanceKind::AutoResume => {
-                p.prompt_id.clone().unwrap_or_else(|| anchor.id.to_string())
-            }
-            _ => anchor.id.to_string(),
+            Some(p) if p.kind == ProvenanceKind::AutoResume => p
+                .prompt_id
+                .clone()
+                .unwrap_or_else(|| PromptId::of_message(&anchor.id)),
+            _ => PromptId::of_message(&anchor.id),
         };
-        let n = store.resumes_of(&prompt_id).await? + 1;
+        let n = store.resumes_of(&prompt_id).await?.saturating_add(1);
         let provenance = Provenance {
             kind: ProvenanceKind::AutoResume,
             prompt_id: Some(prompt_id.clone()),
@@ -363,7 +365,7 @@ impl Engine {
         let receipt = self.queue(new).await?;
         Ok((
             RetryReceipt {
-                prompt_id: format!("{prompt_id}~resume-{n}"),
+                prompt_id: prompt_id.resume(n),
                 run_id: receipt.run_id.clone(),
                 kind,
             },

@@ -63,16 +63,16 @@ mod tests {
     #[tokio::test]
     async fn one_holder_at_a_time_and_nothing_left_once_all_are_done() {
         let locks = Locks::default();
-        let first = locks.lock(&"s".into()).await;
+        let first = locks.lock(&SessionId::new("s")).await;
         let waiter = tokio::spawn({
             let locks = locks.clone();
             async move {
-                let _held = locks.lock(&"s".into()).await;
+                let _held = locks.lock(&SessionId::new("s")).await;
             }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "the second lock waits for the first");
-        let other = locks.lock(&"t".into()).await; // another session is not held up
+        let other = locks.lock(&SessionId::new("t")).await; // another session is not held up
         assert_eq!(locks.len(), 2);
 
         drop(first);

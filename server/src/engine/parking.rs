@@ -174,7 +174,7 @@ impl Engine {
         else {
             return Ok(());
         };
-        let probe = SessionId::from(probe);
+        let probe = SessionId::new(probe);
         if self.store().session(&probe).await?.session.status != SessionStatus::Running {
             return Ok(());
         }

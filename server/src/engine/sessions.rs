@@ -63,7 +63,7 @@ impl Engine {
             .create_session(&NewSession {
                 title: &title,
                 model: &model,
-                parent_id: new.parent_id.as_deref(),
+                parent_id: new.parent_id.as_ref(),
                 agent_token_hash: &hex_sha256(&agent_token),
                 auto_retry: new.auto_retry.unwrap_or_default(),
                 tools: &tools,

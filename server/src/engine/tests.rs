@@ -257,7 +257,7 @@ async fn prompts_released_by_a_caller_that_hangs_up_still_run() {
         RunStatus::Failed
     );
     let held = engine.store().run(&second.run.id).await.unwrap();
-    assert_eq!(held.held_by.as_deref(), Some(first.run.id.as_str()));
+    assert_eq!(held.held_by.as_ref(), Some(&first.run.id));
     let released = || async {
         let run = engine.store().run(&second.run.id).await.unwrap();
         run.held_by.is_none()
@@ -405,7 +405,7 @@ async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it(
     // Time for a change that does not wait for the lock to be done before the retry is left.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!change.is_finished(), "the change waits for the lock");
-    leave_retry_waiting(&engine, &sid, &"r_failed_under_the_lock".into()).await;
+    leave_retry_waiting(&engine, &sid, &RunId::new("r_failed_under_the_lock")).await;
     drop(held);
     let changed = change.await.unwrap().unwrap();
     assert_eq!(changed.auto_retry, AutoRetry::Off);
@@ -424,7 +424,7 @@ async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it(
 async fn a_settings_change_whose_caller_hangs_up_is_carried_to_its_end() {
     let engine = engine().await;
     let sid = session(&engine, AutoRetry::Background).await;
-    leave_retry_waiting(&engine, &sid, &"r_failed".into()).await;
+    leave_retry_waiting(&engine, &sid, &RunId::new("r_failed")).await;
     let mut events = engine.hub().subscribe(&sid, None).live;
     let held = engine.lock(&sid).await.unwrap();
     let change = engine.update_settings(&sid, off());

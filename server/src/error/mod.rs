@@ -41,8 +41,12 @@ impl Error {
             message: message.into(),
         }
     }
-    pub fn not_found(what: &str, id: &str) -> Self {
-        Error::new(Kind::NotFound, format!("no {what} with id {id:?}"))
+    /// `id` is quoted as a string, escapes and all.
+    pub fn not_found(what: &str, id: impl std::fmt::Display) -> Self {
+        Error::new(
+            Kind::NotFound,
+            format!("no {what} with id {:?}", id.to_string()),
+        )
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::new(Kind::Invalid, message)
@@ -51,7 +55,7 @@ impl Error {
         Error::new(Kind::Conflict, message)
     }
     /// The session's lock stayed taken past the wait's bound.
-    pub fn busy(session_id: &str) -> Self {
+    pub fn busy(session_id: impl std::fmt::Display) -> Self {
         Error::new(
             Kind::Busy,
             format!("session {session_id} is busy with another request; try again in a moment"),

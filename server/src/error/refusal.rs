@@ -110,7 +110,7 @@ mod tests {
     use axum::http::StatusCode;
 
     fn every() -> Vec<(Refusal, &'static str, &'static str)> {
-        let run = RunId::from("r1");
+        let run = RunId::new("r1");
         vec![
             (Refusal::RetryBusy, "retry.busy", "wait for it"),
             (
@@ -123,7 +123,7 @@ mod tests {
             (Refusal::NoTurnToRetry, "retry.nothing_failed", "no turn"),
             (
                 Refusal::PromptSuperseded {
-                    message: MessageId::from("m1"),
+                    message: MessageId::new("m1"),
                 },
                 "regenerate.stale",
                 "message m1 is superseded",
@@ -131,7 +131,7 @@ mod tests {
             (
                 Refusal::NotLatestRun {
                     expected: run.clone(),
-                    latest: Some((RunId::from("r2"), RunStatus::Running)),
+                    latest: Some((RunId::new("r2"), RunStatus::Running)),
                 },
                 "regenerate.stale",
                 "(latest: r2 (running))",
@@ -146,8 +146,8 @@ mod tests {
             ),
             (
                 Refusal::NotFamily {
-                    session: SessionId::from("s2"),
-                    caller: SessionId::from("s1"),
+                    session: SessionId::new("s2"),
+                    caller: SessionId::new("s1"),
                 },
                 "subsessions.not_family",
                 "session s2 is not a descendant of s1",

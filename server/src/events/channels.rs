@@ -23,7 +23,7 @@ pub(super) const IDLE: Duration = Duration::from_secs(60);
 /// An event numbered past the reservation, not yet delivered or queued for the log.
 pub(super) struct Held {
     pub(super) id: i64,
-    pub(super) session_id: String,
+    pub(super) session_id: app::wire::SessionId,
     pub(super) name: &'static str,
     pub(super) frame: (super::bytes_frame::Frame, std::ops::Range<usize>),
     pub(super) ends_run: bool,
@@ -94,7 +94,7 @@ impl Inner {
 /// `spill` (one instance), a delta of a running run that leaves the ring goes to the log.
 pub(super) fn deliver(
     inner: &mut Inner,
-    (id, session_id, name): (i64, &str, &'static str),
+    (id, session_id, name): (i64, &app::wire::SessionId, &'static str),
     (frame, data): (bytes_frame::Frame, std::ops::Range<usize>),
     ends_run: bool,
     spill: Option<&mpsc::UnboundedSender<Write>>,
@@ -147,7 +147,12 @@ pub(super) fn evict_idle(inner: &mut Inner, idle: Duration) -> usize {
     before - inner.channels.len()
 }
 
-pub(super) fn channel<'a>(inner: &'a mut Inner, session_id: &str, floor: i64) -> &'a mut Channel {
+pub(super) fn channel<'a>(
+    inner: &'a mut Inner,
+    session_id: &app::wire::SessionId,
+    floor: i64,
+) -> &'a mut Channel {
+    let session_id = session_id.as_str();
     // Looked up first: no key allocated for a session that has its channel (every delta).
     if !inner.channels.contains_key(session_id) {
         inner.channels.insert(
@@ -198,7 +203,13 @@ mod tests {
         spill: Option<&mpsc::UnboundedSender<Write>>,
     ) -> Arc<Published> {
         let frame = bytes_frame::render_with(id, "delta", 2, |b| b.extend_from_slice(b"{}"));
-        deliver(inner, (id, session, "delta"), frame, ends_run, spill)
+        deliver(
+            inner,
+            (id, &app::wire::SessionId::new(session), "delta"),
+            frame,
+            ends_run,
+            spill,
+        )
     }
 
     #[test]
@@ -239,7 +250,9 @@ mod tests {
         let mut inner = Inner::new(1, i64::MAX);
         put(&mut inner, 1, "quiet", true, None); // (its run ended)
         put(&mut inner, 2, "watched", false, None);
-        let _subscriber = channel(&mut inner, "watched", 3).tx.subscribe();
+        let _subscriber = channel(&mut inner, &app::wire::SessionId::new("watched"), 3)
+            .tx
+            .subscribe();
         inner.next_id = 3;
 
         // Nothing is idle yet for a minute: everything stays.
@@ -252,7 +265,7 @@ mod tests {
         // A resume of "quiet" from before its event finds it below the new channel's floor,
         // so it is read from the store.
         let next = inner.next_id;
-        let chan = channel(&mut inner, "quiet", next);
+        let chan = channel(&mut inner, &app::wire::SessionId::new("quiet"), next);
         assert!(chan.recent.is_empty());
         let resume_after = 0;
         assert!(

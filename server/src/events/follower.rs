@@ -34,7 +34,7 @@ impl EventHub {
                         // hole in it.
                         tracing::info!(run_id = %d.run_id, seq = d.seq, after = entry.1, "deltas were missed: catching up from the saved text");
                         let behind = Behind {
-                            session_id: e.session_id.clone().into(),
+                            session_id: e.session_id.clone(),
                             held: Vec::new(),
                         };
                         let run_id = d.run_id.clone();
@@ -58,7 +58,7 @@ impl EventHub {
             });
             deliver(
                 &mut inner,
-                (e.id, e.session_id.as_str(), e.name),
+                (e.id, &e.session_id, e.name),
                 frame,
                 ends_run,
                 None,
@@ -134,13 +134,7 @@ impl EventHub {
             let frame = bytes_frame::render_with(id, "message", data.len(), |buf| {
                 buf.extend_from_slice(data.as_bytes())
             });
-            deliver(
-                &mut inner,
-                (id, session_id.as_str(), "message"),
-                frame,
-                false,
-                None,
-            );
+            deliver(&mut inner, (id, &session_id, "message"), frame, false, None);
         }
     }
 }

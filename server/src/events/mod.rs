@@ -215,7 +215,9 @@ impl EventHub {
             return;
         }
         let hint = match event {
-            Event::Delta(d) => d.text.len() + d.run_id.len() + d.message_id.len() + 64,
+            Event::Delta(d) => {
+                d.text.len() + d.run_id.as_str().len() + d.message_id.as_str().len() + 64
+            }
             _ => 512,
         };
         let mut inner = self.inner.lock().expect("event hub lock");
@@ -231,7 +233,7 @@ impl EventHub {
             // Not reserved yet: it goes out, in order, once it is (`reserve::release`).
             inner.held.push_back(channels::Held {
                 id,
-                session_id: session_id.to_string(),
+                session_id: session_id.clone(),
                 name,
                 frame,
                 ends_run,
@@ -314,8 +316,8 @@ mod tests {
 
     fn delta(seq: u64) -> Event {
         Event::Delta(Delta {
-            run_id: "r_a".into(),
-            message_id: "m_a".into(),
+            run_id: RunId::new("r_a"),
+            message_id: app::wire::MessageId::new("m_a"),
             seq,
             text: format!("t{seq}"),
             step: 1,
@@ -330,7 +332,7 @@ mod tests {
         hub.flush().await;
         let logged = hub
             .store()
-            .events_between(&"s".into(), after, i64::MAX, 1000)
+            .events_between(&SessionId::new("s"), after, i64::MAX, 1000)
             .await
             .unwrap();
         logged.iter().map(|e| e.name).collect()
@@ -341,18 +343,18 @@ mod tests {
     #[tokio::test]
     async fn an_event_written_twice_is_logged_once() {
         let hub = test_hub().await;
-        hub.publish(&"s".into(), &run("r_a", RunStatus::Running, true));
+        hub.publish(&SessionId::new("s"), &run("r_a", RunStatus::Running, true));
         hub.flush().await;
         let logged = hub
             .store()
-            .events_between(&"s".into(), 0, i64::MAX, 1000)
+            .events_between(&SessionId::new("s"), 0, i64::MAX, 1000)
             .await
             .unwrap();
         let rows: Vec<_> = logged.iter().collect();
         hub.store().append_events(&rows).await.unwrap();
         let again = hub
             .store()
-            .events_between(&"s".into(), 0, i64::MAX, 1000)
+            .events_between(&SessionId::new("s"), 0, i64::MAX, 1000)
             .await
             .unwrap();
         assert_eq!(again.len(), 1);
@@ -364,14 +366,14 @@ mod tests {
     #[tokio::test]
     async fn ids_given_before_a_crash_are_never_given_again() {
         let hub = test_hub().await;
-        hub.publish(&"s".into(), &run("r_a", RunStatus::Running, true));
+        hub.publish(&SessionId::new("s"), &run("r_a", RunStatus::Running, true));
         hub.flush().await;
         for seq in 1..=5 {
-            hub.publish(&"s".into(), &delta(seq));
+            hub.publish(&SessionId::new("s"), &delta(seq));
         }
         let given = hub.last_id();
         let (again, _writer) = EventHub::start(hub.store().clone()).await.unwrap();
-        again.publish(&"s".into(), &run("r_a", RunStatus::Failed, true));
+        again.publish(&SessionId::new("s"), &run("r_a", RunStatus::Failed, true));
         assert!(
             again.last_id() > given,
             "{} was given again",
@@ -386,11 +388,11 @@ mod tests {
         let hub = test_hub().await;
         let before = hub.last_id();
         let mark = hub.inner.lock().unwrap().reserved;
-        let mut sub = hub.subscribe(&"s".into(), None);
+        let mut sub = hub.subscribe(&SessionId::new("s"), None);
         // The reserver cannot run meanwhile (this test's one thread never yields).
         let n = (mark - 1 - before) as u64 + 10;
         for seq in 1..=n {
-            hub.publish(&"s".into(), &delta(seq));
+            hub.publish(&SessionId::new("s"), &delta(seq));
         }
         {
             let inner = hub.inner.lock().unwrap();
@@ -426,24 +428,27 @@ mod tests {
     async fn a_quiet_running_runs_deltas_stay_for_a_later_resume() {
         let hub = test_hub_idle(std::time::Duration::from_millis(20)).await;
         let before = hub.last_id();
-        hub.publish(&"s".into(), &run("r_a", RunStatus::Running, true));
+        hub.publish(&SessionId::new("s"), &run("r_a", RunStatus::Running, true));
         for seq in 1..=3 {
-            hub.publish(&"s".into(), &delta(seq));
+            hub.publish(&SessionId::new("s"), &delta(seq));
         }
         // A session whose run ended: its channel goes, which says the sweep ran.
-        hub.publish(&"ended".into(), &run("r_b", RunStatus::Completed, true));
+        hub.publish(
+            &SessionId::new("ended"),
+            &run("r_b", RunStatus::Completed, true),
+        );
         hub.flush().await;
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
         while hub.inner.lock().unwrap().channels.contains_key("ended") {
             assert!(tokio::time::Instant::now() < deadline, "no sweep ran");
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        let sub = hub.subscribe(&"s".into(), Some(before));
+        let sub = hub.subscribe(&SessionId::new("s"), Some(before));
         let mut names: Vec<&str> = Vec::new();
         if let Some((after, below)) = sub.from_store {
             let logged = hub
                 .store()
-                .events_between(&"s".into(), after, below, 100)
+                .events_between(&SessionId::new("s"), after, below, 100)
                 .await
                 .unwrap();
             names.extend(logged.iter().map(|e| e.name));
@@ -465,7 +470,7 @@ mod tests {
         let rows: Vec<crate::store::LoggedEvent> = (0..450)
             .map(|i| crate::store::LoggedEvent {
                 id: first + i,
-                session_id: "s".into(),
+                session_id: SessionId::new("s"),
                 name: "delta",
                 data: format!("{{\"n\":{i}}}"),
             })
@@ -475,7 +480,7 @@ mod tests {
             hub.store().append_events(&batch).await.unwrap();
             let logged = hub
                 .store()
-                .events_between(&"s".into(), 0, i64::MAX, 1000)
+                .events_between(&SessionId::new("s"), 0, i64::MAX, 1000)
                 .await
                 .unwrap();
             let ids: Vec<i64> = logged.iter().map(|e| e.id).collect();
@@ -489,31 +494,37 @@ mod tests {
     async fn a_queued_runs_end_never_prunes_the_streaming_runs_deltas() {
         let hub = test_hub().await;
         let before = hub.last_id();
-        hub.publish(&"s".into(), &run("r_a", RunStatus::Running, true));
-        hub.publish(&"s".into(), &delta(1));
+        hub.publish(&SessionId::new("s"), &run("r_a", RunStatus::Running, true));
+        hub.publish(&SessionId::new("s"), &delta(1));
         // A delta's row is written when it leaves the window (here, by hand).
         hub.flush().await;
         let rows = hub
             .store()
-            .events_between(&"s".into(), before, i64::MAX, 1000)
+            .events_between(&SessionId::new("s"), before, i64::MAX, 1000)
             .await
             .unwrap();
         let spilled = crate::store::LoggedEvent {
             id: before + 2,
-            session_id: "s".into(),
+            session_id: SessionId::new("s"),
             name: "delta",
             data: "{}".into(),
         };
         assert_eq!(rows.len(), 1, "only the run's row");
         hub.store().append_events(&[&spilled]).await.unwrap();
         assert_eq!(logged(&hub, before).await, ["run", "delta"]);
-        hub.publish(&"s".into(), &run("r_b", RunStatus::Cancelled, false));
+        hub.publish(
+            &SessionId::new("s"),
+            &run("r_b", RunStatus::Cancelled, false),
+        );
         assert_eq!(
             logged(&hub, before).await,
             ["run", "delta", "run"],
             "a queued run's end pruned the streaming run's delta"
         );
-        hub.publish(&"s".into(), &run("r_a", RunStatus::Completed, true));
+        hub.publish(
+            &SessionId::new("s"),
+            &run("r_a", RunStatus::Completed, true),
+        );
         assert_eq!(logged(&hub, before).await, ["run", "run", "run"]);
     }
 }

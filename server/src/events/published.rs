@@ -25,7 +25,7 @@ impl Published {
     pub(super) fn logged(&self) -> LoggedEvent {
         LoggedEvent {
             id: self.id,
-            session_id: self.session_id.to_string(),
+            session_id: app::wire::SessionId::new(self.session_id.as_ref()),
             name: self.name,
             data: String::from_utf8_lossy(&self.frame[self.data.clone()]).into_owned(),
         }
@@ -55,14 +55,20 @@ mod tests {
     fn a_frame_carries_the_data_once_and_the_log_reads_it_back() {
         let mut inner = Inner::new(1, i64::MAX);
         let delta = Event::Delta(Delta {
-            run_id: "r".into(),
-            message_id: "m".into(),
+            run_id: app::wire::RunId::new("r"),
+            message_id: app::wire::MessageId::new("m"),
             seq: 3,
             text: "a\"b\n".into(),
             step: 1,
         });
         let frame = bytes_frame::render_with(7, "delta", 8, |b| write_data(b, &delta));
-        let p = deliver(&mut inner, (7, "s", "delta"), frame, false, None);
+        let p = deliver(
+            &mut inner,
+            (7, &app::wire::SessionId::new("s"), "delta"),
+            frame,
+            false,
+            None,
+        );
         let want = delta.data_json();
         assert_eq!(
             &p.frame[..],

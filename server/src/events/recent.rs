@@ -3,7 +3,7 @@
 //! byte for byte the same, when a resume asks for it).
 use super::bytes_frame::{self, Frame};
 use super::published::{write_data, Published};
-use app::wire::{Delta, Event};
+use app::wire::{Delta, Event, MessageId, RunId};
 use std::sync::Arc;
 
 pub enum Recent {
@@ -128,8 +128,8 @@ struct DeltaFields<'a> {
 impl Kept {
     fn render(&self) -> (Frame, std::ops::Range<usize>) {
         let delta = Event::Delta(Delta {
-            run_id: self.run.run_id.to_string().into(),
-            message_id: self.run.message_id.to_string().into(),
+            run_id: RunId::new(self.run.run_id.to_string()),
+            message_id: MessageId::new(self.run.message_id.to_string()),
             seq: self.seq,
             text: self.text.to_string(),
             step: self.step,
@@ -159,8 +159,8 @@ mod tests {
 
     fn delta(run: &str, seq: u64, text: &str) -> Event {
         Event::Delta(Delta {
-            run_id: run.into(),
-            message_id: format!("m_{run}").into(),
+            run_id: RunId::new(run),
+            message_id: MessageId::new(format!("m_{run}")),
             seq,
             text: text.into(),
             step: 2,

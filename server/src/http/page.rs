@@ -22,7 +22,7 @@ pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Respon
     let signed_in = presented_token(req.headers()).is_some_and(|t| token_matches(t, &state.token));
     let path = req.uri().path().to_string();
     let session_id = match Page::of_path(&path) {
-        Page::Session(id) => Some(SessionId::from(id)),
+        Page::Session(id) => Some(id),
         Page::Home | Page::Unknown => None,
     };
     let data = match signed_in {

@@ -365,7 +365,7 @@ mod tests {
         let rows: Vec<crate::store::LoggedEvent> = (1..=n)
             .map(|i| crate::store::LoggedEvent {
                 id: from + i,
-                session_id: "s_long".into(),
+                session_id: app::wire::SessionId::new("s_long"),
                 name: "session",
                 data: format!("{{\"n\":{i}}}"),
             })
@@ -376,7 +376,7 @@ mod tests {
             .unwrap();
         // A restart: nothing of the session in memory.
         let (hub, _writer) = EventHub::start(store).await.unwrap();
-        let sid = app::wire::SessionId::from("s_long");
+        let sid = app::wire::SessionId::new("s_long");
         let (rx, owed) = owed_by(&hub, hub.subscribe(&sid, Some(from))).await;
         let live = Live {
             rx,
@@ -412,12 +412,12 @@ mod tests {
     #[tokio::test]
     async fn a_lagging_subscriber_catches_up_in_place() {
         let hub = crate::events::test_hub().await;
-        let sid = app::wire::SessionId::from("s_slow");
+        let sid = app::wire::SessionId::new("s_slow");
         let sub = hub.subscribe(&sid, None);
         let delta = |seq: u64| {
             Event::Delta(Delta {
-                run_id: "r".into(),
-                message_id: "m".into(),
+                run_id: app::wire::RunId::new("r"),
+                message_id: app::wire::MessageId::new("m"),
                 seq,
                 text: format!("t{seq}"),
                 step: 1,

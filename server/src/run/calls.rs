@@ -9,7 +9,7 @@ use crate::llm::{ChatMessage, ChatToolCall};
 use crate::store::{NewToolCall, RecordedCall};
 use crate::tools::builtin::{self, Caller};
 use crate::tools::{bounded_result, model_name, CallEnd, Offered, BUILTIN};
-use app::wire::{Approval, Event, ToolCall, ToolCallEvent, ToolCallStatus};
+use app::wire::{Approval, Event, ToolCall, ToolCallEvent, ToolCallId, ToolCallStatus};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -249,7 +249,7 @@ impl RunTask {
         let arguments = parse_arguments(&a.arguments);
         let annotations = found.as_ref().map(Offered::annotations);
         let mut call = ToolCall {
-            id: new_id("tc").into(),
+            id: ToolCallId::new(new_id("tc")),
             step,
             server: found.as_ref().map(|o| o.server.clone()).unwrap_or_default(),
             tool: found
@@ -553,7 +553,7 @@ mod tests {
     fn recorded(step: u32, offset: usize, id: &str, status: ToolCallStatus) -> RecordedCall {
         RecordedCall {
             call: ToolCall {
-                id: format!("tc_{id}").into(),
+                id: ToolCallId::new(format!("tc_{id}")),
                 step,
                 server: "fs".into(),
                 tool: "write_file".into(),
@@ -565,7 +565,7 @@ mod tests {
                 approval: None,
                 annotations: None,
             },
-            message_id: "m".into(),
+            message_id: app::wire::MessageId::new("m"),
             provider_id: format!("call_{id}"),
             text_offset: offset,
         }

@@ -190,7 +190,7 @@ impl Store {
                 ));
             };
             let call = recorded(&row);
-            let session_id = SessionId::from(row.text("session_id"));
+            let session_id = SessionId::new(row.text("session_id"));
             let grant = match d.decision {
                 Decision::AllowAlways => Some(GrantDecision::Allow),
                 Decision::RejectAlways => Some(GrantDecision::Reject),
@@ -267,7 +267,7 @@ impl Store {
             .await?;
             Ok(rows
                 .into_iter()
-                .map(|(s, r)| (SessionId::from(s), RunId::from(r)))
+                .map(|(s, r)| (SessionId::new(s), RunId::new(r)))
                 .collect())
         })
     }
@@ -334,8 +334,8 @@ impl Store {
                 .map(|row| {
                     let c = recorded(row);
                     WaitingCall {
-                        session_id: row.text("session_id").into(),
-                        run_id: row.text("run_id").into(),
+                        session_id: row.id("session_id"),
+                        run_id: row.id("run_id"),
                         waiting_since: c.call.approval.as_ref().map_or(0, |a| a.asked_at),
                         call: c.call,
                     }

@@ -42,7 +42,7 @@ impl Store {
                         n = listener.recv() => n,
                     };
                     match n {
-                        Ok(n) => on_cancel(RunId::from(n.payload())),
+                        Ok(n) => on_cancel(RunId::new(n.payload())),
                         Err(e) => {
                             tracing::warn!(error = %e, "cancel listener dropped; reconnecting");
                             break;

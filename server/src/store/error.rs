@@ -50,7 +50,7 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub fn not_found(what: &str, id: &str) -> Self {
+    pub fn not_found(what: &str, id: impl std::fmt::Display) -> Self {
         StoreError::NotFound {
             what: what.to_string(),
             id: id.to_string(),
@@ -62,7 +62,7 @@ impl StoreError {
     pub fn conflict(message: impl Into<String>) -> Self {
         StoreError::Conflict(message.into())
     }
-    pub fn busy(session_id: &str) -> Self {
+    pub fn busy(session_id: impl std::fmt::Display) -> Self {
         StoreError::Busy(session_id.to_string())
     }
     pub fn internal(message: impl Into<String>) -> Self {

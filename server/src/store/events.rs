@@ -6,13 +6,13 @@ use app::wire::SessionId;
 #[derive(Clone, Debug)]
 pub struct LoggedEvent {
     pub id: i64,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub name: &'static str,
     pub data: String,
 }
 
 /// An event row (`id`, `name`, `data`) of `session_id`; `None` for an unknown name.
-pub(super) fn logged_event(row: &impl Get, session_id: String) -> Option<LoggedEvent> {
+pub(super) fn logged_event(row: &impl Get, session_id: SessionId) -> Option<LoggedEvent> {
     Some(LoggedEvent {
         id: row.int("id"),
         session_id,
@@ -79,7 +79,7 @@ impl Store {
                     sqlx::QueryBuilder::new("INSERT INTO events (id, session_id, name, data) ");
                 qb.push_values(batch.iter().skip(from).take(ROWS), |mut b, e| {
                     b.push_bind(e.id)
-                        .push_bind(&e.session_id)
+                        .push_bind(e.session_id.as_str())
                         .push_bind(e.name)
                         .push_bind(&e.data);
                 });
@@ -154,7 +154,7 @@ impl Store {
             .await?;
             Ok(rows
                 .iter()
-                .filter_map(|r| logged_event(r, session_id.to_string()))
+                .filter_map(|r| logged_event(r, session_id.clone()))
                 .collect())
         })
     }

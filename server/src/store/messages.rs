@@ -7,7 +7,7 @@ use app::wire::SessionId;
 /// One message of a run's conversation, as [`Store::history`] reads it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HistoryEntry {
-    pub id: String,
+    pub id: MessageId,
     /// The message made tool calls (read them with `tool_calls_of_session`).
     pub has_calls: bool,
     pub role: app::wire::Role,
@@ -93,7 +93,7 @@ impl Store {
             Ok(rows
                 .into_iter()
                 .map(|(id, role, content, has_calls)| HistoryEntry {
-                    id,
+                    id: MessageId::new(id),
                     has_calls,
                     role: app::wire::Role::parse(&role).unwrap_or(app::wire::Role::Agent),
                     content,

@@ -88,7 +88,7 @@ fn decode_line(base: i64, line: &str) -> Option<Notified> {
         .find(|n| *n == name)?;
     Some(Notified::Event(LoggedEvent {
         id,
-        session_id: session_id.to_string(),
+        session_id: app::wire::SessionId::new(session_id),
         name,
         data: data.to_string(),
     }))

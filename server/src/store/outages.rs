@@ -202,7 +202,7 @@ impl Store {
             .bind(except)
             .fetch_all(pool)
             .await?;
-            Ok(ids.into_iter().map(SessionId::from).collect())
+            Ok(ids.into_iter().map(SessionId::new).collect())
         })
     }
 }

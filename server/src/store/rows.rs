@@ -1,6 +1,6 @@
 //! Mapping between database rows (SQLite or PostgreSQL) and the wire types.
 use app::wire::{
-    Message, MessageStatus, Provenance, RetryClass, RetryClassification, Role, Run, RunKind,
+    Id, Message, MessageStatus, Provenance, RetryClass, RetryClassification, Role, Run, RunKind,
     RunStatus, Word,
 };
 use sqlx::postgres::PgRow;
@@ -15,6 +15,13 @@ pub trait Get {
     fn opt_int(&self, column: &str) -> Option<i64>;
     fn flag(&self, column: &str) -> bool;
     fn opt_flag(&self, column: &str) -> Option<bool>;
+    /// An id this store wrote.
+    fn id<T: Id>(&self, column: &str) -> T {
+        T::stored(self.text(column))
+    }
+    fn opt_id<T: Id>(&self, column: &str) -> Option<T> {
+        self.opt_text(column).map(T::stored)
+    }
 }
 
 /// Reads a column; a value of the wrong type is logged and read as `fallback`, so that one
@@ -153,13 +160,13 @@ pub fn provenance_json(p: &Option<Provenance>) -> Option<String> {
 pub fn message(row: &impl Get) -> Message {
     let status = opt_word(row, "status", MessageStatus::Failed);
     Message {
-        id: row.text("id").into(),
-        session_id: row.text("session_id").into(),
+        id: row.id("id"),
+        session_id: row.id("session_id"),
         role: word(row, "role", Role::Agent),
         content: row.text("content"),
         created_at: row.int("created_at"),
         superseded: row.flag("superseded"),
-        run_id: row.opt_text("run_id").map(app::wire::RunId::from),
+        run_id: row.opt_id("run_id"),
         delta_seq: match status {
             Some(MessageStatus::Streaming) => Some(row.int("delta_seq") as u64),
             _ => None,
@@ -203,17 +210,17 @@ pub fn session_call(row: &impl Get) -> super::SessionCall {
 /// Columns: runs.*.
 pub fn run(row: &impl Get) -> Run {
     Run {
-        id: row.text("id").into(),
-        session_id: row.text("session_id").into(),
-        anchor_message_id: row.text("anchor_message_id").into(),
+        id: row.id("id"),
+        session_id: row.id("session_id"),
+        anchor_message_id: row.id("anchor_message_id"),
         reply_message_id: row
             .opt_text("reply_message_id")
-            .map(app::wire::MessageId::from),
+            .map(app::wire::MessageId::new),
         status: word(row, "status", RunStatus::Failed),
         kind: word(row, "kind", RunKind::Prompt),
         attempt: row.int("attempt") as u32,
         tier1_attempts: row.int("tier1_attempts") as u32,
-        held_by: row.opt_text("held_by").map(app::wire::RunId::from),
+        held_by: row.opt_id("held_by"),
         error_message: row.opt_text("error_message"),
         retry: retry(row),
         retry_dismissed_at: row.opt_int("retry_dismissed_at"),

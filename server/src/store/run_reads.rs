@@ -1,8 +1,8 @@
 //! Reads of runs: a session's runs and queue state, a prompt's tries, the held prompts, and
 //! the runs left running by a stop or by another instance.
 use super::*;
-use app::wire::MessageId;
 use app::wire::SessionId;
+use app::wire::{MessageId, PromptId, RunId};
 
 impl Store {
     pub async fn runs(&self, session_id: &SessionId) -> Result<Vec<Run>> {
@@ -15,15 +15,15 @@ impl Store {
         })
     }
 
-    pub async fn run(&self, id: &str) -> Result<Run> {
+    pub async fn run(&self, id: &RunId) -> Result<Run> {
         Ok(self.run_and_owner(id).await?.0)
     }
 
     /// A run and the instance that executes or executed it (none before it started).
-    pub async fn run_and_owner(&self, id: &str) -> Result<(Run, Option<String>)> {
+    pub async fn run_and_owner(&self, id: &RunId) -> Result<(Run, Option<String>)> {
         with_pool!(self, |pool| {
             let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
-                .bind(id)
+                .bind(id.as_str())
                 .fetch_optional(pool)
                 .await?
                 .ok_or_else(|| StoreError::not_found("run", id))?;
@@ -45,29 +45,29 @@ impl Store {
     }
 
     /// How many runs a prompt has had: on itself, and as the origin of automatic resumes.
-    pub async fn tries_of(&self, prompt_id: &str) -> Result<u32> {
+    pub async fn tries_of(&self, prompt_id: &PromptId) -> Result<u32> {
         with_pool!(self, |pool| {
             let n: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM runs WHERE anchor_message_id = $1 OR prompt_id = $2",
             )
-            .bind(prompt_id)
-            .bind(prompt_id)
+            .bind(prompt_id.as_str())
+            .bind(prompt_id.as_str())
             .fetch_one(pool)
             .await?;
-            Ok(n as u32)
+            Ok(u32::try_from(n).unwrap_or(u32::MAX))
         })
     }
 
     /// How many automatic resumes (manual retries included) a prompt has had.
-    pub async fn resumes_of(&self, prompt_id: &str) -> Result<u32> {
+    pub async fn resumes_of(&self, prompt_id: &PromptId) -> Result<u32> {
         with_pool!(self, |pool| {
             let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM runs WHERE prompt_id = $1 AND provenance_kind = 'auto_resume'",
         )
-        .bind(prompt_id)
+        .bind(prompt_id.as_str())
         .fetch_one(pool)
         .await?;
-            Ok(n as u32)
+            Ok(u32::try_from(n).unwrap_or(u32::MAX))
         })
     }
 
@@ -146,7 +146,7 @@ impl Store {
             )
             .fetch_all(pool)
             .await?;
-            Ok(ids.into_iter().map(SessionId::from).collect())
+            Ok(ids.into_iter().map(SessionId::new).collect())
         })
     }
 
@@ -160,7 +160,7 @@ impl Store {
             .await?;
             Ok(rows
                 .iter()
-                .map(|r| SessionId::from(r.get::<String, _>("session_id")))
+                .map(|r| SessionId::new(r.get::<String, _>("session_id")))
                 .collect())
         })
     }

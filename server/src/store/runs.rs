@@ -3,9 +3,9 @@
 use super::script::{Arg, Run as _, Script};
 use super::starts::{self, Started};
 use super::*;
-use app::wire::MessageId;
 use app::wire::RunId;
 use app::wire::SessionId;
+use app::wire::{MessageId, PromptId};
 use std::sync::LazyLock;
 
 /// A run to queue: on a new operator message (a prompt, a continuation) or on an existing one.
@@ -286,7 +286,7 @@ impl Store {
                 now.into(),
                 d.provenance
                     .as_ref()
-                    .and_then(|p| p.prompt_id.as_deref())
+                    .and_then(|p| p.prompt_id.as_ref().map(PromptId::as_str))
                     .into(),
                 d.provenance.as_ref().map(|p| p.kind.as_str()).into(),
             ],
@@ -323,9 +323,7 @@ impl Store {
                 run,
                 superseded: supersede
                     .and_then(|i| rows.get(i))
-                    .map_or_else(Vec::new, |r| {
-                        r.iter().map(|r| r.text("message_id").into()).collect()
-                    }),
+                    .map_or_else(Vec::new, |r| r.iter().map(|r| r.id("message_id")).collect()),
                 started: start.and_then(|s| s.read(&rows)),
                 waiting_retry_ended: first(waiting).is_some(),
             };

@@ -45,7 +45,7 @@ fn session_select() -> String {
 pub struct NewSession<'a> {
     pub title: &'a str,
     pub model: &'a str,
-    pub parent_id: Option<&'a str>,
+    pub parent_id: Option<&'a SessionId>,
     pub agent_token_hash: &'a str,
     pub auto_retry: AutoRetry,
     pub tools: &'a [String],
@@ -107,7 +107,7 @@ pub const MAX_SESSION_PAGE: u32 = 1000;
 #[derive(Clone, Debug, Default)]
 pub struct SessionPage {
     pub limit: Option<u32>,
-    pub before: Option<String>,
+    pub before: Option<SessionId>,
     /// Lowercase words, each to be found in the title (case-insensitively).
     pub words: Vec<String>,
 }
@@ -147,9 +147,16 @@ impl SessionPage {
                 words.len()
             )));
         }
+        let before =
+            match before.filter(|b| !b.is_empty()) {
+                Some(b) => Some(b.parse::<SessionId>().map_err(|e| {
+                    StoreError::invalid(format!("`before` is not a session id: {e}"))
+                })?),
+                None => None,
+            };
         Ok(SessionPage {
             limit: Some(limit),
-            before: before.filter(|b| !b.is_empty()),
+            before,
             words,
         })
     }
@@ -176,10 +183,10 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
         .map(|_| rows::run(&rows::Prefixed(row, "lr_")).summary());
     SessionRecord {
         session: Session {
-            id: row.text("id").into(),
+            id: row.id("id"),
             title: row.text("title"),
             model: row.text("model"),
-            parent_id: row.opt_text("parent_id").map(SessionId::from),
+            parent_id: row.opt_id("parent_id"),
             status: if row.flag("awaiting") {
                 SessionStatus::AwaitingApproval
             } else if row.flag("busy") {
@@ -205,7 +212,7 @@ fn session_from_row<R: Get>(row: &R) -> SessionRecord {
         agent_token_hash: row.text("agent_token_hash"),
         tokens_used: row.int("tokens_used"),
         retry_attempt: row.int("retry_attempt") as u32,
-        retry_run_id: row.opt_text("retry_run_id").map(RunId::from),
+        retry_run_id: row.opt_id("retry_run_id"),
         parked_on: row.opt_text("parked_on"),
     }
 }
@@ -215,7 +222,7 @@ impl Store {
         let tools = serde_json::to_string(new.tools).unwrap_or_else(|_| "[]".into());
         let fallbacks = new.fallbacks.and_then(|f| serde_json::to_string(f).ok());
         with_writer!(self, |pool| {
-            let id = SessionId::from(new_id("s"));
+            let id = SessionId::new(new_id("s"));
             sqlx::query(
             "INSERT INTO sessions (id, title, model, parent_id, agent_token_hash, created_at, auto_retry, tools, fallbacks, approval)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -223,7 +230,7 @@ impl Store {
         .bind(id.as_str())
         .bind(self.storable(new.title))
         .bind(new.model)
-        .bind(new.parent_id)
+        .bind(new.parent_id.map(SessionId::as_str))
         .bind(new.agent_token_hash)
         .bind(now_ms())
         .bind(new.auto_retry.as_str())
@@ -267,20 +274,28 @@ impl Store {
 
     /// [`Store::sessions`] of `root`'s descendants only (children, their children, …), found
     /// by the database: the cost follows the family, not every session on the server.
-    pub async fn descendant_sessions(&self, page: &SessionPage, root: &str) -> Result<SessionList> {
+    pub async fn descendant_sessions(
+        &self,
+        page: &SessionPage,
+        root: &SessionId,
+    ) -> Result<SessionList> {
         self.sessions_within(page, Some(root)).await
     }
 
-    async fn sessions_within(&self, page: &SessionPage, root: Option<&str>) -> Result<SessionList> {
+    async fn sessions_within(
+        &self,
+        page: &SessionPage,
+        root: Option<&SessionId>,
+    ) -> Result<SessionList> {
         with_pool!(self, |pool| {
             let cursor: Option<i64> = match &page.before {
                 Some(id) => Some(
                     sqlx::query_scalar("SELECT created_at FROM sessions WHERE id = $1")
-                        .bind(id)
+                        .bind(id.as_str())
                         .fetch_optional(pool)
                         .await?
                         .ok_or_else(|| {
-                            StoreError::invalid(format!("`before`: there is no session {id:?}"))
+                            StoreError::invalid(format!("`before`: there is no session \"{id}\""))
                         })?,
                 ),
                 None => None,
@@ -323,10 +338,10 @@ impl Store {
             }
             let mut q = sqlx::query(&sql);
             if let Some(root) = root {
-                q = q.bind(root);
+                q = q.bind(root.as_str());
             }
             if let (Some(at), Some(id)) = (cursor, &page.before) {
-                q = q.bind(at).bind(id);
+                q = q.bind(at).bind(id.as_str());
             }
             for w in &page.words {
                 q = q.bind(contains_pattern(w));
@@ -357,7 +372,7 @@ impl Store {
             .bind(hash)
             .fetch_optional(pool)
             .await?
-            .map(|(id, hash): (String, String)| (SessionId::from(id), hash)))
+            .map(|(id, hash): (String, String)| (SessionId::new(id), hash)))
         })
     }
 
@@ -476,7 +491,7 @@ impl Store {
             .await?;
             Ok(ids
                 .into_iter()
-                .map(|(id, parked)| (SessionId::from(id), parked))
+                .map(|(id, parked)| (SessionId::new(id), parked))
                 .collect())
         })
     }

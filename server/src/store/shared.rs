@@ -7,7 +7,6 @@ use app::wire::Run;
 use app::wire::RunId;
 use app::wire::SessionId;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::Row;
 use std::time::Duration;
 
 /// Notification channel: new events are in the log.
@@ -25,7 +24,7 @@ pub(crate) const DB_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 100
 /// Event rows of any session (`id`, `session_id`, `name`, `data`), unknown names skipped.
 fn logged_events(rows: &[sqlx::postgres::PgRow]) -> Vec<LoggedEvent> {
     rows.iter()
-        .filter_map(|r| super::events::logged_event(r, r.get("session_id")))
+        .filter_map(|r| super::events::logged_event(r, super::rows::Get::id(r, "session_id")))
         .collect()
 }
 
@@ -448,6 +447,6 @@ impl Store {
         .bind(owner)
         .fetch_all(pool)
         .await?;
-        Ok(ids.into_iter().map(RunId::from).collect())
+        Ok(ids.into_iter().map(RunId::new).collect())
     }
 }

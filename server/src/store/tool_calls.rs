@@ -18,7 +18,7 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordedCall {
     pub call: ToolCall,
-    pub message_id: String,
+    pub message_id: MessageId,
     pub provider_id: String,
     /// Bytes of the reply's text that came before the call.
     pub text_offset: usize,
@@ -26,9 +26,9 @@ pub struct RecordedCall {
 
 /// A call about to be executed (or answered without executing it).
 pub struct NewToolCall<'a> {
-    pub run_id: &'a str,
-    pub message_id: &'a str,
-    pub session_id: &'a str,
+    pub run_id: &'a RunId,
+    pub message_id: &'a MessageId,
+    pub session_id: &'a SessionId,
     pub ord: u32,
     pub provider_id: &'a str,
     pub call: &'a ToolCall,
@@ -53,7 +53,7 @@ pub(super) fn recorded(row: &impl Get) -> RecordedCall {
         .and_then(|a| serde_json::from_str::<ToolAnnotations>(&a).ok());
     RecordedCall {
         call: ToolCall {
-            id: row.text("id").into(),
+            id: row.id("id"),
             step: u32::try_from(row.int("step")).unwrap_or(0),
             server: row.text("server"),
             tool: row.text("tool"),
@@ -65,7 +65,7 @@ pub(super) fn recorded(row: &impl Get) -> RecordedCall {
             approval,
             annotations,
         },
-        message_id: row.text("message_id"),
+        message_id: row.id("message_id"),
         provider_id: row.text("provider_id"),
         text_offset: usize::try_from(row.int("text_offset")).unwrap_or(0),
     }
@@ -86,7 +86,7 @@ impl Store {
         let Some(first) = calls.first() else {
             return Ok(());
         };
-        let run_id = first.run_id;
+        let run_id = first.run_id.as_str();
         let sent = calls
             .iter()
             .filter(|c| c.call.status == ToolCallStatus::Running)
@@ -127,9 +127,9 @@ impl Store {
                      $17, $18)",
             )
             .bind(c.call.id.as_str())
-            .bind(c.run_id)
-            .bind(c.message_id)
-            .bind(c.session_id)
+            .bind(c.run_id.as_str())
+            .bind(c.message_id.as_str())
+            .bind(c.session_id.as_str())
             .bind(i64::from(c.call.step))
             .bind(i64::from(c.ord))
             .bind(c.provider_id)
@@ -211,7 +211,7 @@ impl Store {
     pub async fn tool_calls_of_session(
         &self,
         session_id: &SessionId,
-    ) -> Result<HashMap<String, Vec<RecordedCall>>> {
+    ) -> Result<HashMap<MessageId, Vec<RecordedCall>>> {
         let rows: Vec<RecordedCall> = with_pool!(self, |pool| {
             sqlx::query("SELECT * FROM tool_calls WHERE session_id = $1 ORDER BY message_id, ord")
                 .bind(session_id.as_str())
@@ -221,7 +221,7 @@ impl Store {
                 .map(recorded)
                 .collect()
         });
-        let mut by_message: HashMap<String, Vec<RecordedCall>> = HashMap::new();
+        let mut by_message: HashMap<MessageId, Vec<RecordedCall>> = HashMap::new();
         for r in rows {
             by_message.entry(r.message_id.clone()).or_default().push(r);
         }
@@ -248,7 +248,7 @@ impl Store {
         }
         let mut calls = self.tool_calls_of_session(session_id).await?;
         for m in messages.iter_mut() {
-            if let Some(calls) = calls.remove(m.id.as_str()) {
+            if let Some(calls) = calls.remove(&m.id) {
                 m.parts = Some(parts(&m.content, &calls));
             }
         }

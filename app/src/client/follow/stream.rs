@@ -131,7 +131,8 @@ fn reopen() {
             leader
                 .streaming
                 .iter()
-                .map(|(s, at)| (SessionId::from(s.as_str()), Some(*at)))
+                // Ids other tabs sent: one that is not an id is left out.
+                .filter_map(|(s, at)| Some((s.parse::<SessionId>().ok()?, Some(*at))))
                 .collect(),
         );
         let query = String::from(js_sys::encode_uri_component(&list.to_query()));

@@ -80,7 +80,7 @@ pub fn RetryBanner() -> impl IntoView {
         let Some(sid) = chat.session_id() else { return };
         retrier.error.set(None);
         leptos::task::spawn_local(async move {
-            let url = route.url(&[&sid]);
+            let url = route.url(&[sid.as_str()]);
             let method = route.method.as_str();
             let res = match route.method {
                 api::Method::Post => fetch_json::<RetryReceipt>(method, &url, Some("{}".into()))

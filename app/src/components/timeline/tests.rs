@@ -1,7 +1,7 @@
 //! The timeline's tests: rows in time order, who started a run, escaping, labels.
 use super::layout::*;
 use super::*;
-use crate::wire::{Attempt, FellBack, Provenance, RetryClass, Served, ToolCall};
+use crate::wire::{Attempt, FellBack, Provenance, RetryClass, Served, ToolCall, ToolCallId};
 use crate::wire::{AutoRetry, Millis, ProvenanceKind, Run, RunDetail, RunStatus, ToolCallStatus};
 
 fn run(json: serde_json::Value) -> Run {
@@ -28,7 +28,7 @@ fn attempt(n: u32, at: Millis, model: &str, error: Option<&str>, wait: Option<i6
 
 fn call(started: Millis, finished: Millis) -> ToolCall {
     ToolCall {
-        id: "c1".into(),
+        id: ToolCallId::new("c1"),
         step: 1,
         server: "mulligan".into(),
         tool: "list_sessions".into(),
@@ -318,7 +318,7 @@ fn an_asked_call_says_when_what_was_decided_by_whom_and_how_long_it_waited() {
         from: Some("tab-1".into()),
     });
     let mut denied = call(2_000, 3_000);
-    denied.id = "c2".into();
+    denied.id = ToolCallId::new("c2");
     denied.status = ToolCallStatus::Denied;
     denied.approval = Some(Approval {
         asked_at: 2_000,
