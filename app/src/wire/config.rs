@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ClientConfig {
     pub tier2_base_ms: u64,
     pub tier2_cap_ms: u64,
@@ -15,6 +16,7 @@ pub struct ClientConfig {
 /// A provider-wide cooldown: every run for `key` fails without a request until `until`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Cooldown {
     /// Provider, endpoint, model and a short hash of the API key, never the key:
     /// `openai https://api.openai.com/v1 model=gpt-4o-mini key=sha256:ab12cd34ef56`.
@@ -29,6 +31,7 @@ pub struct Cooldown {
 /// `GET /providers` (and `DELETE /providers/cooldowns`) answers this.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ProvidersResponse {
     pub cooldowns: Vec<Cooldown>,
     /// Each model not `ok`: its outage and the turns parked behind its probe (CONTRACT §7).
@@ -39,6 +42,7 @@ pub struct ProvidersResponse {
 /// `DELETE /providers/cooldowns`: which cooldown to end, by its shown key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ClearCooldown {
     pub key: String,
 }

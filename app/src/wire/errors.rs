@@ -46,6 +46,7 @@ words! {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ErrorBody {
     pub code: ErrorCode,
     pub message: String,
@@ -54,6 +55,7 @@ pub struct ErrorBody {
 /// `{"error": {"code", "message"}}`, the shape of every refusal.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ApiError {
     pub error: ErrorBody,
 }

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Delta {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub run_id: RunId,
@@ -18,6 +19,7 @@ pub struct Delta {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct AttemptEvent {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub run_id: RunId,

@@ -122,6 +122,25 @@ macro_rules! ids {
             }
         }
 
+        /// A string as [`check`] takes it.
+        #[cfg(feature = "openapi")]
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn inline_schema() -> bool {
+                true
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_ID_BYTES,
+                    "pattern": "^[A-Za-z0-9._~-]+$"
+                })
+            }
+        }
+
         impl From<$name> for String {
             fn from(id: $name) -> String {
                 id.0

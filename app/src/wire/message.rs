@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 words! {
     #[derive(Serialize, Deserialize)]
     #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
     #[serde(rename_all = "snake_case")]
     closed enum Role {
         Operator = "operator",
@@ -16,6 +17,7 @@ words! {
 words! {
     #[derive(Serialize, Deserialize)]
     #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
     #[serde(rename_all = "snake_case")]
     closed enum MessageStatus {
         Streaming = "streaming",
@@ -27,6 +29,7 @@ words! {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Message {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub id: MessageId,
@@ -60,12 +63,14 @@ pub struct Message {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct PostMessage {
     pub content: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Receipt {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub message_id: MessageId,
@@ -85,6 +90,7 @@ fn is_zero(n: &u32) -> bool {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Regenerate {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]

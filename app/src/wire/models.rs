@@ -19,6 +19,7 @@ words! {
 /// One model of the catalogue, as `GET /models` lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ModelInfo {
     /// `<provider>/<model>`: what a session's `model` and `fallbacks` name.
     pub id: String,
@@ -39,6 +40,7 @@ pub struct ModelInfo {
 /// `GET /models` answers this.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ModelList {
     pub models: Vec<ModelInfo>,
     /// The model of a session created without one.
@@ -49,6 +51,7 @@ pub struct ModelList {
 /// A model a step passed over before another answered, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct FellBack {
     pub model: String,
     pub retry_class: RetryClass,
@@ -57,6 +60,7 @@ pub struct FellBack {
 /// Which model answered one step of a run, and what it fell back from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Served {
     pub step: u32,
     pub model: String,
@@ -67,6 +71,7 @@ pub struct Served {
 /// One model's outage as `GET /providers` reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ProviderHealth {
     pub model: String,
     pub status: ModelStatus,

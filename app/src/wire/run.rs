@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 words! {
     #[derive(Serialize, Deserialize)]
     #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
     #[serde(rename_all = "snake_case")]
     closed enum RunStatus {
         Queued = "queued",
@@ -31,6 +32,7 @@ impl RunStatus {
 words! {
     #[derive(Serialize, Deserialize)]
     #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
     #[serde(rename_all = "snake_case")]
     closed enum RunKind {
         Prompt = "prompt",
@@ -98,6 +100,7 @@ words! {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Run {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub id: RunId,
@@ -161,6 +164,7 @@ impl Run {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct RunSummary {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub id: RunId,
@@ -182,6 +186,7 @@ pub struct RunSummary {
 /// How a failed run may be retried; persisted on the run and on its reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct RetryClassification {
     pub retryable: bool,
     pub retry_class: RetryClass,
@@ -192,6 +197,7 @@ pub struct RetryClassification {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Provenance {
     pub kind: ProvenanceKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -207,6 +213,7 @@ pub struct Provenance {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Attempt {
     pub n: u32,
     #[cfg_attr(feature = "openapi", schema(value_type = i64))]
@@ -222,6 +229,7 @@ pub struct Attempt {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct RunDetail {
     pub run: Run,
     pub attempts: Vec<Attempt>,
@@ -236,6 +244,7 @@ pub struct RunDetail {
 /// `POST /sessions/:sid/retry` answers this.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct RetryReceipt {
     /// `<prompt id>~resume-<n>`: which attempt of which prompt this is.
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
@@ -248,6 +257,7 @@ pub struct RetryReceipt {
 /// `POST /sessions/:sid/release` answers this: the held runs that may now go on.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Released {
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
     pub released: Vec<RunId>,

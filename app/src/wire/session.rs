@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 words! {
     #[derive(Serialize, Deserialize, Default)]
     #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
     #[serde(rename_all = "snake_case")]
     closed enum SessionStatus {
         #[default]
@@ -20,6 +21,7 @@ words! {
     /// Which tool calls of a session ask the operator first (CONTRACT §8).
     #[derive(Serialize, Deserialize, Default)]
     #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
     #[serde(rename_all = "snake_case")]
     closed enum ApprovalMode {
         /// Each tool source's policy (`approval`, `approval_tools`) decides.
@@ -36,6 +38,7 @@ words! {
     /// What a remembered ("always") decision grants.
     #[derive(Serialize, Deserialize)]
     #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
     #[serde(rename_all = "snake_case")]
     closed enum GrantDecision {
         Allow = "allow",
@@ -46,6 +49,7 @@ words! {
 /// An "always" decision the session remembers for one tool of one source.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ToolGrant {
     pub server: String,
     pub tool: String,
@@ -55,6 +59,7 @@ pub struct ToolGrant {
 words! {
     #[derive(Serialize, Deserialize, Default)]
     #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
     #[serde(rename_all = "snake_case")]
     closed enum AutoRetry {
         #[default]
@@ -66,6 +71,7 @@ words! {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct WaitingRetry {
     pub attempt: u32,
     #[cfg_attr(feature = "openapi", schema(value_type = i64))]
@@ -76,6 +82,7 @@ pub struct WaitingRetry {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Session {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub id: SessionId,
@@ -110,6 +117,7 @@ pub struct Session {
 /// `POST /sessions` answers the session plus its agent token, shown this once.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct CreatedSession {
     #[serde(flatten)]
     pub session: Session,
@@ -118,6 +126,7 @@ pub struct CreatedSession {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct SessionList {
     pub sessions: Vec<Session>,
     /// When more sessions follow this page: the `before` that asks for the next one (the
@@ -129,6 +138,7 @@ pub struct SessionList {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct SessionDetail {
     pub session: Session,
     pub messages: Vec<Message>,
@@ -140,6 +150,7 @@ pub struct SessionDetail {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct CreateSession {
     #[serde(default)]
     pub title: Option<String>,
@@ -164,6 +175,7 @@ pub struct CreateSession {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct PatchSession {
     #[serde(default)]
     pub title: Option<String>,

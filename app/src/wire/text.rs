@@ -114,6 +114,20 @@ macro_rules! words {
 
         #[cfg(feature = "openapi")]
         impl utoipa::ToSchema for $name {}
+
+        /// The same for JSON Schema (the built-in tools' answers).
+        #[cfg(feature = "openapi")]
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn inline_schema() -> bool {
+                true
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({"type": "string", "enum": $name::WORDS})
+            }
+        }
     };
     (
         $(#[$meta:meta])*

@@ -11,6 +11,7 @@ pub const BUILTIN_SOURCE: &str = "mulligan";
 /// One part of an agent message, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 // A reply holds a few parts, read far more than moved: boxing the call would cost an
 // allocation per part for no gain.
@@ -22,6 +23,7 @@ pub enum Part {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolCallStatus {
     Running,
@@ -71,6 +73,7 @@ impl ToolCallStatus {
 /// A tool call the model asked for, and what became of it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ToolCall {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub id: ToolCallId,
@@ -107,6 +110,7 @@ impl ToolCall {
 /// What a tool's source says of it (MCP `ToolAnnotations`: hints, not guarantees).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ToolAnnotations {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only: Option<bool>,
@@ -129,6 +133,7 @@ words! {
     /// The operator's answer to a waiting call (CONTRACT §8).
     #[derive(Serialize, Deserialize)]
     #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
     #[serde(rename_all = "snake_case")]
     closed enum Decision {
         AllowOnce = "allow_once",
@@ -153,6 +158,7 @@ words! {
     /// Where a decision came from.
     #[derive(Serialize, Deserialize)]
     #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
     #[serde(rename_all = "snake_case")]
     closed enum DecidedBy {
         Page = "page",
@@ -165,6 +171,7 @@ words! {
 /// A call's question to the operator and its answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Approval {
     #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub asked_at: Millis,
@@ -188,6 +195,7 @@ pub const MAX_DECISION_REASON_CHARS: usize = 2000;
 /// `POST /runs/:rid/tool_calls/:cid/decision`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct DecideToolCall {
     /// `allow_once`, `allow_always`, `reject_once` or `reject_always`.
     pub decision: Decision,
@@ -205,6 +213,7 @@ pub struct DecideToolCall {
 /// The decision's answer: the call as decided.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct DecidedCall {
     pub call: ToolCall,
 }
@@ -212,6 +221,7 @@ pub struct DecidedCall {
 /// One call waiting for the operator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct WaitingCall {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub session_id: SessionId,
@@ -225,6 +235,7 @@ pub struct WaitingCall {
 /// `GET /approvals`: every call waiting, oldest first.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Approvals {
     pub approvals: Vec<WaitingCall>,
 }
@@ -235,6 +246,7 @@ pub const MAX_TOOL_RESULT_BYTES: usize = 16 * 1024;
 /// SSE `tool_call`: a call started or ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ToolCallEvent {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub run_id: RunId,
@@ -245,6 +257,7 @@ pub struct ToolCallEvent {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolTransport {
     Stdio,
@@ -254,6 +267,7 @@ pub enum ToolTransport {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolServerStatus {
     Ready,
@@ -264,6 +278,7 @@ pub enum ToolServerStatus {
 /// One tool a server offers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ToolInfo {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -294,6 +309,7 @@ impl ToolInfo {
 /// One tool source: a configured MCP server or the built-in `mulligan`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ToolServer {
     pub name: String,
     pub transport: ToolTransport,
@@ -306,6 +322,7 @@ pub struct ToolServer {
 /// `GET /tools` answers this.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct ToolsResponse {
     pub servers: Vec<ToolServer>,
 }

@@ -203,9 +203,7 @@ mod tests {
         );
         // A model is never offered the operator's tools.
         let offered: Vec<_> = builtin::infos().into_iter().map(|t| t.name).collect();
-        assert!(!offered
-            .iter()
-            .any(|n| builtin::OPERATOR_ONLY.contains(&n.as_str())));
+        assert!(!offered.iter().any(|n| builtin::operator_only(n)));
         assert!(offered.iter().any(|n| n == "rename_session"));
         let read_only = |name: &str| {
             let t = tools.iter().find(|t| t.name == name).unwrap();
