@@ -1,104 +1,24 @@
-//! The tool side of an agent turn (CONTRACT §6): a reply's recorded steps turned back into
-//! the conversation a provider reads, and each tool call a model step asks for executed and
-//! recorded — its start before it is sent, its end before the next model step.
+//! The tool side of an agent turn (CONTRACT §6): each tool call a model step asks for
+//! executed and recorded — its start before it is sent, its end before the next model step —
+//! or asked of the operator first (CONTRACT §8).
+use super::conversation::result_for_model;
+use super::prepare::{Prepared, MAX_CALL_ID};
 use super::RunTask;
-use crate::approval::{self, Verdict};
-use crate::clock::{new_id, now_ms};
+use crate::approval::Verdict;
+use crate::clock::now_ms;
 use crate::llm::tool_calls::AssembledCall;
 use crate::llm::{ChatMessage, ChatToolCall};
 use crate::store::{NewToolCall, RecordedCall};
 use crate::tools::builtin::{self, Caller};
 use crate::tools::{bounded_result, model_name, CallEnd, Offered, BUILTIN};
-use app::wire::{Approval, Event, ToolCall, ToolCallEvent, ToolCallId, ToolCallStatus};
+use app::wire::{Approval, Event, ToolCall, ToolCallEvent, ToolCallStatus};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The longest call id a model may give (a longer or odd one is replaced).
-const MAX_CALL_ID: usize = 128;
-
 /// The longest a turn waits for its session's tool sources that are still starting (the
 /// first seconds after the server starts) before it goes on without them.
 pub const TOOLS_START_WAIT: Duration = Duration::from_secs(10);
-
-/// What the model is told of a call whose outcome is unknown.
-pub const OUTCOME_UNKNOWN: &str = "The outcome of this tool call is unknown: it was started but \
-Mulligan stopped before its result came back. Check whether it took effect before doing it again.";
-
-/// A reply's text and recorded calls as the provider conversation: for each step that asked
-/// for tools, an assistant message with its text and calls followed by one `tool` message per
-/// call; then the text after the last call.
-pub fn conversation_of(content: &str, calls: &[RecordedCall]) -> Vec<ChatMessage> {
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    let mut i = 0;
-    while i < calls.len() {
-        let step = calls[i].call.step;
-        let group: Vec<&RecordedCall> = calls[i..]
-            .iter()
-            .take_while(|c| c.call.step == step)
-            .collect();
-        i += group.len();
-        let upto = text_boundary(content, group[0].text_offset.max(at));
-        let mut asked = ChatMessage::text("assistant", &content[at..upto]);
-        at = upto;
-        asked.tool_calls = group
-            .iter()
-            .map(|c| {
-                let name = if c.call.server.is_empty() {
-                    c.call.tool.clone()
-                } else {
-                    model_name(&c.call.server, &c.call.tool)
-                };
-                let arguments = match &c.call.arguments {
-                    Value::Object(_) => c.call.arguments.to_string(),
-                    _ => "{}".to_string(),
-                };
-                ChatToolCall::new(&c.provider_id, &name, &arguments)
-            })
-            .collect();
-        out.push(asked);
-        for c in group {
-            let mut answer = ChatMessage::text("tool", result_for_model(&c.call));
-            answer.tool_call_id = Some(c.provider_id.clone());
-            out.push(answer);
-        }
-    }
-    if at < content.len() {
-        out.push(ChatMessage::text("assistant", &content[at..]));
-    }
-    out
-}
-
-/// The largest char boundary of `content` not past `at`.
-fn text_boundary(content: &str, at: usize) -> usize {
-    let mut at = at.min(content.len());
-    while !content.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
-}
-
-/// What the model reads as a call's result.
-fn result_for_model(call: &ToolCall) -> String {
-    match call.status {
-        ToolCallStatus::Ok | ToolCallStatus::Error => call.result.clone().unwrap_or_default(),
-        ToolCallStatus::Denied => call
-            .result
-            .clone()
-            .unwrap_or_else(|| approval::declined_text(None, false)),
-        // A call never sent says so in its result; one cut short, that the operator did.
-        ToolCallStatus::Cancelled => call
-            .result
-            .clone()
-            .unwrap_or_else(|| "The operator cancelled this tool call.".into()),
-        ToolCallStatus::Running | ToolCallStatus::Interrupted => OUTCOME_UNKNOWN.into(),
-        // Never sent (its run ended while it waited).
-        ToolCallStatus::AwaitingApproval | ToolCallStatus::Queued => {
-            "This tool call was not run: its turn ended before it was decided.".into()
-        }
-    }
-}
 
 /// What one model step asked for: its text and its tool calls.
 pub struct Asked {
@@ -117,16 +37,6 @@ pub enum Executed {
     Unrecorded(String),
     /// Calls wait for the operator's decision: the run parks (CONTRACT §8).
     Awaiting,
-}
-
-/// One call of a step, checked and about to be recorded.
-struct Prepared {
-    ord: u32,
-    provider_id: String,
-    call: ToolCall,
-    found: Option<Offered>,
-    arguments: Option<Map<String, Value>>,
-    verdict: Verdict,
 }
 
 /// The first step's note to the model when tool sources were still starting.
@@ -239,70 +149,6 @@ impl RunTask {
         messages.push(assistant);
         messages.extend(results);
         Executed::Done(messages)
-    }
-
-    /// A call the model asked for, checked: its tool, its arguments, and what the approval
-    /// policy says of it. One that cannot run (no such tool, arguments that are not an
-    /// object, a tool the session always rejects) is answered at once and never sent.
-    fn prepare(&self, a: AssembledCall, ord: u32, step: u32, offered: &[Offered]) -> Prepared {
-        let found = offered.iter().find(|o| o.model_name == a.name).cloned();
-        let arguments = parse_arguments(&a.arguments);
-        let annotations = found.as_ref().map(Offered::annotations);
-        let mut call = ToolCall {
-            id: ToolCallId::new(new_id("tc")),
-            step,
-            server: found.as_ref().map(|o| o.server.clone()).unwrap_or_default(),
-            tool: found
-                .as_ref()
-                .map_or_else(|| limited(&a.name, 128), |o| o.tool().to_string()),
-            arguments: match &arguments {
-                Ok(map) => Value::Object(map.clone()),
-                Err(_) => Value::String(limited(&a.arguments, 4096)),
-            },
-            status: ToolCallStatus::Running,
-            result: None,
-            started_at: now_ms(),
-            finished_at: None,
-            approval: None,
-            annotations: annotations.filter(|a| !a.is_empty()),
-        };
-        let refusal = match (&found, &arguments) {
-            (None, _) => Some(format!(
-                "There is no tool named {:?} in this session. Available: {}.",
-                limited(&a.name, 128),
-                offered.iter().map(|o| o.model_name.as_str()).collect::<Vec<_>>().join(", ")
-            )),
-            (_, Err(e)) => Some(format!("The arguments are not a JSON object: {e}. Call the tool again with valid JSON arguments.")),
-            _ => None,
-        };
-        let verdict = match (&refusal, &found) {
-            (None, Some(o)) => approval::verdict(
-                self.session.approval,
-                &self.session.tool_grants,
-                &self.ctx.tools.rule(&o.server),
-                &o.server,
-                o.tool(),
-                &o.annotations(),
-            ),
-            _ => Verdict::Run,
-        };
-        if let Some(text) = refusal {
-            call.status = ToolCallStatus::Error;
-            call.result = Some(text);
-            call.finished_at = Some(now_ms());
-        } else if verdict == Verdict::Deny {
-            call.status = ToolCallStatus::Denied;
-            call.result = Some(approval::declined_text(None, false));
-            call.finished_at = Some(now_ms());
-        }
-        Prepared {
-            ord,
-            provider_id: a.id,
-            call,
-            found,
-            arguments: arguments.ok(),
-            verdict,
-        }
     }
 
     /// Records a step's calls asking the operator (CONTRACT §8): nothing is sent; the run
@@ -515,101 +361,5 @@ impl RunTask {
             message_id: self.reply.id.clone(),
             call: call.clone(),
         }));
-    }
-}
-
-/// The model's argument text as a JSON object (empty text: no arguments).
-fn parse_arguments(text: &str) -> Result<Map<String, Value>, String> {
-    if text.trim().is_empty() {
-        return Ok(Map::new());
-    }
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(format!("expected an object, got {}", kind_of(&other))),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// At most `max` bytes of `s`, cut at a character boundary.
-fn limited(s: &str, max: usize) -> String {
-    s[..text_boundary(s, max)].to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn recorded(step: u32, offset: usize, id: &str, status: ToolCallStatus) -> RecordedCall {
-        RecordedCall {
-            call: ToolCall {
-                id: ToolCallId::new(format!("tc_{id}")),
-                step,
-                server: "fs".into(),
-                tool: "write_file".into(),
-                arguments: serde_json::json!({"path": "a"}),
-                status,
-                result: Some(format!("result {id}")),
-                started_at: 1,
-                finished_at: Some(2),
-                approval: None,
-                annotations: None,
-            },
-            message_id: app::wire::MessageId::new("m"),
-            provider_id: format!("call_{id}"),
-            text_offset: offset,
-        }
-    }
-
-    #[test]
-    fn a_reply_with_calls_becomes_steps_with_their_results() {
-        let calls = [
-            recorded(1, 6, "1", ToolCallStatus::Ok),
-            recorded(1, 6, "2", ToolCallStatus::Interrupted),
-            recorded(2, 11, "3", ToolCallStatus::Error),
-        ];
-        let msgs = conversation_of("First.Next.Done.", &calls);
-        let roles: Vec<_> = msgs.iter().map(|m| m.role.as_str()).collect();
-        assert_eq!(
-            roles,
-            [
-                "assistant",
-                "tool",
-                "tool",
-                "assistant",
-                "tool",
-                "assistant"
-            ]
-        );
-        assert_eq!(msgs[0].content, "First.");
-        assert_eq!(msgs[0].tool_calls.len(), 2);
-        assert_eq!(msgs[0].tool_calls[0].function.name, "fs__write_file");
-        assert_eq!(msgs[1].content, "result 1");
-        assert_eq!(
-            msgs[2].content, OUTCOME_UNKNOWN,
-            "an interrupted call's outcome is unknown"
-        );
-        assert_eq!(msgs[2].tool_call_id.as_deref(), Some("call_2"));
-        assert_eq!(msgs[3].content, "Next.");
-        assert_eq!(msgs[5].content, "Done.");
-    }
-
-    #[test]
-    fn arguments_must_be_an_object() {
-        assert!(parse_arguments("").unwrap().is_empty());
-        assert_eq!(parse_arguments(r#"{"a":1}"#).unwrap()["a"], 1);
-        assert!(parse_arguments("[1]").unwrap_err().contains("array"));
-        assert!(parse_arguments("{nope").is_err());
-        assert_eq!(limited("héllo", 2), "h");
     }
 }

@@ -2,7 +2,9 @@
 mod attempts;
 mod calls;
 mod compact;
+mod conversation;
 mod live;
+mod prepare;
 mod saver;
 mod task;
 mod turn;

@@ -1,7 +1,8 @@
 //! A run's step loop: streams each model step, relays its deltas to the session's
 //! subscribers as they arrive, saves the text on a timer (never per delta), and executes the
 //! tools a step asks for before the next one.
-use super::calls::{conversation_of, missing_sources_note, Asked, Executed};
+use super::calls::{missing_sources_note, Asked, Executed};
+use super::conversation::conversation_of;
 use super::saver::Save;
 use super::{End, RunTask};
 use crate::llm::limits;

@@ -9,6 +9,7 @@ mod approvals;
 mod attempts;
 mod cancels;
 mod cooldowns;
+mod ends;
 mod error;
 mod events;
 mod messages;
@@ -18,6 +19,8 @@ mod rows;
 mod run_reads;
 mod runs;
 mod script;
+mod session_lock;
+mod session_pages;
 mod sessions;
 mod shared;
 mod starts;
@@ -36,14 +39,15 @@ use sqlx::Row;
 use std::str::FromStr;
 
 pub use approvals::{Decided, NewDecision, NotDecided};
+pub use ends::{EndBy, Finished, Outcome};
 pub use events::LoggedEvent;
 pub use messages::HistoryEntry;
 pub use notify::{decode as decode_notification, Notified};
-pub use runs::{Dispatched, EndBy, Finished, NewRun, Outcome};
-pub use sessions::{
-    NewSession, SessionCall, SessionChange, SessionPage, SessionRecord, MAX_SESSION_PAGE,
-};
-pub use shared::{SessionLock, CANCEL_CHANNEL, EVENTS_CHANNEL, LEASE_MS, SIDE_CONNECTIONS};
+pub use runs::{Dispatched, NewRun};
+pub use session_lock::SessionLock;
+pub use session_pages::{SessionPage, MAX_SESSION_PAGE};
+pub use sessions::{NewSession, SessionCall, SessionChange, SessionRecord};
+pub use shared::{CANCEL_CHANNEL, EVENTS_CHANNEL, LEASE_MS, SIDE_CONNECTIONS};
 pub use starts::Started;
 pub use tool_calls::{parts, NewToolCall, RecordedCall};
 
