@@ -10,6 +10,10 @@ use crate::wire::{
 };
 use crate::wire::{MessageId, RunId};
 use leptos::prelude::*;
+
+mod deltas;
+mod run_cells;
+use run_cells::{set_if_changed, RunCells};
 use std::collections::HashMap;
 
 /// The open session's state, shared by its parts.
@@ -191,59 +195,6 @@ impl Chat {
         });
     }
 
-    /// Keeps a delta for the next frame: a reply streaming a delta a millisecond is updated
-    /// (and drawn, see `prose`) once a frame, not once a delta. A hidden tab gets no frames:
-    /// a timer applies them there.
-    fn gather(&self, d: Delta) {
-        #[cfg(feature = "hydrate")]
-        {
-            let first = self.gathered.try_update_value(|g| {
-                g.push(d);
-                g.len() == 1
-            });
-            if first == Some(true) {
-                let chat = *self;
-                let flush = move || chat.flush_deltas();
-                request_animation_frame(flush);
-                set_timeout(flush, std::time::Duration::from_millis(50));
-            }
-        }
-        #[cfg(not(feature = "hydrate"))]
-        self.apply_deltas(&[d]);
-    }
-
-    /// Applies the deltas gathered so far.
-    pub fn flush_deltas(&self) {
-        let gathered = self.gathered.try_update_value(std::mem::take);
-        if let Some(ds) = gathered.filter(|ds| !ds.is_empty()) {
-            self.apply_deltas(&ds);
-        }
-    }
-
-    /// Appends deltas to their replies: each run of one reply's deltas in one update (from
-    /// the end: a delta is nearly always for the last message, so its cost does not grow
-    /// with the session). A delta already applied (its `seq` not past the reply's) is not.
-    fn apply_deltas(&self, ds: &[Delta]) {
-        for run in ds.chunk_by(|a, b| a.message_id == b.message_id) {
-            let slot = self.messages.with_untracked(|ms| {
-                ms.iter()
-                    .rev()
-                    .find(|(id, _)| *id == run[0].message_id)
-                    .map(|(_, s)| *s)
-            });
-            if let Some(s) = slot {
-                s.update(|m| {
-                    for d in run {
-                        if d.seq > m.delta_seq.unwrap_or(0) {
-                            m.content.push_str(&d.text);
-                            m.delta_seq = Some(d.seq);
-                        }
-                    }
-                });
-            }
-        }
-    }
-
     /// Applies one live event.
     pub fn apply(&self, event: Event) {
         let event = match event {
@@ -414,29 +365,5 @@ impl Chat {
                 .find(|r| matches!(r.status, RunStatus::Running | RunStatus::AwaitingApproval))
                 .cloned()
         })
-    }
-}
-
-/// The signals of [`Chat`]'s runs and of its prompts' latest runs, made when first asked for.
-#[derive(Default)]
-struct RunCells {
-    runs: HashMap<RunId, ArcRwSignal<Option<Run>>>,
-    prompts: HashMap<MessageId, ArcRwSignal<Option<RunId>>>,
-}
-
-impl RunCells {
-    fn run(&mut self, id: &RunId) -> ArcRwSignal<Option<Run>> {
-        self.runs.entry(id.clone()).or_default().clone()
-    }
-
-    fn prompt(&mut self, anchor: &MessageId) -> ArcRwSignal<Option<RunId>> {
-        self.prompts.entry(anchor.clone()).or_default().clone()
-    }
-}
-
-/// Sets a signal only to a new value: its readers wake only on a change.
-fn set_if_changed<T: PartialEq + Send + Sync + 'static>(cell: &ArcRwSignal<T>, value: T) {
-    if cell.with_untracked(|v| *v != value) {
-        cell.set(value);
     }
 }
