@@ -64,6 +64,20 @@ struct Inner {
 }
 
 impl Engine {
+    /// Starts the engine's work on this instance: the first heartbeat before any recovered
+    /// run starts (so no other instance takes those runs for orphans of a dead one), the
+    /// recovery of runs a stop interrupted, then its loops (reconcile, background retries,
+    /// the queue's pump, approval timeouts).
+    pub async fn begin(&self) -> Result<()> {
+        self.keep_leases().await?;
+        self.recover().await?;
+        self.reconcile_periodically();
+        self.fire_background_retries();
+        self.pump_periodically();
+        self.time_out_approvals_periodically();
+        Ok(())
+    }
+
     pub fn new(
         store: Store,
         hub: EventHub,
