@@ -49,6 +49,8 @@ pub struct Chat {
     approvals: Option<super::approvals::Approvals>,
     /// Deltas heard since the last frame, applied together ([`Chat::flush_deltas`]).
     gathered: StoredValue<Vec<Delta>>,
+    /// When gathered deltas were last applied (ms since the epoch).
+    drawn_at: StoredValue<i64>,
 }
 
 impl Chat {
@@ -70,6 +72,7 @@ impl Chat {
             notice: RwSignal::new(None),
             approvals: super::approvals::use_approvals(),
             gathered: StoredValue::new(Vec::new()),
+            drawn_at: StoredValue::new(0),
         }
     }
 
