@@ -5,7 +5,6 @@ pub mod api;
 pub mod client;
 pub mod clock;
 pub mod components;
-mod html;
 pub mod markdown;
 pub mod nav;
 pub mod page_data;
@@ -27,9 +26,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             Some(Ok(detail)) => Some(detail.session.title.as_str()),
             _ => None,
         }));
-        let mut html = String::new();
-        html::escape(&text, &mut html);
-        html
+        html_escape::encode_text(&text).into_owned()
     };
     #[cfg(feature = "ssr")]
     let data = first.map(|d| {

@@ -180,6 +180,11 @@ async fn the_first_html_holds_the_list_and_the_open_session() {
         shown.contains(&format!(r#"<a href="/s/{last}" aria-current="page""#)),
         "the open session is marked in the list: {shown}"
     );
+    // The tab's title is the session's, its markup as text.
+    assert!(
+        html.contains("<title>rendered 4 &lt;/script&gt;&lt;b&gt;bold&lt;/b&gt; — Mulligan</title>"),
+        "{html}"
+    );
 
     // Signed out: how to sign in, and nothing of the operator's.
     let (status, html) = page(&server, &format!("/s/{last}"), false).await;

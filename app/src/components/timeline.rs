@@ -1,6 +1,6 @@
 //! A turn's timeline, folded under its reply until opened: who started the run, its Tier 1
 //! attempts and their waits, its fallbacks and its tool calls, drawn as bars on the run's
-//! time axis (plain HTML, positioned by percent; times relative to the run's start).
+//! time axis (views positioned by percent; times relative to the run's start).
 mod layout;
 
 pub use layout::{layout, secs, started_by, took, Bar, Drawn, Row};
@@ -8,7 +8,6 @@ pub use layout::{layout, secs, started_by, took, Bar, Drawn, Row};
 use super::state::Chat;
 use crate::api;
 use crate::client::fetch_json;
-use crate::html::escape;
 use crate::wire::{Message, RunDetail};
 use leptos::prelude::*;
 
@@ -46,52 +45,47 @@ pub fn Timeline(message: RwSignal<Message>) -> impl IntoView {
             }));
         });
     };
-    let body = move || drawn.with(|d| d.as_ref().map_or_else(|| LOADING.to_string(), html));
+    let body = move || match drawn.get() {
+        Some(d) => rows(d).into_any(),
+        None => view! { <p class="tl-head">"Loading…"</p> }.into_any(),
+    };
     // Every reply has its run from its first event: read once.
     message.with_untracked(|m| m.run_id.is_some()).then(|| {
         view! {
             <details class="timeline" on:toggle=toggled>
                 <summary>"Timeline"</summary>
-                <div inner_html=body></div>
+                <div>{body}</div>
             </details>
         }
     })
 }
 
-const LOADING: &str = "<p class=\"tl-head\">Loading…</p>";
-
-/// The drawn run as HTML, every text in it escaped (an attempt's error is the provider's
-/// words). One string, not a view per row: row views cost the browser bundle far more.
-pub fn html(d: &Drawn) -> String {
-    let mut h = String::with_capacity(256 + d.rows.len() * 256);
-    h.push_str("<p class=\"tl-head\">");
-    escape(&d.head, &mut h);
-    h.push_str("</p><ol class=\"tl-rows\">");
-    for r in &d.rows {
-        h.push_str("<li class=\"");
-        h.push_str(r.class);
-        h.push_str("\"><span class=\"tl-at\">");
-        escape(&r.at, &mut h);
-        h.push_str("</span><span class=\"tl-track\">");
-        for b in r.bar.iter().chain(&r.wait) {
-            h.push_str("<span class=\"");
-            h.push_str(b.class);
-            h.push_str("\" style=\"");
-            h.push_str(&b.style());
-            h.push_str("\"></span>");
-        }
-        h.push_str("</span><span class=\"tl-text\"");
-        if let Some(t) = &r.title {
-            h.push_str(" title=\"");
-            escape(t, &mut h);
-            h.push('"');
-        }
-        h.push('>');
-        escape(&r.text, &mut h);
-        h.push_str("</span></li>");
+/// The drawn run as views: its head, then a row per attempt, fallback and tool call, with
+/// its bars (Leptos escapes every text: an attempt's error is the provider's words).
+pub fn rows(d: Drawn) -> impl IntoView {
+    let rows = d
+        .rows
+        .into_iter()
+        .map(|r| {
+            let bars = r
+                .bar
+                .iter()
+                .chain(&r.wait)
+                .map(|b| view! { <span class=b.class style=b.style()></span> })
+                .collect_view();
+            view! {
+                <li class=r.class>
+                    <span class="tl-at">{r.at}</span>
+                    <span class="tl-track">{bars}</span>
+                    <span class="tl-text" title=r.title>{r.text}</span>
+                </li>
+            }
+        })
+        .collect_view();
+    view! {
+        <p class="tl-head">{d.head}</p>
+        <ol class="tl-rows">{rows}</ol>
     }
-    h.push_str("</ol>");
-    h
 }
 
 #[cfg(test)]
