@@ -182,7 +182,9 @@ async fn the_first_html_holds_the_list_and_the_open_session() {
     );
     // The tab's title is the session's, its markup as text.
     assert!(
-        html.contains("<title>rendered 4 &lt;/script&gt;&lt;b&gt;bold&lt;/b&gt; — Mulligan</title>"),
+        html.contains(
+            "<title>rendered 4 &lt;/script&gt;&lt;b&gt;bold&lt;/b&gt; — Mulligan</title>"
+        ),
         "{html}"
     );
 
