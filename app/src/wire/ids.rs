@@ -122,7 +122,7 @@ macro_rules! ids {
             }
         }
 
-        /// A string as [`check`] takes it.
+        /// A string as `check` takes it.
         #[cfg(feature = "openapi")]
         impl schemars::JsonSchema for $name {
             fn schema_name() -> std::borrow::Cow<'static, str> {

@@ -1,7 +1,7 @@
-//! The built-in `mulligan` tools (CONTRACT §5, §6): each a [`BuiltinTool`] with a typed input
+//! The built-in `mulligan` tools (CONTRACT §5, §6): each a `BuiltinTool` with a typed input
 //! whose JSON Schema derives from the type, who may call them ([`Caller`]), and one list
-//! ([`tools`], [`run`]) that the MCP adapter and an agent turn's tool list both read. The
-//! commands come in through [`Commands`], so this module needs no engine.
+//! ([`tools`], `run`) that the MCP adapter and an agent turn's tool list both read. The
+//! commands come in through `Commands`, so this module needs no engine.
 mod approvals;
 mod sessions;
 
