@@ -60,11 +60,12 @@ impl Route {
     }
 }
 
-/// Appends `segment` percent-encoded: only RFC 3986's unreserved characters pass as they are.
-fn encode_segment(segment: &str, out: &mut String) {
+/// Appends `segment` percent-encoded: only RFC 3986's unreserved characters pass as they are
+/// (a path segment's or a query value's encoding).
+pub fn encode_segment(segment: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+        if crate::wire::is_unreserved(b) {
             out.push(b as char);
         } else {
             out.push('%');

@@ -140,13 +140,7 @@ fn list_url(q: &str, limit: usize, before: Option<&SessionId>) -> String {
 /// `s` percent-encoded for a query string (every byte but letters, digits and `-._~`).
 fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
+    api::encode_segment(s, &mut out);
     out
 }
 

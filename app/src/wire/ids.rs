@@ -18,6 +18,12 @@ pub enum IdError {
     BadCharacter,
 }
 
+/// Whether `b` is one of RFC 3986's unreserved characters (letters, digits, `-._~`): what a
+/// URL carries unescaped, and all an id is made of.
+pub fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
 /// Checks a string from outside: ids are opaque, but never empty, never long, and made of the
 /// characters a URL path carries unescaped.
 fn check(id: &str) -> Result<(), IdError> {
@@ -27,10 +33,7 @@ fn check(id: &str) -> Result<(), IdError> {
     if id.len() > MAX_ID_BYTES {
         return Err(IdError::TooLong);
     }
-    if !id
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
-    {
+    if !id.bytes().all(is_unreserved) {
         return Err(IdError::BadCharacter);
     }
     Ok(())
