@@ -142,13 +142,23 @@ fn schemas_are_the_input_types() {
         json!(["allow_once", "allow_always", "reject_once", "reject_always"])
     );
     for t in &tools {
+        assert_eq!(t.input_schema["type"], "object", "{}", t.name);
         let out = t
             .output_schema
             .as_ref()
             .expect("every tool says what it answers");
         assert_eq!(out["type"], "object", "{}", t.name);
     }
+    let read_only = |name: &str| {
+        let t = tools.iter().find(|t| t.name == name).unwrap();
+        t.annotations.as_ref().and_then(|a| a.read_only_hint)
+    };
+    assert_eq!(read_only("list_models"), Some(true));
+    assert_eq!(read_only("list_approvals"), Some(true));
+    assert_eq!(read_only("rename_session"), Some(false));
+    // A model is never offered the operator's tools.
     let offered: Vec<String> = infos().into_iter().map(|t| t.name).collect();
     assert!(!offered.iter().any(|n| operator_only(n)));
+    assert!(offered.iter().any(|n| n == "rename_session"));
     assert_eq!(offered.len(), 6);
 }
