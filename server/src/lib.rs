@@ -120,9 +120,11 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
     let task = tokio::spawn(serve(
         listener,
         app,
-        (stop.clone(), signals),
+        stop.clone(),
+        signals,
         shutdown,
-        (writer, store),
+        writer,
+        store,
     ));
     Ok(Running {
         addr,
@@ -211,9 +213,11 @@ fn leptos_options(config: &Config, addr: SocketAddr) -> leptos::prelude::LeptosO
 async fn serve(
     listener: TcpListener,
     app: axum::Router,
-    (stop, signals): (tokio_util::sync::CancellationToken, bool),
+    stop: tokio_util::sync::CancellationToken,
+    signals: bool,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    (writer, store): (tokio::task::JoinHandle<()>, store::Store),
+    writer: tokio::task::JoinHandle<()>,
+    store: store::Store,
 ) {
     let graceful = async move {
         if signals {
