@@ -18,12 +18,13 @@ async fn calls_of(
     sid: &str,
     run_id: &(impl std::fmt::Display + ?Sized),
 ) -> Vec<ToolCall> {
+    let run_id = run_id.to_string();
     server
         .detail(sid)
         .await
         .messages
         .iter()
-        .find(|m| m.run_id.as_ref().map(|id| id.to_string()) == Some(run_id.to_string()))
+        .find(|m| m.run_id.as_ref().is_some_and(|id| *id == run_id))
         .expect("the run's reply")
         .parts
         .iter()

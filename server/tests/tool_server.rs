@@ -147,11 +147,12 @@ async fn calls_of(
     sid: &str,
     run_id: &(impl std::fmt::Display + ?Sized),
 ) -> Vec<ToolCall> {
+    let run_id = run_id.to_string();
     let detail = server.detail(sid).await;
     detail
         .messages
         .iter()
-        .filter(|m| m.run_id.as_ref().map(|id| id.to_string()) == Some(run_id.to_string()))
+        .filter(|m| m.run_id.as_ref().is_some_and(|id| *id == run_id))
         .flat_map(|m| m.parts.iter().flatten())
         .filter_map(|p| match p {
             Part::ToolCall { call } => Some(call.clone()),
