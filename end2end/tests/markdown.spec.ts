@@ -37,8 +37,8 @@ async function expectRendered(page: Page, scripts = true) {
   await expect(r.getByRole('heading', { name: 'Plan' })).toBeVisible();
   await expect(r.locator('strong')).toHaveText('bold');
   await expect(r.locator('p code')).toHaveText('inline');
-  // The list, numbered, with its nested list.
-  await expect(r.locator('.content > ol > li')).toHaveCount(2);
+  // The list, numbered, with its nested list (a top-level block, in a part once finished).
+  await expect(r.locator('.content > ol > li, .content > .part > ol > li')).toHaveCount(2);
   await expect(r.locator('ol > li').nth(1).locator('ul > li')).toHaveText('nested');
   // The code block: its text as written (the tags in it are text), its language.
   await expect(r.locator('.code pre')).toHaveText(CODE);
@@ -109,7 +109,7 @@ test('a reply that is cut off mid code block still reads as code', async ({ page
   const cut = page.locator('li.msg.agent').first();
   await expect(cut).toHaveClass(/failed/, { timeout: 30_000 });
   await expect(cut.locator('.code pre')).toHaveText(/^make all && make\b/);
-  await expect(cut.locator('.content > p')).toHaveText('Run:');
+  await expect(cut.locator('.content > p, .content > .part > p')).toHaveText('Run:');
 });
 
 test('a retry\'s continuation reads as Mulligan\'s note, not as the operator\'s', async ({ page }) => {

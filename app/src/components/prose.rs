@@ -17,9 +17,10 @@ use std::sync::Arc;
 pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> impl IntoView {
     let read = std::sync::Arc::new(read);
     let stream = StoredValue::new(Stream::default());
-    // Frozen blocks keyed by the text's generation (another text starts a new one) and place;
-    // the open ones by the draw too, so each draw makes them anew (they are few and short).
-    let frozen = RwSignal::new(Vec::<(Key, Arc<Block>)>::new());
+    // Frozen blocks in parts of [`PART`], keyed by the text's generation (another text
+    // starts a new one) and place; the open ones by the draw too, so each draw makes them
+    // anew (they are few and short).
+    let parts = RwSignal::new(Vec::<(Key, Part)>::new());
     let open = RwSignal::new(Vec::<(Key, Block)>::new());
     let keys = StoredValue::new((0u32, 0u32));
     let draw = {
@@ -37,17 +38,18 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
             let all_frozen = stream.with_value(|s| s.frozen());
             let first = all_frozen - u.frozen.len();
             if u.reset {
-                frozen.set(Vec::new());
+                parts.set(Vec::new());
             }
-            if !u.frozen.is_empty() {
-                frozen.update(|f| {
-                    f.extend(
-                        u.frozen
-                            .into_iter()
-                            .enumerate()
-                            .map(|(i, b)| ((generation, first + i, 0), Arc::new(b))),
-                    )
-                });
+            for (i, b) in u.frozen.into_iter().enumerate() {
+                let place = first + i;
+                let block = ((generation, place, 0), Arc::new(b));
+                if place % PART == 0 {
+                    let part = ArcRwSignal::new(vec![block]);
+                    parts.update(|ps| ps.push(((generation, place / PART, 0), part)));
+                } else if let Some(part) = parts.with_untracked(|ps| ps.last().map(|p| p.1.clone()))
+                {
+                    part.update(|p| p.push(block));
+                }
             }
             let unchanged = open.with_untracked(|o| {
                 !u.reset
@@ -80,8 +82,12 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
     #[cfg(not(feature = "hydrate"))]
     let _ = (read, draw);
     view! {
-        <For each=move || frozen.get() key=|(key, _)| *key let:((_, b))>
-            {block(Block::clone(&b))}
+        <For each=move || parts.get() key=|(key, _)| *key let:((_, part))>
+            <div class="part">
+                <For each=move || part.get() key=|(key, _)| *key let:((_, b))>
+                    {block(Block::clone(&b))}
+                </For>
+            </div>
         </For>
         <For each=move || open.get() key=|(key, _)| *key let:((_, b))>
             {block(b)}
@@ -91,6 +97,14 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
 
 /// A drawn block's key: the text's generation, the block's place, and (open blocks) the draw.
 type Key = (u32, usize, u32);
+
+/// Frozen blocks, [`PART`] of them (fewer in the last part), in an element of their own:
+/// when the open block grows, the browser lays out and paints the reply's parts, not each
+/// of its blocks, so a frame's cost does not grow with a long reply (bench B10).
+type Part = ArcRwSignal<Vec<(Key, Arc<Block>)>>;
+
+/// How many frozen blocks a [`Part`] holds.
+const PART: usize = 32;
 
 /// One element of a reply, with its attributes and children. Every element is drawn through
 /// this one type (a tag by name), so the browser bundle holds the code to draw and hydrate
@@ -223,4 +237,22 @@ fn CopyButton(text: String) -> impl IntoView {
         let _ = &text;
     };
     view! { <button type="button" class="secondary copy" on:click=copy>{move || label.get()}</button> }
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::*;
+
+    /// A reply's finished blocks are drawn in parts of [`PART`], the open block after them.
+    #[test]
+    fn finished_blocks_come_in_parts() {
+        let text: String = (0..PART + 3)
+            .map(|i| format!("paragraph {i}\n\n"))
+            .collect();
+        let owner = Owner::new();
+        let html = owner.with(|| markdown(move |f: &mut dyn FnMut(&str)| f(&text)).to_html());
+        assert_eq!(html.matches(r#"<div class="part">"#).count(), 2, "{html}");
+        let first_part = html.find(r#"<div class="part">"#).unwrap();
+        assert!(html[..first_part].find("<p").is_none(), "{html}");
+    }
 }
