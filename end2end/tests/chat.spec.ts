@@ -1,5 +1,5 @@
 import { test, expect } from '@playwright/test';
-import { hydrated, printedUrl } from './helpers';
+import { hydrated, newSession, printedUrl, send } from './helpers';
 
 test('open the printed URL, chat, watch the reply stream in, reload and find it kept', async ({ page }) => {
   const errors: string[] = [];
@@ -60,4 +60,25 @@ test('Shift+Enter adds a line instead of sending', async ({ page }) => {
   await expect(page.locator('li.msg')).toHaveCount(0);
   await page.getByRole('button', { name: 'Send' }).click();
   await expect(page.locator('li.msg.operator .content')).toHaveText('line one\nline two');
+});
+
+// A hidden tab gets no animation frames: its streaming reply is drawn by a timer instead.
+test('a tab that gets no animation frames still draws a streaming reply', async ({ page }) => {
+  await page.addInitScript(() => {
+    (window as any).__frames = 0;
+    window.requestAnimationFrame = () => {
+      (window as any).__frames++;
+      return 0;
+    };
+  });
+  await newSession(page, 'demo', 'no frames');
+  const words = Array.from({ length: 60 }, (_, i) => `w${i}`).join(' ');
+  await send(page, `echo ${words}`);
+  // Drawn while it streams, not only when the finished message replaces it.
+  await expect(page.locator('li.msg.agent.streaming')).toContainText('w1 ', { timeout: 20_000 });
+  const reply = page.locator('li.msg.agent').last();
+  await expect(reply).not.toHaveClass(/streaming/, { timeout: 20_000 });
+  await expect(reply).toContainText(words);
+  // The page did ask for frames (none came).
+  expect(await page.evaluate(() => (window as any).__frames)).toBeGreaterThan(0);
 });
