@@ -122,7 +122,8 @@ fn follow(chat: Chat, sid: Memo<SessionId>, first_id: SessionId, first: Option<i
 fn ChatBody(sid: Memo<SessionId>) -> impl IntoView {
     let chat = expect_context::<Chat>();
     let scroller = NodeRef::<leptos::html::Div>::new();
-    let list = NodeRef::<leptos::html::Ol>::new();
+    let list = NodeRef::<leptos::html::Div>::new();
+    let parts = Memo::new(move |_| chat.messages.with(|ms| ms.len().div_ceil(PART)));
     let on_scroll = follow_the_bottom(list, scroller);
     // A memo: the header is not rebuilt on every delta.
     let superseded = Memo::new(move |_| chat.superseded_replies());
@@ -161,11 +162,11 @@ fn ChatBody(sid: Memo<SessionId>) -> impl IntoView {
                 <p class="error" role="alert">{move || chat.error.get()}</p>
             </Show>
             <div class="scroller" node_ref=scroller on:scroll=on_scroll>
-                <ol class="messages" aria-live="polite" node_ref=list>
-                    <For each=move || chat.messages.get() key=|(id, _)| id.clone() let:item>
-                        <MessageView message=item.1/>
+                <div class="messages" role="log" aria-label="Conversation" node_ref=list>
+                    <For each=move || 0..parts.get() key=|i| *i let:i>
+                        <MessagePart place=i/>
                     </For>
-                </ol>
+                </div>
                 <Show when=move || chat.session.get().is_some() && chat.messages.with(|m| m.is_empty())>
                     <p class="empty">"Send the first message below."</p>
                 </Show>
@@ -179,6 +180,36 @@ fn ChatBody(sid: Memo<SessionId>) -> impl IntoView {
                 <Composer session_id=sid/>
             </div>
         </section>
+    }
+}
+
+/// How many messages a [`MessagePart`] holds.
+const PART: usize = 32;
+
+/// The session's messages from `place * PART`, [`PART`] of them at most, in a list of their
+/// own: when the last reply grows, the browser lays out and paints the conversation's parts
+/// (`contain: content`), not each of its messages. Parts are cut by a message's place in the
+/// session, so the server's page and the hydrated one agree.
+#[component]
+fn MessagePart(place: usize) -> impl IntoView {
+    let chat = expect_context::<Chat>();
+    let first = place.saturating_mul(PART);
+    // A memo: a message added to a later part (or a delta anywhere) does not wake this one.
+    let messages = Memo::new(move |_| {
+        chat.messages.with(|ms| {
+            ms.iter()
+                .skip(first)
+                .take(PART)
+                .map(|(id, m)| (id.clone(), *m))
+                .collect::<Vec<_>>()
+        })
+    });
+    view! {
+        <ol class="part">
+            <For each=move || messages.get() key=|(id, _)| id.clone() let:item>
+                <MessageView message=item.1/>
+            </For>
+        </ol>
     }
 }
 
@@ -229,7 +260,7 @@ fn AutoRetrySetting() -> impl IntoView {
 /// The list's growth is seen by a `ResizeObserver` (after the browser laid out a frame,
 /// before it paints it): nothing runs per delta, and the layout is never forced.
 fn follow_the_bottom(
-    messages: NodeRef<leptos::html::Ol>,
+    messages: NodeRef<leptos::html::Div>,
     scroller: NodeRef<leptos::html::Div>,
 ) -> impl Fn(leptos::ev::Event) + Copy + 'static {
     let pinned = StoredValue::new(true);
