@@ -148,12 +148,26 @@ async function measure(browser, spec) {
   const opened_ms = Date.now() - opening;
   // When anything in the chat last changed (epoch ms), watched from before the send.
   await page.evaluate(() => {
-    window.__b10 = { last: 0 };
+    // The reply marked streaming, kept from the mutations that add it: a `querySelector`
+    // per poll would walk the whole page, a cost of the bench (not of the page) that grows
+    // with the session.
+    window.__b10 = { last: 0, streaming: null };
     const inReply = (n) => {
       const e = n && (n.nodeType === 1 ? n : n.parentElement);
       return !!(e && e.closest('li.msg.agent'));
     };
+    const STREAMING = 'li.msg.agent.streaming';
     new MutationObserver((records) => {
+      for (const r of records) {
+        if (r.type === 'attributes' && r.target.nodeType === 1 && r.target.matches(STREAMING)) {
+          window.__b10.streaming = r.target;
+        }
+        for (const n of r.addedNodes) {
+          if (n.nodeType !== 1) continue;
+          const e = n.matches(STREAMING) ? n : n.querySelector(STREAMING);
+          if (e) window.__b10.streaming = e;
+        }
+      }
       if (records.some((r) => inReply(r.target) || [...r.addedNodes].some(inReply))) {
         window.__b10.last = performance.timeOrigin + performance.now();
       }
@@ -192,7 +206,7 @@ async function measure(browser, spec) {
   for (;;) {
     const s = await page.evaluate(() => ({
       last: window.__b10.last,
-      streaming: !!document.querySelector('li.msg.agent.streaming'),
+      streaming: ((e) => !!(e && e.isConnected && e.classList.contains('streaming')))(window.__b10.streaming),
       now: performance.timeOrigin + performance.now(),
     }));
     if (!s.streaming && s.last > 0 && s.now - s.last >= SETTLED_MS) {
