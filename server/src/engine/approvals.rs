@@ -91,7 +91,8 @@ impl Engine {
         };
         let engine = self.clone();
         let (run_id, call_id) = (run_id.clone(), call_id.clone());
-        self.carried(async move { engine.decide_now(&run_id, &call_id, &deciding).await })
+        self.runs()
+            .carry(async move { engine.decide_now(&run_id, &call_id, &deciding).await })
             .await
     }
 

@@ -72,7 +72,8 @@ impl Engine {
     /// none is waiting. The failed turn stays, and an explicit retry of it still works.
     pub async fn cancel_waiting_retry(&self, session_id: &SessionId) -> Result<Session> {
         let (engine, session_id) = (self.clone(), session_id.clone());
-        self.carried(async move { engine.end_waiting_retry(&session_id).await })
+        self.runs()
+            .carry(async move { engine.end_waiting_retry(&session_id).await })
             .await
     }
 
@@ -116,7 +117,7 @@ impl Engine {
                     }
                 };
                 tokio::select! {
-                    _ = engine.inner.stopping.cancelled() => return,
+                    _ = engine.runs().stopping().cancelled() => return,
                     _ = engine.inner.background_wake.notified() => {}
                     _ = tokio::time::sleep(wait) => {}
                 }

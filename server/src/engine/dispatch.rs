@@ -81,7 +81,8 @@ impl Engine {
     pub async fn post_message(&self, session_id: &SessionId, content: &str) -> Result<Receipt> {
         let content = validate_content(content)?.to_string();
         let (engine, session_id) = (self.clone(), session_id.clone());
-        self.carried(async move { engine.post(&session_id, &content).await })
+        self.runs()
+            .carry(async move { engine.post(&session_id, &content).await })
             .await
     }
 
@@ -111,15 +112,16 @@ impl Engine {
         let (session_id, mid) = (session_id.clone(), mid.clone());
         let if_last_run = if_last_run.cloned();
         let from = from.map(str::to_string);
-        self.carried(async move {
-            let asked = Regenerating {
-                if_last_run: if_last_run.as_ref(),
-                manual,
-                from: from.as_deref(),
-            };
-            engine.regenerate_counted(&session_id, &mid, asked).await
-        })
-        .await
+        self.runs()
+            .carry(async move {
+                let asked = Regenerating {
+                    if_last_run: if_last_run.as_ref(),
+                    manual,
+                    from: from.as_deref(),
+                };
+                engine.regenerate_counted(&session_id, &mid, asked).await
+            })
+            .await
     }
 
     async fn regenerate_counted(
@@ -252,12 +254,13 @@ impl Engine {
     pub async fn retry(&self, session_id: &SessionId, from: Option<&str>) -> Result<RetryReceipt> {
         let engine = self.clone();
         let (session_id, from) = (session_id.clone(), from.map(str::to_string));
-        self.carried(async move {
-            let answer = engine.retry_now(&session_id, from.as_deref()).await;
-            metrics().retry_now_answered(&answer);
-            answer
-        })
-        .await
+        self.runs()
+            .carry(async move {
+                let answer = engine.retry_now(&session_id, from.as_deref()).await;
+                metrics().retry_now_answered(&answer);
+                answer
+            })
+            .await
     }
 
     async fn retry_now(&self, session_id: &SessionId, from: Option<&str>) -> Result<RetryReceipt> {

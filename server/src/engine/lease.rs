@@ -32,7 +32,7 @@ impl Engine {
             Box::pin(async move { e.lease_tick().await })
         });
         let engine = self.clone();
-        store.follow_cancels(self.inner.stopping.clone(), HEARTBEAT, move |run| {
+        store.follow_cancels(self.runs().stopping().clone(), HEARTBEAT, move |run| {
             engine.cancel_here(&run)
         });
         Ok(())
@@ -74,7 +74,7 @@ impl Engine {
         // two replies streaming, and nothing started under a lost lease goes on. Only runs
         // active before the read: one launched while the read waited (for a connection,
         // say) is not in its answer and must not be taken for ended.
-        let active_before = self.active_ids();
+        let active_before = self.runs().ids();
         let running: std::collections::HashSet<RunId> = store
             .leased_runs_of(self.instance())
             .await?
@@ -117,7 +117,7 @@ impl Engine {
 
     /// Stops a run if this instance executes it.
     fn cancel_here(&self, run_id: &RunId) {
-        if let Some(active) = self.active(run_id) {
+        if let Some(active) = self.runs().get(run_id) {
             active.cancel.cancel();
         }
     }

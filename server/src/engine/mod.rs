@@ -4,7 +4,6 @@
 //! database also a lock row across instances — which is what makes "one active run
 //! per session", the claims and the ordering of queued prompts atomic. Each run executes as a
 //! task of [`crate::run`], which the engine launches and whose end it records.
-mod active;
 mod approvals;
 mod background;
 mod cancel;
@@ -18,23 +17,22 @@ mod parking;
 mod queue;
 mod reconcile;
 mod recover;
+mod runs;
 mod sessions;
 mod snapshot;
 
 use crate::error::{Error, Kind, Result};
 use crate::events::EventHub;
-use crate::run::{Active, RunContext, Saver};
+use crate::run::{RunContext, Saver};
 use crate::store::{SessionLock, Store};
 use crate::tools::builtin::Caller;
 use app::wire::SessionId;
 use app::wire::{Event, MAX_CONTENT_CHARS};
 use futures::future::BoxFuture;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use crate::run::overlay_mirrored;
 pub use approvals::Deciding;
@@ -52,10 +50,8 @@ struct Inner {
     /// This instance's id: the owner recorded on the runs it executes.
     instance: String,
     locks: locks::Locks,
-    active: Mutex<HashMap<app::wire::RunId, Active>>,
-    tasks: TaskTracker,
-    /// Cancelled when the server stops: run tasks record their run as interrupted.
-    stopping: CancellationToken,
+    /// The run lifecycle: the runs executing here, the tasks a stop waits for.
+    runs: runs::Runs,
     /// Wakes the background-retry loop when this instance leaves a waiting retry.
     background_wake: tokio::sync::Notify,
     /// Since when this instance's heartbeats have all gone through (`None` after one
@@ -102,9 +98,7 @@ impl Engine {
                 instance: cfg.instance.clone(),
                 cfg,
                 locks: locks::Locks::default(),
-                active: Mutex::default(),
-                tasks: TaskTracker::new(),
-                stopping,
+                runs: runs::Runs::new(stopping),
                 background_wake: tokio::sync::Notify::new(),
                 beating_since: Mutex::default(),
             }),
@@ -117,6 +111,11 @@ impl Engine {
 
     pub fn hub(&self) -> &EventHub {
         &self.inner.run.hub
+    }
+
+    /// The run lifecycle's own state.
+    fn runs(&self) -> &runs::Runs {
+        &self.inner.runs
     }
 
     /// The tool sources of agent turns.
@@ -143,7 +142,7 @@ impl Engine {
             timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = engine.inner.stopping.cancelled() => return,
+                    _ = engine.runs().stopping().cancelled() => return,
                     _ = timer.tick() => {}
                 }
                 if let Err(e) = tick(engine.clone()).await {
@@ -182,26 +181,6 @@ impl Engine {
         })
     }
 
-    /// Runs a command to its end on a task of its own, and answers what it answers. A caller
-    /// that stops waiting (a client hanging up drops its request's future, and with it this
-    /// one) cannot cut the command between its commit and what must follow it: launching
-    /// the run it started, publishing its events, starting the runs it released. Shutdown
-    /// waits for it like for a run.
-    async fn carried<T: Send + 'static>(
-        &self,
-        command: impl std::future::Future<Output = Result<T>> + Send + 'static,
-    ) -> Result<T> {
-        match self.inner.tasks.spawn(command).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                tracing::error!(error = %e, "a command failed inside Mulligan");
-                Err(Error::internal(
-                    "the command failed inside Mulligan; see the server's log",
-                ))
-            }
-        }
-    }
-
     fn publish(&self, session_id: &SessionId, event: Event) {
         self.hub().publish(session_id, &event);
     }
@@ -209,9 +188,7 @@ impl Engine {
     /// Stops every run here (recorded `failed`/`interrupted`, partial text kept) and waits
     /// until the run tasks and the event log are done.
     pub async fn shutdown(&self) {
-        self.inner.stopping.cancel();
-        self.inner.tasks.close();
-        self.inner.tasks.wait().await;
+        self.runs().stop().await;
         self.hub().flush().await;
         if let Err(e) = self.store().retire(&self.inner.instance).await {
             tracing::warn!(error = %e, "could not retire this instance");

@@ -17,7 +17,8 @@ impl Engine {
     /// are newer turns: the failed turn's waiting background retry ends.
     pub async fn release(&self, session_id: &SessionId) -> Result<Vec<RunId>> {
         let (engine, session_id) = (self.clone(), session_id.clone());
-        self.carried(async move { engine.release_held(&session_id).await })
+        self.runs()
+            .carry(async move { engine.release_held(&session_id).await })
             .await
     }
 
@@ -93,7 +94,7 @@ impl Engine {
     /// This instance's id as the owner of the runs it starts; `None` once the server is
     /// stopping (nothing starts then).
     pub(super) fn owner(&self) -> Option<&str> {
-        (!self.inner.stopping.is_cancelled()).then_some(self.inner.instance.as_str())
+        (!self.runs().is_stopping()).then_some(self.inner.instance.as_str())
     }
 
     /// Announces a run the store just started and executes it as a task (with the context
@@ -107,11 +108,7 @@ impl Engine {
         // root span, so the next run (started as this one ends) is not nested in it.
         let span = tracing::info_span!(parent: None, "run", session_id = %session_id, run_id = %id);
         let active = Active::default();
-        self.inner
-            .active
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id.clone(), active.clone());
+        self.runs().insert(id.clone(), active.clone());
         let task = RunTask::new(
             self.inner.run.clone(),
             Arc::new(self.clone()),
@@ -119,8 +116,7 @@ impl Engine {
             active,
         );
         let engine = self.clone();
-        self.inner
-            .tasks
+        self.runs()
             .spawn(tracing::Instrument::instrument(engine.execute(task), span));
         id
     }

@@ -20,7 +20,7 @@ impl Engine {
     pub(super) async fn reconcile(&self) -> Result<usize> {
         let mut ended = 0;
         for run in self.store().running_runs_of(self.instance()).await? {
-            if self.active(&run.id).is_some() {
+            if self.runs().get(&run.id).is_some() {
                 continue;
             }
             // Under the session lock: a run is made active (`pump`) and stops being active
@@ -33,7 +33,7 @@ impl Engine {
                     continue;
                 }
             };
-            if self.active(&run.id).is_some() {
+            if self.runs().get(&run.id).is_some() {
                 continue;
             }
             let run = self.store().run(&run.id).await?;

@@ -147,7 +147,8 @@ impl Engine {
     ) -> Result<Session> {
         let engine = self.clone();
         let session_id = session_id.clone();
-        self.carried(async move { engine.settings_changed(&session_id, change).await })
+        self.runs()
+            .carry(async move { engine.settings_changed(&session_id, change).await })
             .await
     }
 

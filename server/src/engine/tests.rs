@@ -134,7 +134,7 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
         .contains("a bug while opening"));
     // The run leaves the active set just after its end is recorded: wait for it.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while engine.active(&first.run_id).is_some() {
+    while engine.runs().get(&first.run_id).is_some() {
         assert!(Instant::now() < deadline, "no longer active here");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
