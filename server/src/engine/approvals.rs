@@ -30,7 +30,7 @@ impl Engine {
     /// looked for (it never is: the waiting run is the session's active run).
     pub(super) async fn record_park(&self, run: &Run, outcome: &Outcome) -> Result<bool> {
         let session_id = &run.session_id;
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         let parked = self
             .store()
             .park_run(
@@ -111,7 +111,7 @@ impl Engine {
                 call_id,
             ));
         }
-        let _guard = self.lock(&run.session_id).await?;
+        let _guard = self.locks().lock(&run.session_id).await?;
         let new = NewDecision {
             decision: d.decision,
             reason: d.reason.as_deref(),
@@ -261,7 +261,7 @@ impl Engine {
             let Some(owner) = self.owner() else {
                 return Ok(());
             };
-            let _guard = match self.lock_within(&session_id, LOOP_LOCK_WAIT).await {
+            let _guard = match self.locks().lock_within(&session_id, LOOP_LOCK_WAIT).await {
                 Ok(g) => g,
                 Err(_) => continue,
             };

@@ -79,7 +79,7 @@ impl Engine {
 
     async fn end_waiting_retry(&self, session_id: &SessionId) -> Result<Session> {
         self.store().session(session_id).await?;
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         if !self.store().clear_waiting_retry(session_id).await? {
             return Err(Refusal::NoWaitingRetry.into());
         }
@@ -146,7 +146,7 @@ impl Engine {
 
     /// Fires the session's due waiting retry under its lock; answers whether it fired.
     pub(super) async fn fire_one(&self, session_id: &SessionId) -> bool {
-        let _guard = match self.lock_within(session_id, LOOP_LOCK_WAIT).await {
+        let _guard = match self.locks().lock_within(session_id, LOOP_LOCK_WAIT).await {
             Ok(guard) => guard,
             // Held elsewhere for long: it fires on a later pass.
             Err(e) => {

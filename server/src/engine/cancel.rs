@@ -29,7 +29,7 @@ impl Engine {
         if run.session_id != *session_id {
             return Err(Error::not_found("run", run_id));
         }
-        let guard = self.lock(session_id).await?;
+        let guard = self.locks().lock(session_id).await?;
         let run = self.store().run(run_id).await?;
         match run.status {
             RunStatus::Queued => {

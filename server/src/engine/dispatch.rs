@@ -88,7 +88,7 @@ impl Engine {
 
     async fn post(&self, session_id: &SessionId, content: &str) -> Result<Receipt> {
         // A missing session is found by the dispatch (its message refers to the session).
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         self.queue(NewRun::prompt(session_id, content)).await
     }
 
@@ -177,7 +177,7 @@ impl Engine {
                 "only an operator message can be regenerated: pass the prompt's id",
             ));
         }
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         // Read again under the lock: a regenerate of an earlier prompt may just have
         // superseded this one, and a model answering it would not see its own prompt.
         if self.store().message(mid).await?.superseded {
@@ -265,7 +265,7 @@ impl Engine {
 
     async fn retry_now(&self, session_id: &SessionId, from: Option<&str>) -> Result<RetryReceipt> {
         self.store().session_exists(session_id).await?;
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         self.retry_locked(session_id, from, true).await
     }
 

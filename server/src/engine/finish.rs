@@ -76,7 +76,7 @@ impl Engine {
             return self.record_park(run, outcome).await;
         }
         let session_id = &run.session_id;
-        let guard = match self.lock(session_id).await {
+        let guard = match self.locks().lock(session_id).await {
             Ok(g) => Some(g),
             Err(e) => {
                 // Recording the end matters more: it is conditional on the run not having ended.

@@ -105,7 +105,7 @@ impl Engine {
     /// Ends a run whose instance is gone (`failed`/`interrupted`) and starts what its
     /// session has queued, under the session's lock (waiting `wait` for it at most).
     pub(super) async fn take_over(&self, run: &Run, wait: Duration) -> Result<()> {
-        let _guard = self.lock_within(&run.session_id, wait).await?;
+        let _guard = self.locks().lock_within(&run.session_id, wait).await?;
         self.interrupt_locked(
             run,
             "the server stopped while this reply was being written",

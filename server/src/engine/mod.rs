@@ -1,6 +1,6 @@
 //! The run engine: dispatch (post a prompt → queued run), the per-session queue (one active
 //! run per session), cancel, release, and restart recovery. Every decision about a session's
-//! runs is taken under that session's lock (`Engine::lock`) — in-process, and on a shared
+//! runs is taken under that session's lock (`SessionLocks::lock`) — in-process, and on a shared
 //! database also a lock row across instances — which is what makes "one active run
 //! per session", the claims and the ordering of queued prompts atomic. Each run executes as a
 //! task of [`crate::run`], which the engine launches and whose end it records.
@@ -24,7 +24,7 @@ mod snapshot;
 use crate::error::{Error, Kind, Result};
 use crate::events::EventHub;
 use crate::run::{RunContext, Saver};
-use crate::store::{SessionLock, Store};
+use crate::store::Store;
 use crate::tools::builtin::Caller;
 use app::wire::SessionId;
 use app::wire::{Event, MAX_CONTENT_CHARS};
@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::run::overlay_mirrored;
 pub use approvals::Deciding;
 pub use config::EngineConfig;
+pub use locks::{LOCK_WAIT, LOOP_LOCK_WAIT};
 
 #[derive(Clone)]
 pub struct Engine {
@@ -49,7 +50,8 @@ struct Inner {
     cfg: EngineConfig,
     /// This instance's id: the owner recorded on the runs it executes.
     instance: String,
-    locks: locks::Locks,
+    /// The session locks, in this process and across instances.
+    locks: locks::SessionLocks,
     /// The run lifecycle: the runs executing here, the tasks a stop waits for.
     runs: runs::Runs,
     /// Wakes the background-retry loop when this instance leaves a waiting retry.
@@ -92,12 +94,13 @@ impl Engine {
             cfg: cfg.run.clone(),
             stopping: stopping.clone(),
         };
+        let locks = locks::SessionLocks::new(run.store.clone(), run.hub.clone());
         Engine {
             inner: Arc::new(Inner {
                 run: Arc::new(run),
                 instance: cfg.instance.clone(),
                 cfg,
-                locks: locks::Locks::default(),
+                locks,
                 runs: runs::Runs::new(stopping),
                 background_wake: tokio::sync::Notify::new(),
                 beating_since: Mutex::default(),
@@ -111,6 +114,11 @@ impl Engine {
 
     pub fn hub(&self) -> &EventHub {
         &self.inner.run.hub
+    }
+
+    /// The session locks.
+    fn locks(&self) -> &locks::SessionLocks {
+        &self.inner.locks
     }
 
     /// The run lifecycle's own state.
@@ -157,30 +165,6 @@ impl Engine {
         &self.inner.instance
     }
 
-    /// The session's lock: held for every decision about its runs. On a shared database it
-    /// is also held across instances, and released only once the events published under it
-    /// are in the shared log (so no instance acts on a state its events have not reached).
-    /// A wait past [`LOCK_WAIT`] gives up with `session.busy`.
-    async fn lock(&self, session_id: &SessionId) -> Result<SessionGuard> {
-        self.lock_within(session_id, LOCK_WAIT).await
-    }
-
-    /// [`Engine::lock`] waiting at most `wait`: background loops use a short bound
-    /// ([`LOOP_LOCK_WAIT`]) and leave a locked session for their next pass, so one session
-    /// held up never holds up the rest. Dropping the future while it waits leaves nothing
-    /// held.
-    async fn lock_within(&self, session_id: &SessionId, wait: Duration) -> Result<SessionGuard> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let local = tokio::time::timeout_at(deadline, self.inner.locks.lock(session_id))
-            .await
-            .map_err(|_| Error::busy(session_id))?;
-        let shared = self.store().lock_session(session_id, deadline).await?;
-        Ok(SessionGuard {
-            _local: local,
-            shared: shared.map(|s| (s, self.hub().clone())),
-        })
-    }
-
     fn publish(&self, session_id: &SessionId, event: Event) {
         self.hub().publish(session_id, &event);
     }
@@ -194,17 +178,6 @@ impl Engine {
             tracing::warn!(error = %e, "could not retire this instance");
         }
     }
-}
-
-/// The longest a request waits for a session's lock before it answers `session.busy`.
-pub const LOCK_WAIT: Duration = Duration::from_secs(10);
-/// The longest a background loop waits for one session's lock in one pass.
-pub const LOOP_LOCK_WAIT: Duration = Duration::from_millis(500);
-
-/// A held session lock (see [`Engine::lock`]).
-struct SessionGuard {
-    _local: locks::Held,
-    shared: Option<(SessionLock, EventHub)>,
 }
 
 /// The session commands the built-in tools act through: the HTTP API's own code paths.
@@ -278,17 +251,6 @@ impl crate::run::Builtins for Engine {
         args: Value,
     ) -> BoxFuture<'a, Result<Value>> {
         Box::pin(crate::tools::builtin::run(self, caller, tool, args))
-    }
-}
-
-impl Drop for SessionGuard {
-    fn drop(&mut self) {
-        if let Some((lock, hub)) = self.shared.take() {
-            tokio::spawn(async move {
-                hub.flush().await;
-                drop(lock);
-            });
-        }
     }
 }
 

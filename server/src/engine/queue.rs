@@ -24,7 +24,7 @@ impl Engine {
 
     async fn release_held(&self, session_id: &SessionId) -> Result<Vec<RunId>> {
         self.store().session_exists(session_id).await?;
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         let released = self.store().release_held(session_id).await?;
         let ids = released.iter().map(|r| r.id.clone()).collect();
         let any = !released.is_empty();
@@ -54,7 +54,7 @@ impl Engine {
     pub(super) async fn pump_waiting(&self) -> Result<usize> {
         let mut started = 0;
         for session_id in self.store().sessions_waiting_to_start().await? {
-            let _guard = match self.lock_within(&session_id, LOOP_LOCK_WAIT).await {
+            let _guard = match self.locks().lock_within(&session_id, LOOP_LOCK_WAIT).await {
                 Ok(guard) => guard,
                 Err(e) => {
                     tracing::debug!(session_id = %session_id, error = %e, "the pump skips a locked session");
@@ -123,7 +123,7 @@ impl Engine {
 
     /// Starts the session's next run under its lock.
     pub(super) async fn start_next(&self, session_id: &SessionId) -> Result<()> {
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         self.pump(session_id).await.map(|_| ())
     }
 }

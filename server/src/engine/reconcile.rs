@@ -25,7 +25,11 @@ impl Engine {
             }
             // Under the session lock: a run is made active (`pump`) and stops being active
             // (`finish`) under it, so what is seen here is settled.
-            let _guard = match self.lock_within(&run.session_id, LOOP_LOCK_WAIT).await {
+            let _guard = match self
+                .locks()
+                .lock_within(&run.session_id, LOOP_LOCK_WAIT)
+                .await
+            {
                 Ok(guard) => guard,
                 // Held elsewhere for long: looked at again on the next pass.
                 Err(e) => {

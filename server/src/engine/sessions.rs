@@ -158,7 +158,7 @@ impl Engine {
         change: SessionChange,
     ) -> Result<Session> {
         self.store().session_exists(session_id).await?;
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         let session = self.store().update_session(session_id, &change).await?;
         if session.auto_retry != AutoRetry::Background
             && self.store().clear_waiting_retry(session_id).await?

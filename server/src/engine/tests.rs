@@ -396,7 +396,7 @@ async fn a_waiting_retry_whose_run_is_no_longer_the_last_turn_ends_without_firin
 async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it() {
     let engine = engine().await;
     let sid = session(&engine, AutoRetry::Background).await;
-    let held = engine.lock(&sid).await.unwrap();
+    let held = engine.locks().lock(&sid).await.unwrap();
     let change = tokio::spawn({
         let engine = engine.clone();
         let sid = sid.clone();
@@ -426,7 +426,7 @@ async fn a_settings_change_whose_caller_hangs_up_is_carried_to_its_end() {
     let sid = session(&engine, AutoRetry::Background).await;
     leave_retry_waiting(&engine, &sid, &RunId::new("r_failed")).await;
     let mut events = engine.hub().subscribe(&sid, None).live;
-    let held = engine.lock(&sid).await.unwrap();
+    let held = engine.locks().lock(&sid).await.unwrap();
     let change = engine.update_settings(&sid, off());
     // The caller gives up while the change waits for the lock: its future is dropped.
     assert!(tokio::time::timeout(Duration::from_millis(100), change)
