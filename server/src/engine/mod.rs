@@ -30,7 +30,7 @@ use app::wire::SessionId;
 use app::wire::{Event, MAX_CONTENT_CHARS};
 use futures::future::BoxFuture;
 use serde_json::Value;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -48,17 +48,14 @@ struct Inner {
     /// What its runs work with: the store, the event hub, the provider, the tools.
     run: Arc<RunContext>,
     cfg: EngineConfig,
-    /// This instance's id: the owner recorded on the runs it executes.
-    instance: String,
     /// The session locks, in this process and across instances.
     locks: locks::SessionLocks,
     /// The run lifecycle: the runs executing here, the tasks a stop waits for.
     runs: runs::Runs,
     /// Wakes the background-retry loop when this instance leaves a waiting retry.
     background_wake: tokio::sync::Notify,
-    /// Since when this instance's heartbeats have all gone through (`None` after one
-    /// failed): it judges other instances dead only after a whole lease of its own beats.
-    beating_since: Mutex<Option<std::time::Instant>>,
+    /// This instance's lease on its runs, and their reconcile.
+    leases: lease::Leases,
 }
 
 impl Engine {
@@ -95,15 +92,16 @@ impl Engine {
             stopping: stopping.clone(),
         };
         let locks = locks::SessionLocks::new(run.store.clone(), run.hub.clone());
+        let leases =
+            lease::Leases::new(run.store.clone(), cfg.instance.clone(), cfg.reconcile_every);
         Engine {
             inner: Arc::new(Inner {
                 run: Arc::new(run),
-                instance: cfg.instance.clone(),
                 cfg,
                 locks,
                 runs: runs::Runs::new(stopping),
                 background_wake: tokio::sync::Notify::new(),
-                beating_since: Mutex::default(),
+                leases,
             }),
         }
     }
@@ -119,6 +117,11 @@ impl Engine {
     /// The session locks.
     fn locks(&self) -> &locks::SessionLocks {
         &self.inner.locks
+    }
+
+    /// This instance's lease on its runs.
+    fn leases(&self) -> &lease::Leases {
+        &self.inner.leases
     }
 
     /// The run lifecycle's own state.
@@ -162,7 +165,7 @@ impl Engine {
 
     /// This instance's id.
     pub fn instance(&self) -> &str {
-        &self.inner.instance
+        self.leases().instance()
     }
 
     fn publish(&self, session_id: &SessionId, event: Event) {
@@ -174,7 +177,7 @@ impl Engine {
     pub async fn shutdown(&self) {
         self.runs().stop().await;
         self.hub().flush().await;
-        if let Err(e) = self.store().retire(&self.inner.instance).await {
+        if let Err(e) = self.store().retire(self.leases().instance()).await {
             tracing::warn!(error = %e, "could not retire this instance");
         }
     }

@@ -94,7 +94,7 @@ impl Engine {
     /// This instance's id as the owner of the runs it starts; `None` once the server is
     /// stopping (nothing starts then).
     pub(super) fn owner(&self) -> Option<&str> {
-        (!self.runs().is_stopping()).then_some(self.inner.instance.as_str())
+        (!self.runs().is_stopping()).then_some(self.leases().instance())
     }
 
     /// Announces a run the store just started and executes it as a task (with the context

@@ -9,7 +9,7 @@ use app::wire::RunStatus;
 impl Engine {
     /// Starts the reconcile loop; it ends when the server stops.
     pub fn reconcile_periodically(&self) {
-        let period = self.inner.cfg.reconcile_every;
+        let period = self.leases().reconcile_every();
         self.every(period, "reconciling runs failed", |e| {
             Box::pin(async move { e.reconcile().await.map(|_| ()) })
         });
