@@ -52,8 +52,8 @@ struct Inner {
     locks: locks::SessionLocks,
     /// The run lifecycle: the runs executing here, the tasks a stop waits for.
     runs: runs::Runs,
-    /// Wakes the background-retry loop when this instance leaves a waiting retry.
-    background_wake: tokio::sync::Notify,
+    /// Background retries and parking: their policies, their loop's wake.
+    retries: background::Retries,
     /// This instance's lease on its runs, and their reconcile.
     leases: lease::Leases,
 }
@@ -91,6 +91,7 @@ impl Engine {
             cfg: cfg.run.clone(),
             stopping: stopping.clone(),
         };
+        let retries = background::Retries::new(cfg.background, cfg.parking);
         let locks = locks::SessionLocks::new(run.store.clone(), run.hub.clone());
         let leases =
             lease::Leases::new(run.store.clone(), cfg.instance.clone(), cfg.reconcile_every);
@@ -100,7 +101,7 @@ impl Engine {
                 cfg,
                 locks,
                 runs: runs::Runs::new(stopping),
-                background_wake: tokio::sync::Notify::new(),
+                retries,
                 leases,
             }),
         }
@@ -122,6 +123,11 @@ impl Engine {
     /// This instance's lease on its runs.
     fn leases(&self) -> &lease::Leases {
         &self.inner.leases
+    }
+
+    /// Background retries' and parking's own state.
+    fn retries(&self) -> &background::Retries {
+        &self.inner.retries
     }
 
     /// The run lifecycle's own state.
