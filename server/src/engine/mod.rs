@@ -1,9 +1,14 @@
-//! The run engine: dispatch (post a prompt → queued run), the per-session queue (one active
-//! run per session), cancel, release, and restart recovery. Every decision about a session's
-//! runs is taken under that session's lock (`SessionLocks::lock`) — in-process, and on a shared
-//! database also a lock row across instances — which is what makes "one active run
-//! per session", the claims and the ordering of queued prompts atomic. Each run executes as a
-//! task of [`crate::run`], which the engine launches and whose end it records.
+//! The run engine: a thin [`Engine`] over the parts that each own their state — the session
+//! locks (`locks.rs`), the run lifecycle (`runs.rs`: the runs executing here, the tasks a
+//! stop waits for), this instance's leases and the recovery of runs no task executes
+//! (`lease.rs`), background retries and parking (`background.rs`), approval waits
+//! (`approvals.rs`) and the session commands' defaults (`sessions.rs`) — and the commands
+//! that go through them: dispatch (post a prompt → queued run), the per-session queue (one
+//! active run per session), cancel, release, and restart recovery. Every decision about a
+//! session's runs is taken under that session's lock (`SessionLocks::lock`) — in-process,
+//! and on a shared database also a lock row across instances — which is what makes "one
+//! active run per session", the claims and the ordering of queued prompts atomic. Each run
+//! executes as a task of [`crate::run`], which the engine launches and whose end it records.
 mod approvals;
 mod background;
 mod cancel;
@@ -39,23 +44,28 @@ pub use approvals::Deciding;
 pub use config::EngineConfig;
 pub use locks::{LOCK_WAIT, LOOP_LOCK_WAIT};
 
+/// The engine the HTTP API, the CLI's server and MCP call: a cheap handle on its parts.
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<Inner>,
+    parts: Arc<Parts>,
 }
 
-struct Inner {
+/// The engine's parts, each the owner of its own state; the commands go through them.
+struct Parts {
     /// What its runs work with: the store, the event hub, the provider, the tools.
     run: Arc<RunContext>,
-    cfg: EngineConfig,
     /// The session locks, in this process and across instances.
     locks: locks::SessionLocks,
     /// The run lifecycle: the runs executing here, the tasks a stop waits for.
     runs: runs::Runs,
-    /// Background retries and parking: their policies, their loop's wake.
-    retries: background::Retries,
     /// This instance's lease on its runs, and their reconcile.
     leases: lease::Leases,
+    /// Background retries and parking: their policies, their loop's wake.
+    retries: background::Retries,
+    /// How long a tool call waits for the operator's decision.
+    approvals: approvals::Waits,
+    /// What a new session gets when it asks for nothing.
+    sessions: sessions::Defaults,
 }
 
 impl Engine {
@@ -73,6 +83,8 @@ impl Engine {
         Ok(())
     }
 
+    /// The engine over `store`, `hub`, `providers` and `tools`, each part given its share
+    /// of `cfg`.
     pub fn new(
         store: Store,
         hub: EventHub,
@@ -80,69 +92,90 @@ impl Engine {
         tools: crate::tools::Toolbox,
         cfg: EngineConfig,
     ) -> Engine {
+        let EngineConfig {
+            instance,
+            default_model,
+            background,
+            parking,
+            reconcile_every,
+            approval_timeout,
+            run,
+        } = cfg;
         let stopping = CancellationToken::new();
-        let run = RunContext {
-            saver: Saver::start(store.clone()),
-            store,
-            hub,
-            provider: providers.send,
-            models: providers.models,
-            tools,
-            cfg: cfg.run.clone(),
-            stopping: stopping.clone(),
-        };
-        let retries = background::Retries::new(cfg.background, cfg.parking);
-        let locks = locks::SessionLocks::new(run.store.clone(), run.hub.clone());
-        let leases =
-            lease::Leases::new(run.store.clone(), cfg.instance.clone(), cfg.reconcile_every);
-        Engine {
-            inner: Arc::new(Inner {
-                run: Arc::new(run),
-                cfg,
-                locks,
-                runs: runs::Runs::new(stopping),
-                retries,
-                leases,
+        let parts = Parts {
+            locks: locks::SessionLocks::new(store.clone(), hub.clone()),
+            runs: runs::Runs::new(stopping.clone()),
+            leases: lease::Leases::new(store.clone(), instance, reconcile_every),
+            retries: background::Retries::new(background, parking),
+            approvals: approvals::Waits::new(approval_timeout),
+            sessions: sessions::Defaults { default_model },
+            run: Arc::new(RunContext {
+                saver: Saver::start(store.clone()),
+                store,
+                hub,
+                provider: providers.send,
+                models: providers.models,
+                tools,
+                cfg: run,
+                stopping,
             }),
+        };
+        Engine {
+            parts: Arc::new(parts),
         }
     }
 
+    /// What the engine's runs work with.
+    fn context(&self) -> &Arc<RunContext> {
+        &self.parts.run
+    }
+
     pub fn store(&self) -> &Store {
-        &self.inner.run.store
+        &self.parts.run.store
     }
 
     pub fn hub(&self) -> &EventHub {
-        &self.inner.run.hub
+        &self.parts.run.hub
     }
 
     /// The session locks.
     fn locks(&self) -> &locks::SessionLocks {
-        &self.inner.locks
+        &self.parts.locks
     }
 
     /// This instance's lease on its runs.
     fn leases(&self) -> &lease::Leases {
-        &self.inner.leases
+        &self.parts.leases
     }
 
     /// Background retries' and parking's own state.
     fn retries(&self) -> &background::Retries {
-        &self.inner.retries
+        &self.parts.retries
+    }
+
+    /// Approval waits' own state.
+    fn approval_waits(&self) -> &approvals::Waits {
+        &self.parts.approvals
+    }
+
+    /// The session commands' own state.
+    fn session_defaults(&self) -> &sessions::Defaults {
+        &self.parts.sessions
     }
 
     /// The run lifecycle's own state.
     fn runs(&self) -> &runs::Runs {
-        &self.inner.runs
+        &self.parts.runs
     }
 
     /// The tool sources of agent turns.
     pub fn tools(&self) -> &crate::tools::Toolbox {
-        &self.inner.run.tools
+        &self.parts.run.tools
     }
 
     /// The models the server can call: the catalogue, cooldowns, which take tools.
     pub fn models(&self) -> &crate::providers::models::Models {
-        &self.inner.run.models
+        &self.parts.run.models
     }
 
     /// Runs `tick` every `period` until the server stops; a failed tick is logged

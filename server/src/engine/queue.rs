@@ -110,7 +110,7 @@ impl Engine {
         let active = Active::default();
         self.runs().insert(id.clone(), active.clone());
         let task = RunTask::new(
-            self.inner.run.clone(),
+            self.context().clone(),
             Arc::new(self.clone()),
             started,
             active,
