@@ -74,15 +74,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
     let catalogued = catalogue(&config)?;
     let default_model = catalogued.default_model(&config);
     let serve_demo = catalogued.serves_demo();
-    // What providers and tool servers send passes this before it is stored, logged or sent
-    // to a model.
-    let redactor = redact::Redactor::new(
-        catalogued
-            .secrets()
-            .chain(config.api_key.iter().cloned())
-            .chain(mcp_specs.iter().flat_map(|s| s.transport.secrets()))
-            .collect::<Vec<_>>(),
-    );
+    let redactor = redactor(&config, &catalogued, &mcp_specs);
     let cooldowns: Arc<dyn retry::cooldown::Table> = Arc::new(store.clone());
     let providers = providers::setup::providers(
         &config,
@@ -174,6 +166,22 @@ fn catalogue(config: &Config) -> Result<providers::setup::Catalogued, StartError
         path: config.providers.clone().unwrap_or_default(),
         message,
     })
+}
+
+/// What providers and tool servers send passes this before it is stored, logged or sent to
+/// a model: it knows the providers' keys, the API key and the tool servers' secrets.
+fn redactor(
+    config: &Config,
+    catalogued: &providers::setup::Catalogued,
+    mcp_specs: &[mcp_client::ServerSpec],
+) -> redact::Redactor {
+    redact::Redactor::new(
+        catalogued
+            .secrets()
+            .chain(config.api_key.iter().cloned())
+            .chain(mcp_specs.iter().flat_map(|s| s.transport.secrets()))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// Every tool source: the MCP servers (started in the background, stopped by `stop`), the

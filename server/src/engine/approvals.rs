@@ -16,6 +16,28 @@ use std::time::Duration;
 /// The most waiting calls `GET /approvals` answers (oldest first).
 pub const MAX_APPROVALS_LISTED: i64 = 1000;
 
+/// Approval waits' own state: how long a tool call waits for the operator's decision.
+pub(super) struct Waits {
+    timeout: Duration,
+}
+
+impl Waits {
+    pub fn new(timeout: Duration) -> Waits {
+        Waits { timeout }
+    }
+
+    /// How often the approvals loop looks: a quarter of the timeout, within 0.1 s to 5 s.
+    fn sweep_every(&self) -> Duration {
+        (self.timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
+    }
+
+    /// The oldest a wait asked at `now` (ms) may be before it times out.
+    fn cutoff(&self, now: i64) -> i64 {
+        let timeout = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
+        now.saturating_sub(timeout)
+    }
+}
+
 /// A decision as the operator gave it.
 pub struct Deciding {
     pub decision: Decision,
@@ -30,7 +52,7 @@ impl Engine {
     /// looked for (it never is: the waiting run is the session's active run).
     pub(super) async fn record_park(&self, run: &Run, outcome: &Outcome) -> Result<bool> {
         let session_id = &run.session_id;
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         let parked = self
             .store()
             .park_run(
@@ -91,7 +113,8 @@ impl Engine {
         };
         let engine = self.clone();
         let (run_id, call_id) = (run_id.clone(), call_id.clone());
-        self.carried(async move { engine.decide_now(&run_id, &call_id, &deciding).await })
+        self.runs()
+            .carry(async move { engine.decide_now(&run_id, &call_id, &deciding).await })
             .await
     }
 
@@ -110,7 +133,7 @@ impl Engine {
                 call_id,
             ));
         }
-        let _guard = self.lock(&run.session_id).await?;
+        let _guard = self.locks().lock(&run.session_id).await?;
         let new = NewDecision {
             decision: d.decision,
             reason: d.reason.as_deref(),
@@ -222,8 +245,7 @@ impl Engine {
     /// rejection the model is told of) and resumes runs decided but not resumed (a decision
     /// taken while its instance stopped).
     pub fn time_out_approvals_periodically(&self) {
-        let timeout = self.inner.cfg.approval_timeout;
-        let every = (timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let every = self.approval_waits().sweep_every();
         self.every(every, "timing out approvals failed", |e| {
             Box::pin(async move { e.approvals_pass().await })
         });
@@ -231,9 +253,7 @@ impl Engine {
 
     /// One pass of the approvals loop.
     pub(super) async fn approvals_pass(&self) -> Result<()> {
-        let timeout =
-            i64::try_from(self.inner.cfg.approval_timeout.as_millis()).unwrap_or(i64::MAX);
-        let cutoff = crate::clock::now_ms().saturating_sub(timeout);
+        let cutoff = self.approval_waits().cutoff(crate::clock::now_ms());
         for w in self.store().waiting_calls(Some(cutoff), 100).await? {
             let deciding = Deciding {
                 decision: Decision::TimedOut,
@@ -260,7 +280,7 @@ impl Engine {
             let Some(owner) = self.owner() else {
                 return Ok(());
             };
-            let _guard = match self.lock_within(&session_id, LOOP_LOCK_WAIT).await {
+            let _guard = match self.locks().lock_within(&session_id, LOOP_LOCK_WAIT).await {
                 Ok(g) => g,
                 Err(_) => continue,
             };

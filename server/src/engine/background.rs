@@ -2,21 +2,66 @@
 //! leaves a waiting retry on the session row (`retry::background` says when), and a loop on
 //! every instance fires the due ones through retry-now's path, claimed under the session's
 //! lock. The database is the schedule, so a closed tab, a restart or a dead instance loses
-//! nothing, and a retry fires once however many instances see it due.
+//! nothing, and a retry fires once however many instances see it due. [`Retries`]
+//! holds their own state (the policies, the loop's wake).
 use super::{Engine, LOOP_LOCK_WAIT};
 use crate::clock::now_ms;
 use crate::error::Refusal;
 use crate::error::{Kind, Result};
 use crate::metrics::metrics;
 use crate::retry::background;
+use crate::retry::parking::Parking;
 use app::wire::SessionId;
-use app::wire::{AutoRetry, Event, ProvenanceKind, Run, RunStatus, Session};
+use app::wire::{AutoRetry, Backoff, Event, ProvenanceKind, Run, RunStatus, Session};
 use std::time::Duration;
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
 
 /// The shortest wait between two looks for due waiting retries.
 const TICK: Duration = Duration::from_millis(250);
 /// The longest: how late a retry another instance left (and can no longer fire) may fire here.
 const IDLE: Duration = Duration::from_secs(5);
+
+/// Background retries' and parking's own state: their policies, and the wake of the loop
+/// that fires them.
+pub(super) struct Retries {
+    /// Background retries' countdown (Tier 2's policy, served to the browser too).
+    policy: Backoff,
+    /// Parking behind a model that is out: its probes' backoff and release rate.
+    parking: Parking,
+    /// Wakes the background-retry loop when this instance leaves a waiting retry.
+    wake: Notify,
+}
+
+impl Retries {
+    pub fn new(policy: Backoff, parking: Parking) -> Retries {
+        Retries {
+            policy,
+            parking,
+            wake: Notify::new(),
+        }
+    }
+
+    /// The countdown of a background retry.
+    pub fn policy(&self) -> Backoff {
+        self.policy
+    }
+
+    /// How turns park behind a model that is out.
+    pub fn parking(&self) -> Parking {
+        self.parking
+    }
+
+    /// Wakes the loop: a waiting retry may be due sooner than it sleeps.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Resolves when the loop is woken.
+    fn woken(&self) -> Notified<'_> {
+        self.wake.notified()
+    }
+}
 
 impl Engine {
     /// After `run` failed (call under the session's lock): leaves a waiting retry when the
@@ -37,7 +82,7 @@ impl Engine {
         } else {
             1
         };
-        let policy = self.inner.cfg.background;
+        let policy = self.retries().policy();
         let Some(mut waiting) = background::schedule(policy, attempt, run.retry.as_ref(), now_ms())
         else {
             return Ok(());
@@ -62,7 +107,7 @@ impl Engine {
         store
             .set_waiting_retry(&run.session_id, &run.id, &waiting, parked_on)
             .await?;
-        self.inner.background_wake.notify_one();
+        self.retries().wake();
         metrics().background_retry("scheduled");
         self.publish_session(&run.session_id).await?;
         Ok(())
@@ -72,13 +117,14 @@ impl Engine {
     /// none is waiting. The failed turn stays, and an explicit retry of it still works.
     pub async fn cancel_waiting_retry(&self, session_id: &SessionId) -> Result<Session> {
         let (engine, session_id) = (self.clone(), session_id.clone());
-        self.carried(async move { engine.end_waiting_retry(&session_id).await })
+        self.runs()
+            .carry(async move { engine.end_waiting_retry(&session_id).await })
             .await
     }
 
     async fn end_waiting_retry(&self, session_id: &SessionId) -> Result<Session> {
         self.store().session(session_id).await?;
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         if !self.store().clear_waiting_retry(session_id).await? {
             return Err(Refusal::NoWaitingRetry.into());
         }
@@ -116,8 +162,8 @@ impl Engine {
                     }
                 };
                 tokio::select! {
-                    _ = engine.inner.stopping.cancelled() => return,
-                    _ = engine.inner.background_wake.notified() => {}
+                    _ = engine.runs().stopping().cancelled() => return,
+                    _ = engine.retries().woken() => {}
                     _ = tokio::time::sleep(wait) => {}
                 }
             }
@@ -145,7 +191,7 @@ impl Engine {
 
     /// Fires the session's due waiting retry under its lock; answers whether it fired.
     pub(super) async fn fire_one(&self, session_id: &SessionId) -> bool {
-        let _guard = match self.lock_within(session_id, LOOP_LOCK_WAIT).await {
+        let _guard = match self.locks().lock_within(session_id, LOOP_LOCK_WAIT).await {
             Ok(guard) => guard,
             // Held elsewhere for long: it fires on a later pass.
             Err(e) => {

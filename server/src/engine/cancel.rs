@@ -15,12 +15,13 @@ impl Engine {
     pub async fn cancel(&self, session_id: &SessionId, run_id: &RunId) -> Result<Run> {
         let engine = self.clone();
         let (session_id, run_id) = (session_id.clone(), run_id.clone());
-        self.carried(async move {
-            let run = engine.cancel_run(&session_id, &run_id).await?;
-            crate::metrics::metrics().cancelled_before_start(&run);
-            Ok(run)
-        })
-        .await
+        self.runs()
+            .carry(async move {
+                let run = engine.cancel_run(&session_id, &run_id).await?;
+                crate::metrics::metrics().cancelled_before_start(&run);
+                Ok(run)
+            })
+            .await
     }
 
     async fn cancel_run(&self, session_id: &SessionId, run_id: &RunId) -> Result<Run> {
@@ -28,7 +29,7 @@ impl Engine {
         if run.session_id != *session_id {
             return Err(Error::not_found("run", run_id));
         }
-        let guard = self.lock(session_id).await?;
+        let guard = self.locks().lock(session_id).await?;
         let run = self.store().run(run_id).await?;
         match run.status {
             RunStatus::Queued => {
@@ -55,7 +56,7 @@ impl Engine {
                 Ok(run)
             }
             RunStatus::Running => {
-                let active = self.active(run_id);
+                let active = self.runs().get(run_id);
                 let Some(active) = active else {
                     // Executed by another instance: ask it, and wait for it to record the end.
                     drop(guard);

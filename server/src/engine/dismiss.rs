@@ -14,7 +14,8 @@ impl Engine {
     pub async fn dismiss_retry(&self, session_id: &SessionId, run_id: &RunId) -> Result<Run> {
         let engine = self.clone();
         let (session_id, run_id) = (session_id.clone(), run_id.clone());
-        self.carried(async move { engine.dismiss(&session_id, &run_id).await })
+        self.runs()
+            .carry(async move { engine.dismiss(&session_id, &run_id).await })
             .await
     }
 

@@ -81,13 +81,14 @@ impl Engine {
     pub async fn post_message(&self, session_id: &SessionId, content: &str) -> Result<Receipt> {
         let content = validate_content(content)?.to_string();
         let (engine, session_id) = (self.clone(), session_id.clone());
-        self.carried(async move { engine.post(&session_id, &content).await })
+        self.runs()
+            .carry(async move { engine.post(&session_id, &content).await })
             .await
     }
 
     async fn post(&self, session_id: &SessionId, content: &str) -> Result<Receipt> {
         // A missing session is found by the dispatch (its message refers to the session).
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         self.queue(NewRun::prompt(session_id, content)).await
     }
 
@@ -111,15 +112,16 @@ impl Engine {
         let (session_id, mid) = (session_id.clone(), mid.clone());
         let if_last_run = if_last_run.cloned();
         let from = from.map(str::to_string);
-        self.carried(async move {
-            let asked = Regenerating {
-                if_last_run: if_last_run.as_ref(),
-                manual,
-                from: from.as_deref(),
-            };
-            engine.regenerate_counted(&session_id, &mid, asked).await
-        })
-        .await
+        self.runs()
+            .carry(async move {
+                let asked = Regenerating {
+                    if_last_run: if_last_run.as_ref(),
+                    manual,
+                    from: from.as_deref(),
+                };
+                engine.regenerate_counted(&session_id, &mid, asked).await
+            })
+            .await
     }
 
     async fn regenerate_counted(
@@ -175,7 +177,7 @@ impl Engine {
                 "only an operator message can be regenerated: pass the prompt's id",
             ));
         }
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         // Read again under the lock: a regenerate of an earlier prompt may just have
         // superseded this one, and a model answering it would not see its own prompt.
         if self.store().message(mid).await?.superseded {
@@ -252,17 +254,18 @@ impl Engine {
     pub async fn retry(&self, session_id: &SessionId, from: Option<&str>) -> Result<RetryReceipt> {
         let engine = self.clone();
         let (session_id, from) = (session_id.clone(), from.map(str::to_string));
-        self.carried(async move {
-            let answer = engine.retry_now(&session_id, from.as_deref()).await;
-            metrics().retry_now_answered(&answer);
-            answer
-        })
-        .await
+        self.runs()
+            .carry(async move {
+                let answer = engine.retry_now(&session_id, from.as_deref()).await;
+                metrics().retry_now_answered(&answer);
+                answer
+            })
+            .await
     }
 
     async fn retry_now(&self, session_id: &SessionId, from: Option<&str>) -> Result<RetryReceipt> {
         self.store().session_exists(session_id).await?;
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         self.retry_locked(session_id, from, true).await
     }
 

@@ -44,7 +44,7 @@ impl Engine {
                     break;
                 }
                 Err(e) => {
-                    if self.inner.stopping.is_cancelled() {
+                    if self.runs().is_stopping() {
                         tries_left_stopping = tries_left_stopping.saturating_sub(1);
                         if tries_left_stopping == 0 {
                             tracing::error!(run_id = %run.id, error = %e, "could not record the end of a run before stopping; the next start ends it");
@@ -57,7 +57,7 @@ impl Engine {
                 }
             }
         }
-        if let Some(active) = self.forget_active(&run.id) {
+        if let Some(active) = self.runs().remove(&run.id) {
             active.ended.notify_waiters();
         }
         if next_tried {
@@ -76,7 +76,7 @@ impl Engine {
             return self.record_park(run, outcome).await;
         }
         let session_id = &run.session_id;
-        let guard = match self.lock(session_id).await {
+        let guard = match self.locks().lock(session_id).await {
             Ok(g) => Some(g),
             Err(e) => {
                 // Recording the end matters more: it is conditional on the run not having ended.
@@ -155,7 +155,7 @@ struct Leaves {
 
 impl Drop for Leaves {
     fn drop(&mut self) {
-        let _ = self.engine.forget_active(&self.run_id);
+        let _ = self.engine.runs().remove(&self.run_id);
         self.active.ended.notify_waiters();
     }
 }

@@ -1,12 +1,17 @@
-//! The run engine: dispatch (post a prompt → queued run), the per-session queue (one active
-//! run per session), cancel, release, and restart recovery. Every decision about a session's
-//! runs is taken under that session's lock (`Engine::lock`) — in-process, and on a shared
-//! database also a lock row across instances — which is what makes "one active run
-//! per session", the claims and the ordering of queued prompts atomic. Each run executes as a
-//! task of [`crate::run`], which the engine launches and whose end it records.
-mod active;
+//! The run engine: a thin [`Engine`] over the parts that each own their state — the session
+//! locks (`locks.rs`), the run lifecycle (`runs.rs`: the runs executing here, the tasks a
+//! stop waits for), this instance's leases and the recovery of runs no task executes
+//! (`lease.rs`), background retries and parking (`background.rs`), approval waits
+//! (`approvals.rs`) and the session commands' defaults (`sessions.rs`) — and the commands
+//! that go through them: dispatch (post a prompt → queued run), the per-session queue (one
+//! active run per session), cancel, release, and restart recovery. Every decision about a
+//! session's runs is taken under that session's lock (`SessionLocks::lock`) — in-process,
+//! and on a shared database also a lock row across instances — which is what makes "one
+//! active run per session", the claims and the ordering of queued prompts atomic. Each run
+//! executes as a task of [`crate::run`], which the engine launches and whose end it records.
 mod approvals;
 mod background;
+mod builtins;
 mod cancel;
 mod config;
 mod dismiss;
@@ -18,49 +23,47 @@ mod parking;
 mod queue;
 mod reconcile;
 mod recover;
+mod runs;
 mod sessions;
 mod snapshot;
 
 use crate::error::{Error, Kind, Result};
 use crate::events::EventHub;
-use crate::run::{Active, RunContext, Saver};
-use crate::store::{SessionLock, Store};
-use crate::tools::builtin::Caller;
+use crate::run::{RunContext, Saver};
+use crate::store::Store;
 use app::wire::SessionId;
 use app::wire::{Event, MAX_CONTENT_CHARS};
-use futures::future::BoxFuture;
-use serde_json::Value;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use crate::run::overlay_mirrored;
 pub use approvals::Deciding;
 pub use config::EngineConfig;
+pub use locks::{LOCK_WAIT, LOOP_LOCK_WAIT};
 
+/// The engine the HTTP API, the CLI's server and MCP call: a cheap handle on its parts.
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<Inner>,
+    parts: Arc<Parts>,
 }
 
-struct Inner {
+/// The engine's parts, each the owner of its own state; the commands go through them.
+struct Parts {
     /// What its runs work with: the store, the event hub, the provider, the tools.
     run: Arc<RunContext>,
-    cfg: EngineConfig,
-    /// This instance's id: the owner recorded on the runs it executes.
-    instance: String,
-    locks: locks::Locks,
-    active: Mutex<HashMap<app::wire::RunId, Active>>,
-    tasks: TaskTracker,
-    /// Cancelled when the server stops: run tasks record their run as interrupted.
-    stopping: CancellationToken,
-    /// Wakes the background-retry loop when this instance leaves a waiting retry.
-    background_wake: tokio::sync::Notify,
-    /// Since when this instance's heartbeats have all gone through (`None` after one
-    /// failed): it judges other instances dead only after a whole lease of its own beats.
-    beating_since: Mutex<Option<std::time::Instant>>,
+    /// The session locks, in this process and across instances.
+    locks: locks::SessionLocks,
+    /// The run lifecycle: the runs executing here, the tasks a stop waits for.
+    runs: runs::Runs,
+    /// This instance's lease on its runs, and their reconcile.
+    leases: lease::Leases,
+    /// Background retries and parking: their policies, their loop's wake.
+    retries: background::Retries,
+    /// How long a tool call waits for the operator's decision.
+    approvals: approvals::Waits,
+    /// What a new session gets when it asks for nothing.
+    sessions: sessions::Defaults,
 }
 
 impl Engine {
@@ -78,6 +81,8 @@ impl Engine {
         Ok(())
     }
 
+    /// The engine over `store`, `hub`, `providers` and `tools`, each part given its share
+    /// of `cfg`.
     pub fn new(
         store: Store,
         hub: EventHub,
@@ -85,48 +90,90 @@ impl Engine {
         tools: crate::tools::Toolbox,
         cfg: EngineConfig,
     ) -> Engine {
+        let EngineConfig {
+            instance,
+            default_model,
+            background,
+            parking,
+            reconcile_every,
+            approval_timeout,
+            run,
+        } = cfg;
         let stopping = CancellationToken::new();
-        let run = RunContext {
-            saver: Saver::start(store.clone()),
-            store,
-            hub,
-            provider: providers.send,
-            models: providers.models,
-            tools,
-            cfg: cfg.run.clone(),
-            stopping: stopping.clone(),
+        let parts = Parts {
+            locks: locks::SessionLocks::new(store.clone(), hub.clone()),
+            runs: runs::Runs::new(stopping.clone()),
+            leases: lease::Leases::new(store.clone(), instance, reconcile_every),
+            retries: background::Retries::new(background, parking),
+            approvals: approvals::Waits::new(approval_timeout),
+            sessions: sessions::Defaults { default_model },
+            run: Arc::new(RunContext {
+                saver: Saver::start(store.clone()),
+                store,
+                hub,
+                provider: providers.send,
+                models: providers.models,
+                tools,
+                cfg: run,
+                stopping,
+            }),
         };
         Engine {
-            inner: Arc::new(Inner {
-                run: Arc::new(run),
-                instance: cfg.instance.clone(),
-                cfg,
-                locks: locks::Locks::default(),
-                active: Mutex::default(),
-                tasks: TaskTracker::new(),
-                stopping,
-                background_wake: tokio::sync::Notify::new(),
-                beating_since: Mutex::default(),
-            }),
+            parts: Arc::new(parts),
         }
     }
 
+    /// What the engine's runs work with.
+    fn context(&self) -> &Arc<RunContext> {
+        &self.parts.run
+    }
+
     pub fn store(&self) -> &Store {
-        &self.inner.run.store
+        &self.parts.run.store
     }
 
     pub fn hub(&self) -> &EventHub {
-        &self.inner.run.hub
+        &self.parts.run.hub
+    }
+
+    /// The session locks.
+    fn locks(&self) -> &locks::SessionLocks {
+        &self.parts.locks
+    }
+
+    /// This instance's lease on its runs.
+    fn leases(&self) -> &lease::Leases {
+        &self.parts.leases
+    }
+
+    /// Background retries' and parking's own state.
+    fn retries(&self) -> &background::Retries {
+        &self.parts.retries
+    }
+
+    /// Approval waits' own state.
+    fn approval_waits(&self) -> &approvals::Waits {
+        &self.parts.approvals
+    }
+
+    /// The session commands' own state.
+    fn session_defaults(&self) -> &sessions::Defaults {
+        &self.parts.sessions
+    }
+
+    /// The run lifecycle's own state.
+    fn runs(&self) -> &runs::Runs {
+        &self.parts.runs
     }
 
     /// The tool sources of agent turns.
     pub fn tools(&self) -> &crate::tools::Toolbox {
-        &self.inner.run.tools
+        &self.parts.run.tools
     }
 
     /// The models the server can call: the catalogue, cooldowns, which take tools.
     pub fn models(&self) -> &crate::providers::models::Models {
-        &self.inner.run.models
+        &self.parts.run.models
     }
 
     /// Runs `tick` every `period` until the server stops; a failed tick is logged
@@ -143,7 +190,7 @@ impl Engine {
             timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = engine.inner.stopping.cancelled() => return,
+                    _ = engine.runs().stopping().cancelled() => return,
                     _ = timer.tick() => {}
                 }
                 if let Err(e) = tick(engine.clone()).await {
@@ -155,51 +202,7 @@ impl Engine {
 
     /// This instance's id.
     pub fn instance(&self) -> &str {
-        &self.inner.instance
-    }
-
-    /// The session's lock: held for every decision about its runs. On a shared database it
-    /// is also held across instances, and released only once the events published under it
-    /// are in the shared log (so no instance acts on a state its events have not reached).
-    /// A wait past [`LOCK_WAIT`] gives up with `session.busy`.
-    async fn lock(&self, session_id: &SessionId) -> Result<SessionGuard> {
-        self.lock_within(session_id, LOCK_WAIT).await
-    }
-
-    /// [`Engine::lock`] waiting at most `wait`: background loops use a short bound
-    /// ([`LOOP_LOCK_WAIT`]) and leave a locked session for their next pass, so one session
-    /// held up never holds up the rest. Dropping the future while it waits leaves nothing
-    /// held.
-    async fn lock_within(&self, session_id: &SessionId, wait: Duration) -> Result<SessionGuard> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let local = tokio::time::timeout_at(deadline, self.inner.locks.lock(session_id))
-            .await
-            .map_err(|_| Error::busy(session_id))?;
-        let shared = self.store().lock_session(session_id, deadline).await?;
-        Ok(SessionGuard {
-            _local: local,
-            shared: shared.map(|s| (s, self.hub().clone())),
-        })
-    }
-
-    /// Runs a command to its end on a task of its own, and answers what it answers. A caller
-    /// that stops waiting (a client hanging up drops its request's future, and with it this
-    /// one) cannot cut the command between its commit and what must follow it: launching
-    /// the run it started, publishing its events, starting the runs it released. Shutdown
-    /// waits for it like for a run.
-    async fn carried<T: Send + 'static>(
-        &self,
-        command: impl std::future::Future<Output = Result<T>> + Send + 'static,
-    ) -> Result<T> {
-        match self.inner.tasks.spawn(command).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                tracing::error!(error = %e, "a command failed inside Mulligan");
-                Err(Error::internal(
-                    "the command failed inside Mulligan; see the server's log",
-                ))
-            }
-        }
+        self.leases().instance()
     }
 
     fn publish(&self, session_id: &SessionId, event: Event) {
@@ -209,108 +212,10 @@ impl Engine {
     /// Stops every run here (recorded `failed`/`interrupted`, partial text kept) and waits
     /// until the run tasks and the event log are done.
     pub async fn shutdown(&self) {
-        self.inner.stopping.cancel();
-        self.inner.tasks.close();
-        self.inner.tasks.wait().await;
+        self.runs().stop().await;
         self.hub().flush().await;
-        if let Err(e) = self.store().retire(&self.inner.instance).await {
+        if let Err(e) = self.store().retire(self.leases().instance()).await {
             tracing::warn!(error = %e, "could not retire this instance");
-        }
-    }
-}
-
-/// The longest a request waits for a session's lock before it answers `session.busy`.
-pub const LOCK_WAIT: Duration = Duration::from_secs(10);
-/// The longest a background loop waits for one session's lock in one pass.
-pub const LOOP_LOCK_WAIT: Duration = Duration::from_millis(500);
-
-/// A held session lock (see [`Engine::lock`]).
-struct SessionGuard {
-    _local: locks::Held,
-    shared: Option<(SessionLock, EventHub)>,
-}
-
-/// The session commands the built-in tools act through: the HTTP API's own code paths.
-impl crate::tools::builtin::Commands for Engine {
-    async fn is_descendant(&self, ancestor: &SessionId, session: &SessionId) -> Result<bool> {
-        Ok(self.store().is_descendant(ancestor, session).await?)
-    }
-    async fn sessions(
-        &self,
-        limit: Option<u64>,
-        before: Option<String>,
-        q: Option<&str>,
-        within: Option<&SessionId>,
-    ) -> Result<app::wire::SessionList> {
-        let page = crate::store::SessionPage::new(limit, before, q)?;
-        // The family is filtered first, then paged, so pages are never short.
-        Ok(match within {
-            None => self.store().sessions(&page).await?,
-            Some(root) => self.store().descendant_sessions(&page, root).await?,
-        })
-    }
-    async fn post_message(&self, session: &SessionId, content: &str) -> Result<app::wire::Receipt> {
-        Engine::post_message(self, session, content).await
-    }
-    async fn retry(
-        &self,
-        session: &SessionId,
-        from: Option<&str>,
-    ) -> Result<app::wire::RetryReceipt> {
-        Engine::retry(self, session, from).await
-    }
-    async fn stop(&self, session: &SessionId) -> Result<app::wire::Run> {
-        Engine::stop(self, session).await
-    }
-    async fn model_list(&self) -> app::wire::ModelList {
-        self.models().list(crate::clock::now_ms()).await
-    }
-    async fn rename(&self, session: &SessionId, title: &str) -> Result<app::wire::Session> {
-        let patch = app::wire::PatchSession {
-            title: Some(title.to_string()),
-            ..Default::default()
-        };
-        Engine::patch_session(self, session, patch).await
-    }
-    async fn approvals(&self) -> Result<app::wire::Approvals> {
-        Engine::approvals(self).await
-    }
-    async fn decide(
-        &self,
-        run: &app::wire::RunId,
-        call: &app::wire::ToolCallId,
-        decision: app::wire::Decision,
-        reason: Option<String>,
-    ) -> Result<app::wire::ToolCall> {
-        let deciding = Deciding {
-            decision,
-            reason,
-            by: Some(app::wire::DecidedBy::Mcp),
-            from: None,
-        };
-        Engine::decide(self, run, call, deciding).await
-    }
-}
-
-/// The built-in tools a run's model calls act through the same session commands.
-impl crate::run::Builtins for Engine {
-    fn call<'a>(
-        &'a self,
-        caller: &'a Caller,
-        tool: &'a str,
-        args: Value,
-    ) -> BoxFuture<'a, Result<Value>> {
-        Box::pin(crate::tools::builtin::run(self, caller, tool, args))
-    }
-}
-
-impl Drop for SessionGuard {
-    fn drop(&mut self) {
-        if let Some((lock, hub)) = self.shared.take() {
-            tokio::spawn(async move {
-                hub.flush().await;
-                drop(lock);
-            });
         }
     }
 }

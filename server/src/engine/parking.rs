@@ -40,7 +40,7 @@ impl Engine {
         let Some(model) = self.head_model(session_model) else {
             return Ok(None);
         };
-        let parking = self.inner.cfg.parking;
+        let parking = self.retries().parking();
         let parked = self.store().parked_count(&model, &run.session_id).await?;
         let failure = Failure {
             model: &model,
@@ -87,7 +87,7 @@ impl Engine {
         let Some(model) = self.store().session(&run.session_id).await?.parked_on else {
             return Ok(());
         };
-        let (parking, now) = (self.inner.cfg.parking, now_ms());
+        let (parking, now) = (self.retries().parking(), now_ms());
         let session = run.session_id.as_str();
         let (outage, _) = self
             .store()
@@ -98,7 +98,7 @@ impl Engine {
         if outage.is_some_and(|o| o.releasing) {
             tracing::info!(%model, "the model answered again: its parked turns are released");
             self.reschedule_parked(&model, now, None).await?;
-            self.inner.background_wake.notify_one();
+            self.retries().wake();
         }
         Ok(())
     }
@@ -114,7 +114,7 @@ impl Engine {
         let Some(first) = due.first().cloned() else {
             return Ok(due);
         };
-        let (parking, now) = (self.inner.cfg.parking, now_ms());
+        let (parking, now) = (self.retries().parking(), now_ms());
         self.keep_a_running_probe(model, now).await?;
         let (outage, claim) = self
             .store()

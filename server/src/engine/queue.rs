@@ -17,13 +17,14 @@ impl Engine {
     /// are newer turns: the failed turn's waiting background retry ends.
     pub async fn release(&self, session_id: &SessionId) -> Result<Vec<RunId>> {
         let (engine, session_id) = (self.clone(), session_id.clone());
-        self.carried(async move { engine.release_held(&session_id).await })
+        self.runs()
+            .carry(async move { engine.release_held(&session_id).await })
             .await
     }
 
     async fn release_held(&self, session_id: &SessionId) -> Result<Vec<RunId>> {
         self.store().session_exists(session_id).await?;
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         let released = self.store().release_held(session_id).await?;
         let ids = released.iter().map(|r| r.id.clone()).collect();
         let any = !released.is_empty();
@@ -53,7 +54,7 @@ impl Engine {
     pub(super) async fn pump_waiting(&self) -> Result<usize> {
         let mut started = 0;
         for session_id in self.store().sessions_waiting_to_start().await? {
-            let _guard = match self.lock_within(&session_id, LOOP_LOCK_WAIT).await {
+            let _guard = match self.locks().lock_within(&session_id, LOOP_LOCK_WAIT).await {
                 Ok(guard) => guard,
                 Err(e) => {
                     tracing::debug!(session_id = %session_id, error = %e, "the pump skips a locked session");
@@ -93,7 +94,7 @@ impl Engine {
     /// This instance's id as the owner of the runs it starts; `None` once the server is
     /// stopping (nothing starts then).
     pub(super) fn owner(&self) -> Option<&str> {
-        (!self.inner.stopping.is_cancelled()).then_some(self.inner.instance.as_str())
+        (!self.runs().is_stopping()).then_some(self.leases().instance())
     }
 
     /// Announces a run the store just started and executes it as a task (with the context
@@ -107,27 +108,22 @@ impl Engine {
         // root span, so the next run (started as this one ends) is not nested in it.
         let span = tracing::info_span!(parent: None, "run", session_id = %session_id, run_id = %id);
         let active = Active::default();
-        self.inner
-            .active
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id.clone(), active.clone());
+        self.runs().insert(id.clone(), active.clone());
         let task = RunTask::new(
-            self.inner.run.clone(),
+            self.context().clone(),
             Arc::new(self.clone()),
             started,
             active,
         );
         let engine = self.clone();
-        self.inner
-            .tasks
+        self.runs()
             .spawn(tracing::Instrument::instrument(engine.execute(task), span));
         id
     }
 
     /// Starts the session's next run under its lock.
     pub(super) async fn start_next(&self, session_id: &SessionId) -> Result<()> {
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         self.pump(session_id).await.map(|_| ())
     }
 }

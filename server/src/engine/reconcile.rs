@@ -9,7 +9,7 @@ use app::wire::RunStatus;
 impl Engine {
     /// Starts the reconcile loop; it ends when the server stops.
     pub fn reconcile_periodically(&self) {
-        let period = self.inner.cfg.reconcile_every;
+        let period = self.leases().reconcile_every();
         self.every(period, "reconciling runs failed", |e| {
             Box::pin(async move { e.reconcile().await.map(|_| ()) })
         });
@@ -20,12 +20,16 @@ impl Engine {
     pub(super) async fn reconcile(&self) -> Result<usize> {
         let mut ended = 0;
         for run in self.store().running_runs_of(self.instance()).await? {
-            if self.active(&run.id).is_some() {
+            if self.runs().get(&run.id).is_some() {
                 continue;
             }
             // Under the session lock: a run is made active (`pump`) and stops being active
             // (`finish`) under it, so what is seen here is settled.
-            let _guard = match self.lock_within(&run.session_id, LOOP_LOCK_WAIT).await {
+            let _guard = match self
+                .locks()
+                .lock_within(&run.session_id, LOOP_LOCK_WAIT)
+                .await
+            {
                 Ok(guard) => guard,
                 // Held elsewhere for long: looked at again on the next pass.
                 Err(e) => {
@@ -33,7 +37,7 @@ impl Engine {
                     continue;
                 }
             };
-            if self.active(&run.id).is_some() {
+            if self.runs().get(&run.id).is_some() {
                 continue;
             }
             let run = self.store().run(&run.id).await?;

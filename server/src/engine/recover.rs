@@ -27,7 +27,7 @@ impl Engine {
         }
         for session_id in store.sessions_with_queued_runs().await? {
             let started = async {
-                let _guard = self.lock(&session_id).await?;
+                let _guard = self.locks().lock(&session_id).await?;
                 self.pump(&session_id).await.map(drop)
             };
             if let Err(e) = started.await {

@@ -13,6 +13,12 @@ use app::wire::{AutoRetry, CreateSession, CreatedSession, Event, PatchSession, S
 const MAX_TITLE_CHARS: usize = 200;
 const MAX_MODEL_CHARS: usize = 200;
 
+/// The session commands' own state: what a new session gets when it asks for nothing.
+pub(super) struct Defaults {
+    /// The model of a session created without one.
+    pub default_model: String,
+}
+
 impl Engine {
     /// Creates a session (a sub-session when `parent_id` names one) with a fresh agent
     /// token, announces it, and answers it with the token (the store keeps only its hash).
@@ -45,7 +51,7 @@ impl Engine {
                     .map_err(|e| Error::invalid(format!("model: {e}")))?;
                 m.to_string()
             }
-            None => self.inner.cfg.default_model.clone(),
+            None => self.session_defaults().default_model.clone(),
         };
         let fallbacks = self.checked_fallbacks(new.fallbacks.as_deref())?;
         if let Some(parent) = &new.parent_id {
@@ -147,7 +153,8 @@ impl Engine {
     ) -> Result<Session> {
         let engine = self.clone();
         let session_id = session_id.clone();
-        self.carried(async move { engine.settings_changed(&session_id, change).await })
+        self.runs()
+            .carry(async move { engine.settings_changed(&session_id, change).await })
             .await
     }
 
@@ -157,7 +164,7 @@ impl Engine {
         change: SessionChange,
     ) -> Result<Session> {
         self.store().session_exists(session_id).await?;
-        let _guard = self.lock(session_id).await?;
+        let _guard = self.locks().lock(session_id).await?;
         let session = self.store().update_session(session_id, &change).await?;
         if session.auto_retry != AutoRetry::Background
             && self.store().clear_waiting_retry(session_id).await?

@@ -134,7 +134,7 @@ async fn a_runner_that_panics_ends_its_run_and_the_queue_moves_on() {
         .contains("a bug while opening"));
     // The run leaves the active set just after its end is recorded: wait for it.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while engine.active(&first.run_id).is_some() {
+    while engine.runs().get(&first.run_id).is_some() {
         assert!(Instant::now() < deadline, "no longer active here");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -396,7 +396,7 @@ async fn a_waiting_retry_whose_run_is_no_longer_the_last_turn_ends_without_firin
 async fn leaving_background_waits_for_the_lock_and_ends_the_retry_left_under_it() {
     let engine = engine().await;
     let sid = session(&engine, AutoRetry::Background).await;
-    let held = engine.lock(&sid).await.unwrap();
+    let held = engine.locks().lock(&sid).await.unwrap();
     let change = tokio::spawn({
         let engine = engine.clone();
         let sid = sid.clone();
@@ -426,7 +426,7 @@ async fn a_settings_change_whose_caller_hangs_up_is_carried_to_its_end() {
     let sid = session(&engine, AutoRetry::Background).await;
     leave_retry_waiting(&engine, &sid, &RunId::new("r_failed")).await;
     let mut events = engine.hub().subscribe(&sid, None).live;
-    let held = engine.lock(&sid).await.unwrap();
+    let held = engine.locks().lock(&sid).await.unwrap();
     let change = engine.update_settings(&sid, off());
     // The caller gives up while the change waits for the lock: its future is dropped.
     assert!(tokio::time::timeout(Duration::from_millis(100), change)

@@ -110,7 +110,7 @@ pub(super) async fn write_shared(store: Store, mut rx: mpsc::UnboundedReceiver<W
         }
         if !batch.is_empty() {
             // Never dropped: retried until written. Meanwhile new events queue behind it and
-            // session locks stay held until their events are in (`Engine::lock`), which holds
+            // session locks stay held until their events are in (`SessionLocks::lock`), which holds
             // back further decisions: back-pressure instead of loss.
             let mut wait = RETRY_FIRST;
             let ids = loop {
