@@ -292,14 +292,17 @@ impl Chat {
 
     /// The session's status and last run, derived from its runs, into the chat and the list.
     pub fn refresh_session_state(&self) {
-        let runs = self.runs.get_untracked();
-        let busy = runs
-            .iter()
-            .any(|r| r.status.is_active() && r.held_by.is_none());
-        let asking = runs
-            .iter()
-            .any(|r| r.status == RunStatus::AwaitingApproval && r.held_by.is_none());
-        let last: Option<RunSummary> = runs.last().map(Run::summary);
+        // Read in place: a long session has a run per turn, and this runs on every run event.
+        let (busy, asking, last) = self.runs.with_untracked(|runs| {
+            let busy = runs
+                .iter()
+                .any(|r| r.status.is_active() && r.held_by.is_none());
+            let asking = runs
+                .iter()
+                .any(|r| r.status == RunStatus::AwaitingApproval && r.held_by.is_none());
+            let last: Option<RunSummary> = runs.last().map(Run::summary);
+            (busy, asking, last)
+        });
         self.session.update(|s| {
             if let Some(s) = s {
                 s.status = match (asking, busy) {
