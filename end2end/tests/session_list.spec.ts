@@ -1,7 +1,7 @@
 // Issue 37 item 6: a long session list. The page draws the newest 100 sessions, older ones a
 // page at a time, and a search over titles; what it holds never grows by itself.
 import { test, expect } from '@playwright/test';
-import { hydrated, origin, printedUrl } from './helpers';
+import { hydrated, newSession, origin, printedUrl, send } from './helpers';
 
 test('the list shows the newest 100, older ones on request, and finds a title', async ({ page }) => {
   await page.goto(printedUrl());
@@ -43,4 +43,27 @@ test('the list shows the newest 100, older ones on request, and finds a title', 
   await search.fill('');
   await expect(entries).toHaveCount(100);
   await expect(entries.first()).toContainText(`${tag} n104x`);
+});
+
+test("a session's new state redraws its own entry in place, and no other", async ({ page }) => {
+  await newSession(page, 'demo', 'entry in place');
+  const entry = page.locator('ul.sessions > li', { has: page.locator('a.current') });
+  await expect(entry).toHaveClass(/idle/);
+  // Marked before the turn: an entry drawn anew (its element made again) loses its mark.
+  const marks = await page.evaluate(() => {
+    const all = [...document.querySelectorAll('ul.sessions > li')];
+    all.forEach((li, i) => { (li as any).__mark = i + 1; });
+    return all.length;
+  });
+  expect(marks).toBeGreaterThan(1);
+  await send(page, 'hello there');
+  await expect(entry).toHaveClass(/running/);
+  await expect(entry).toHaveClass(/idle/, { timeout: 30_000 });
+  await expect(entry.locator('.state')).toHaveText('idle');
+  // The list's 3-second refresh has come and gone too.
+  await page.waitForResponse((r) => r.url().includes('/api/v1/sessions?limit=') && r.request().method() === 'GET', { timeout: 10_000 });
+  const kept = await page.evaluate(() =>
+    [...document.querySelectorAll('ul.sessions > li')].map((li) => (li as any).__mark ?? 0));
+  expect(kept.length).toBe(marks);
+  expect(kept.every((m, i) => m === i + 1)).toBe(true);
 });

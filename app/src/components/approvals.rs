@@ -93,12 +93,8 @@ pub fn ApprovalsLine() -> impl IntoView {
     };
     // The listed sessions that need approval: the list's own refresh shows a new one.
     let asking = Memo::new(move |_| {
-        sessions.0.with(|ss| {
-            ss.iter()
-                .filter(|s| s.status == SessionStatus::AwaitingApproval)
-                .map(|s| s.id.to_string())
-                .collect::<Vec<_>>()
-        })
+        sessions
+            .with_each(|s| (s.status == SessionStatus::AwaitingApproval).then(|| s.id.to_string()))
     });
     Effect::new(move |_| {
         approvals.asks.track();
@@ -135,11 +131,7 @@ pub fn ApprovalsLine() -> impl IntoView {
         ids.into_iter()
             .enumerate()
             .map(|(k, id)| {
-                let title = sessions.0.with(|ss| {
-                    ss.iter()
-                        .find(|s| s.id == id)
-                        .map(|s| s.title.clone())
-                });
+                let title = sessions.title_of(&id);
                 let text = title.filter(|t| !t.trim().is_empty()).unwrap_or_else(|| id.to_string());
                 let comma = (k > 0).then_some(", ");
                 view! { {comma}<a class="approvals-session" href=Page::session_path(&id)>{text}</a> }

@@ -13,21 +13,18 @@ pub mod retrier;
 pub mod retry_banner;
 pub mod served;
 pub mod session_list;
+pub mod sessions;
 pub mod state;
 pub mod timeline;
 pub mod tool_call;
 
-use crate::wire::Session;
 use leptos::prelude::*;
-
-/// Every session the list shows, shared by the list and the open chat.
-#[derive(Clone, Copy)]
-pub struct Sessions(pub RwSignal<Vec<Session>>);
+pub use sessions::Sessions;
 
 /// Provides the session list, and with it the tool calls waiting for the operator (which
 /// every page counts: [`approvals`]).
 pub fn provide_sessions() {
-    provide_context(Sessions(RwSignal::new(Vec::new())));
+    provide_context(Sessions::new());
     approvals::provide_approvals();
 }
 
@@ -50,15 +47,4 @@ pub fn provide_hydrated() -> RwSignal<bool> {
 /// is redrawn after hydration.
 pub fn use_hydrated() -> RwSignal<bool> {
     use_context::<Hydrated>().map_or_else(|| RwSignal::new(true), |h| h.0)
-}
-
-impl Sessions {
-    /// Puts a session's new state in the list (adding it first when new).
-    pub fn upsert(&self, s: Session) {
-        self.0
-            .update(|list| match list.iter_mut().find(|x| x.id == s.id) {
-                Some(slot) => *slot = s,
-                None => list.insert(0, s),
-            });
-    }
 }

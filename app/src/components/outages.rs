@@ -51,10 +51,7 @@ pub fn OutageBanners() -> impl IntoView {
     // Worth watching: a banner shows, or a listed session waits on a background retry (the
     // turns that park behind an outage).
     let watching = Memo::new(move |_| {
-        models.with(|m| !m.is_empty())
-            || sessions
-                .0
-                .with(|ss| ss.iter().any(|s| s.waiting_retry.is_some()))
+        models.with(|m| !m.is_empty()) || sessions.any(|s| s.waiting_retry.is_some())
     });
     Effect::new(move |first: Option<()>| {
         let watch = watching.get();

@@ -27,7 +27,7 @@ pub fn SessionList() -> impl IntoView {
     let search = RwSignal::new(String::new());
     match first {
         Some(Ok(list)) => {
-            sessions.0.set(list.sessions);
+            sessions.replace(list.sessions);
             next_before.set(list.next_before);
         }
         Some(Err(e)) => error.set(Some(e)),
@@ -39,7 +39,7 @@ pub fn SessionList() -> impl IntoView {
     // that would undo it, and is dropped.
     let epoch = StoredValue::new(0u32);
     let load = move || {
-        let shown = sessions.0.with_untracked(Vec::len);
+        let shown = sessions.len_untracked();
         let limit = shown.clamp(PAGE, MAX_PAGE);
         let q = search.get_untracked();
         let asked = epoch.get_value();
@@ -47,7 +47,8 @@ pub fn SessionList() -> impl IntoView {
             let url = list_url(&q, limit, None);
             match fetch_json::<List>(api::LIST_SESSIONS.method(), &url, None).await {
                 Ok(list) if epoch.get_value() == asked => {
-                    sessions.0.set(list.sessions);
+                    sessions.replace(list.sessions);
+                    sessions.refreshed.update(|n| *n = n.wrapping_add(1));
                     next_before.set(list.next_before);
                     error.set(None);
                 }
@@ -67,7 +68,7 @@ pub fn SessionList() -> impl IntoView {
             match fetch_json::<List>(api::LIST_SESSIONS.method(), &url, None).await {
                 Ok(list) if next_before.with_untracked(|n| n.as_ref() == Some(&before)) => {
                     epoch.set_value(epoch.get_value().wrapping_add(1));
-                    sessions.0.update(|ss| ss.extend(list.sessions));
+                    sessions.extend(list.sessions);
                     next_before.set(list.next_before);
                     error.set(None);
                 }
@@ -86,7 +87,7 @@ pub fn SessionList() -> impl IntoView {
             move || {
                 if typed.get_value() == n {
                     epoch.set_value(epoch.get_value().wrapping_add(1));
-                    sessions.0.set(Vec::new());
+                    sessions.replace(Vec::new());
                     loading.set(true);
                     load();
                 }
@@ -152,53 +153,63 @@ fn Entries(
     searching: Signal<bool>,
 ) -> impl IntoView {
     let sessions = use_sessions();
-    let nav = use_nav();
-    let hydrated = use_hydrated();
     view! {
         <Show when=move || error.get().is_some()>
             <p class="error" role="alert">{move || error.get()}</p>
         </Show>
         <ul class="sessions">
-            <For each=move || sessions.0.get() key=|s| (s.id.clone(), s.title.clone(), state_label(s), last_activity(s)) let:s>
-                {
-                    let href = Page::session_path(&s.id);
-                    let current = {
-                        let id = s.id.clone();
-                        Signal::derive(move || nav.is_session(&id))
-                    };
-                    let label = state_label(&s);
-                    let active = last_activity(&s);
-                    // The server writes times in UTC; the browser redraws them in its zone
-                    // (a text that changes: hydration keeps the server's until it does).
-                    let shown = {
-                        let s = s.clone();
-                        move || {
-                            hydrated.track();
-                            state_label(&s).1
-                        }
-                    };
-                    view! {
-                        <li class=format!("session {}", label.0)>
-                            <a href=href class:current=current aria-current=move || current.get().then_some("page")>
-                                <span class="title" title=s.title.clone()>{s.title.clone()}</span>
-                                <span class="meta">
-                                    <span class="model" title=s.model.clone()>{s.model.clone()}</span>
-                                    <time class="activity" title="Last activity">{move || if hydrated.get() { at(active) } else { at_utc(active) }}</time>
-                                </span>
-                                <span class=format!("state {}", label.0)>{shown}</span>
-                            </a>
-                        </li>
-                    }
-                }
+            <For each=move || sessions.rows() key=|(id, _)| id.clone() let:row>
+                <Entry row=row.1/>
             </For>
         </ul>
-        <Show when=move || sessions.0.with(|s| s.is_empty()) && error.get().is_none()>
+        <Show when=move || sessions.is_empty() && error.get().is_none()>
             <p class="empty">{move || match (loading.get(), searching.get()) {
                 (true, _) => "Loading sessions…",
                 (false, true) => "No session's title has those words.",
                 (false, false) => "No sessions yet.",
             }}</p>
         </Show>
+    }
+}
+
+/// One session of the list, drawn from its own signal: its change redraws what changed in
+/// this entry alone.
+#[component]
+fn Entry(row: ArcRwSignal<Session>) -> impl IntoView {
+    let nav = use_nav();
+    let hydrated = use_hydrated();
+    let refreshed = use_sessions().refreshed;
+    let row = RwSignal::from(row);
+    let id = row.with_untracked(|s| s.id.clone());
+    let href = Page::session_path(&id);
+    let current = Signal::derive(move || nav.is_session(&id));
+    // A scheduled retry's words say how long is left: redrawn by each refresh of the list.
+    let label = Memo::new(move |_| {
+        let label = row.with(state_label);
+        if label.0 == "scheduled" {
+            refreshed.track();
+        }
+        label
+    });
+    let active = Memo::new(move |_| row.with(last_activity));
+    let title = move || row.with(|s| s.title.clone());
+    let model = move || row.with(|s| s.model.clone());
+    view! {
+        <li class=move || format!("session {}", label.with(|l| l.0))>
+            <a href=href class:current=current aria-current=move || current.get().then_some("page")>
+                <span class="title" title=title>{title}</span>
+                <span class="meta">
+                    <span class="model" title=model>{model}</span>
+                    // The server writes times in UTC; the browser redraws them in its zone (a
+                    // text that changes: hydration keeps the server's until it does).
+                    <time class="activity" title="Last activity">{move || if hydrated.get() { at(active.get()) } else { at_utc(active.get()) }}</time>
+                </span>
+                <span class=move || format!("state {}", label.with(|l| l.0))>{move || {
+                    hydrated.track();
+                    label.with(|l| l.1.clone())
+                }}</span>
+            </a>
+        </li>
     }
 }
 

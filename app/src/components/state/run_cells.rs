@@ -1,5 +1,6 @@
 //! The signals of the open session's runs, one per run and one per prompt's latest run, so
 //! that a run's change wakes only the replies that read it.
+pub(super) use crate::components::sessions::set_if_changed;
 use crate::wire::{MessageId, Run, RunId};
 use leptos::prelude::*;
 use std::collections::HashMap;
@@ -18,15 +19,5 @@ impl RunCells {
 
     pub(super) fn prompt(&mut self, anchor: &MessageId) -> ArcRwSignal<Option<RunId>> {
         self.prompts.entry(anchor.clone()).or_default().clone()
-    }
-}
-
-/// Sets a signal only to a new value: its readers wake only on a change.
-pub(super) fn set_if_changed<T: PartialEq + Send + Sync + 'static>(
-    cell: &ArcRwSignal<T>,
-    value: T,
-) {
-    if cell.with_untracked(|v| *v != value) {
-        cell.set(value);
     }
 }
