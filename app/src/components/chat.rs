@@ -303,3 +303,41 @@ fn follow_the_bottom(
         let _ = (scroller, pinned);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Message, MessageId};
+
+    fn message(i: usize) -> Message {
+        serde_json::from_value(serde_json::json!({
+            "id": format!("m_{i}"), "role": if i.is_multiple_of(2) { "operator" } else { "agent" },
+            "content": format!("message {i}"), "created_at": 1_000,
+            "session_id": "s_1", "superseded": false,
+        }))
+        .expect("a message")
+    }
+
+    /// A session's messages are drawn in lists of [`PART`], cut by their place: the server's
+    /// page and the hydrated one hold the same parts.
+    #[test]
+    fn messages_come_in_parts() {
+        let owner = Owner::new();
+        let html = owner.with(|| {
+            let chat = Chat::new();
+            provide_context(chat);
+            chat.messages.set(
+                (0..PART + 5)
+                    .map(|i| (MessageId::new(format!("m_{i}")), RwSignal::new(message(i))))
+                    .collect(),
+            );
+            view! { <MessagePart place=0/><MessagePart place=1/> }.to_html()
+        });
+        let parts: Vec<&str> = html.split(r#"<ol class="part">"#).skip(1).collect();
+        assert_eq!(parts.len(), 2, "{html}");
+        assert_eq!(parts[0].matches("<li").count(), PART, "{html}");
+        assert_eq!(parts[1].matches("<li").count(), 5, "{html}");
+        assert!(parts[0].contains("message 31") && !parts[0].contains("message 32"));
+        assert!(parts[1].contains("message 32") && parts[1].contains("message 36"));
+    }
+}
