@@ -8,11 +8,14 @@
 //
 // Usage: node b10.mjs <base-url> <token> <spec>…; a spec is a model `markdown-N-MS`,
 // `markdown-N-MS:fill=K` to measure at the end of a session that first got K short turns
-// (2·K messages), or `markdown-N-MS:sessions=K` to measure with K sessions in the list (made
+// (2·K messages), `markdown-N-MS:second` to measure the open page's second turn (after a
+// short one), or `markdown-N-MS:sessions=K` to measure with K sessions in the list (made
 // first, and kept: put it last). For a look inside: B10_PROFILE=<file> writes the renderer's JavaScript and
 // WebAssembly self-time by function (and the callers of the busiest three),
 // B10_TRACE=<file> its main-thread time by trace event
-// (layout, paint, function calls), of the last spec measured.
+// (layout, paint, function calls), of the last spec measured, and B10_TRACE_RAW=<file> the
+// main thread's trace events themselves (to read one frame whole). B10_JS_FLAGS=<flags> starts
+// chromium with `--js-flags=<flags>` (`--no-wasm-lazy-compilation`: compile it all on load).
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
@@ -146,6 +149,13 @@ async function measure(browser, spec) {
   await page.goto(`${base}/s/${sid}`);
   await page.waitForSelector('html[data-hydrated="true"]', { timeout: 60_000 });
   const opened_ms = Date.now() - opening;
+  if (what === 'second') {
+    // The page's second turn: a short one first, so the code a turn runs is already
+    // compiled (the browser compiles WebAssembly functions when they first run).
+    await api('POST', `/sessions/${sid}/messages`, { content: 'first' });
+    await page.waitForSelector('li.msg.agent:not(.streaming)', { timeout: 60_000 });
+    await new Promise((ok) => setTimeout(ok, SETTLED_MS));
+  }
   // When anything in the chat last changed (epoch ms), watched from before the send.
   await page.evaluate(() => {
     // The reply marked streaming, kept from the mutations that add it: a `querySelector`
@@ -234,6 +244,11 @@ async function measure(browser, spec) {
       count.set(name, (count.get(name) || 0) + 1);
     }
     const top = [...by.entries()].sort((a, b) => b[1] - a[1]).slice(0, 30);
+    // (B10_TRACE_RAW=<file>: the main thread's events themselves, to read a frame whole.)
+    if (process.env.B10_TRACE_RAW) {
+      const raw = traced.filter((e) => main.has(`${e.pid}:${e.tid}`) && (e.ph === 'X' || e.ph === 'I'));
+      (await import('node:fs')).writeFileSync(process.env.B10_TRACE_RAW, JSON.stringify(raw));
+    }
     (await import('node:fs')).writeFileSync(process.env.B10_TRACE, top.map(([k, us]) => `${(us / 1000).toFixed(1)} ms  ×${count.get(k)}  ${k}`).join('\n') + '\n');
   }
   if (process.env.B10_PROFILE) {
@@ -278,6 +293,7 @@ async function measure(browser, spec) {
   return {
     model: spec,
     messages_before: before,
+    second_turn: what === 'second',
     sessions_listed: listed,
     html_bytes,
     opened_ms,
@@ -293,7 +309,7 @@ async function measure(browser, spec) {
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+  args: [...(process.env.B10_JS_FLAGS ? [`--js-flags=${process.env.B10_JS_FLAGS}`] : []), '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
     '--disable-component-update', '--disable-sync', '--no-first-run'],
 });
 let failed = false;
