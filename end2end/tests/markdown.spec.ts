@@ -185,6 +185,32 @@ test('a streamed reply ends as the same DOM a reload draws, its early blocks unt
   expect(loaded).toContain('<td>cell 6</td>');
 });
 
+// Issue 37: the block still being written is updated in place, not drawn anew on each
+// frame: its element stays, and a selection in its finished words survives the deltas.
+test('the paragraph being written keeps its nodes, and a selection in it stays', async ({ page }) => {
+  const words = Array.from({ length: 80 }, (_, i) => `word${i}`).join(' ');
+  await newSession(page, 'demo', 'open block in place');
+  await send(page, `echo Start **bold here** and ${words} end.`);
+  const strong = reply(page).locator('.content p strong', { hasText: 'bold here' });
+  await expect(strong).toBeVisible();
+  await expect(reply(page)).toHaveClass(/streaming/);
+  // Marked and selected while the paragraph still grows.
+  await strong.evaluate((el) => {
+    (el as any).__seen = true;
+    (el.parentElement as any).__seen = true;
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const sel = window.getSelection()!;
+    sel.removeAllRanges();
+    sel.addRange(range);
+  });
+  await expect(reply(page)).toHaveClass(/streaming/);
+  await expect(reply(page)).not.toHaveClass(/streaming/, { timeout: 60_000 });
+  await expect(reply(page).locator('.content p')).toContainText('word79 end.');
+  expect(await strong.evaluate((el) => (el as any).__seen === true && (el.parentElement as any).__seen === true)).toBe(true);
+  expect(await page.evaluate(() => window.getSelection()!.toString())).toBe('bold here');
+});
+
 /** An element's DOM as text: tags, attributes and text, without comments (hydration
  * markers) and with neighbouring text nodes joined. */
 function shape(el: Element): string {

@@ -48,3 +48,13 @@ pub fn provide_hydrated() -> RwSignal<bool> {
 pub fn use_hydrated() -> RwSignal<bool> {
     use_context::<Hydrated>().map_or_else(|| RwSignal::new(true), |h| h.0)
 }
+
+/// Sets a signal only to a new value: its readers wake only on a change.
+pub(crate) fn set_if_changed<T: PartialEq + Send + Sync + 'static>(
+    cell: &ArcRwSignal<T>,
+    value: T,
+) {
+    if cell.with_untracked(|v| *v != value) {
+        cell.set(value);
+    }
+}

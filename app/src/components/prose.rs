@@ -18,23 +18,23 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
     let read = std::sync::Arc::new(read);
     let stream = StoredValue::new(Stream::default());
     // Frozen blocks in parts of [`PART`], keyed by the text's generation (another text
-    // starts a new one) and place; the open ones by the draw too, so each draw makes them
-    // anew (they are few and short).
+    // starts a new one) and place; the open ones too, each in a signal of its own, so a draw
+    // updates an open block's nodes in place (its finished words, and a selection in them,
+    // stay) instead of making it anew.
     let parts = RwSignal::new(Vec::<(Key, Part)>::new());
-    let open = RwSignal::new(Vec::<(Key, Block)>::new());
-    let keys = StoredValue::new((0u32, 0u32));
+    let open = RwSignal::new(Vec::<(Key, ArcRwSignal<Block>)>::new());
+    let generations = StoredValue::new(0u32);
     let draw = {
         let read = read.clone();
         move || {
             let mut update = None;
             untrack(|| read(&mut |t| update = stream.try_update_value(|s| s.update(t))));
             let Some(u) = update else { return };
-            let (mut generation, mut n) = keys.get_value();
+            let mut generation = generations.get_value();
             if u.reset {
                 generation = generation.wrapping_add(1);
+                generations.set_value(generation);
             }
-            n = n.wrapping_add(1);
-            keys.set_value((generation, n));
             let all_frozen = stream.with_value(|s| s.frozen());
             let first = all_frozen - u.frozen.len();
             if u.reset {
@@ -51,19 +51,31 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
                     part.update(|p| p.push(block));
                 }
             }
-            let unchanged = open.with_untracked(|o| {
-                !u.reset
-                    && o.len() == u.open.len()
-                    && o.iter().zip(&u.open).all(|((_, a), b)| a == b)
-            });
-            if !unchanged {
-                open.set(
-                    u.open
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, b)| ((generation, all_frozen + i, n), b))
-                        .collect(),
-                );
+            let keys: Vec<Key> = (0..u.open.len())
+                .map(|i| (generation, all_frozen + i, 1))
+                .collect();
+            let kept = open.with_untracked(|o| o.iter().map(|(k, _)| *k).eq(keys.iter().copied()));
+            if kept {
+                open.with_untracked(|o| {
+                    for ((_, cell), b) in o.iter().zip(u.open) {
+                        super::set_if_changed(cell, b);
+                    }
+                });
+            } else {
+                let mut old = open.with_untracked(Vec::clone);
+                let cells = keys
+                    .into_iter()
+                    .zip(u.open)
+                    .map(|(key, b)| match old.iter().position(|(k, _)| *k == key) {
+                        Some(at) => {
+                            let (_, cell) = old.swap_remove(at);
+                            super::set_if_changed(&cell, b);
+                            (key, cell)
+                        }
+                        None => (key, ArcRwSignal::new(b)),
+                    })
+                    .collect();
+                open.set(cells);
             }
         }
     };
@@ -90,12 +102,13 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
             </div>
         </For>
         <For each=move || open.get() key=|(key, _)| *key let:((_, b))>
-            {block(b)}
+            // Redrawn from the block's new value: the same elements, their text updated.
+            {move || block(b.get())}
         </For>
     }
 }
 
-/// A drawn block's key: the text's generation, the block's place, and (open blocks) the draw.
+/// A drawn block's key: the text's generation, the block's place, and whether it is open.
 type Key = (u32, usize, u32);
 
 /// Frozen blocks, [`PART`] of them (fewer in the last part), in an element of their own:

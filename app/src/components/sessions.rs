@@ -1,6 +1,7 @@
 //! The sessions the list shows, each in a signal of its own: shared by the list, the open
 //! chat and the banners, so a session's change (one per run event of the open session, or a
 //! refresh that finds it changed) wakes its own row, not the whole list.
+use super::set_if_changed;
 use crate::wire::{Session, SessionId};
 use leptos::prelude::*;
 use std::collections::HashMap;
@@ -118,16 +119,6 @@ impl Sessions {
                 .rows
                 .update(|rows| rows.insert(0, (s.id.clone(), ArcRwSignal::new(s)))),
         }
-    }
-}
-
-/// Sets a signal only to a new value: its readers wake only on a change.
-pub(crate) fn set_if_changed<T: PartialEq + Send + Sync + 'static>(
-    cell: &ArcRwSignal<T>,
-    value: T,
-) {
-    if cell.with_untracked(|v| *v != value) {
-        cell.set(value);
     }
 }
 

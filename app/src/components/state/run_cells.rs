@@ -1,6 +1,6 @@
 //! The signals of the open session's runs, one per run and one per prompt's latest run, so
 //! that a run's change wakes only the replies that read it.
-pub(super) use crate::components::sessions::set_if_changed;
+pub(super) use crate::components::set_if_changed;
 use crate::wire::{MessageId, Run, RunId};
 use leptos::prelude::*;
 use std::collections::HashMap;
