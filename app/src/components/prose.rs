@@ -22,8 +22,9 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
     // updates an open block's nodes in place (its finished words, and a selection in them,
     // stay) instead of making it anew.
     let parts = RwSignal::new(Vec::<(Key, Part)>::new());
-    let open = RwSignal::new(Vec::<(Key, ArcRwSignal<Block>)>::new());
+    let open = RwSignal::new(Vec::<(Key, Open)>::new());
     let generations = StoredValue::new(0u32);
+    let drawn = StoredValue::new(false);
     let draw = {
         let read = read.clone();
         move || {
@@ -51,6 +52,16 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
                     part.update(|p| p.push(block));
                 }
             }
+            // The first draw's open blocks are drawn once: a reply that is not streaming never
+            // changes again, and a page of them hydrates no effect per reply. A later draw
+            // makes them live (once), then updates them in place.
+            if !drawn.get_value() {
+                drawn.set_value(true);
+                let fixed = u.open.into_iter().enumerate();
+                let fixed = fixed.map(|(i, b)| ((generation, all_frozen + i, 2), Open::Fixed(b)));
+                open.set(fixed.collect());
+                return;
+            }
             let keys: Vec<Key> = (0..u.open.len())
                 .map(|i| (generation, all_frozen + i, 1))
                 .collect();
@@ -58,7 +69,9 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
             if kept {
                 open.with_untracked(|o| {
                     for ((_, cell), b) in o.iter().zip(u.open) {
-                        super::set_if_changed(cell, b);
+                        if let Open::Live(cell) = cell {
+                            super::set_if_changed(cell, b);
+                        }
                     }
                 });
             } else {
@@ -69,10 +82,12 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
                     .map(|(key, b)| match old.iter().position(|(k, _)| *k == key) {
                         Some(at) => {
                             let (_, cell) = old.swap_remove(at);
-                            super::set_if_changed(&cell, b);
+                            if let Open::Live(cell) = &cell {
+                                super::set_if_changed(cell, b);
+                            }
                             (key, cell)
                         }
-                        None => (key, ArcRwSignal::new(b)),
+                        None => (key, Open::Live(ArcRwSignal::new(b))),
                     })
                     .collect();
                 open.set(cells);
@@ -102,14 +117,25 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
             </div>
         </For>
         <For each=move || open.get() key=|(key, _)| *key let:((_, b))>
-            // Redrawn from the block's new value: the same elements, their text updated.
-            {move || block(b.get())}
+            {match b {
+                Open::Fixed(b) => block(b),
+                // Redrawn from the block's new value: the same elements, their text updated.
+                Open::Live(b) => (move || block(b.get())).into_any(),
+            }}
         </For>
     }
 }
 
-/// A drawn block's key: the text's generation, the block's place, and whether it is open.
-type Key = (u32, usize, u32);
+/// A drawn block's key: the text's generation, the block's place, and what it is (0 frozen,
+/// 1 open and live, 2 open as first drawn).
+type Key = (u32, usize, u8);
+
+/// An open block: as the first draw found it, or live (redrawn in place on each change).
+#[derive(Clone)]
+enum Open {
+    Fixed(Block),
+    Live(ArcRwSignal<Block>),
+}
 
 /// Frozen blocks, [`PART`] of them (fewer in the last part), in an element of their own:
 /// when the open block grows, the browser lays out and paints the reply's parts, not each
