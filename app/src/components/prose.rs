@@ -24,10 +24,10 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
     let parts = RwSignal::new(Vec::<(Key, Part)>::new());
     let open = RwSignal::new(Vec::<(Key, Open)>::new());
     let generations = StoredValue::new(0u32);
-    let drawn = StoredValue::new(false);
+    // `live`: false for the first draw (below), true for the later ones (the text changed).
     let draw = {
         let read = read.clone();
-        move || {
+        move |live: bool| {
             let mut update = None;
             untrack(|| read(&mut |t| update = stream.try_update_value(|s| s.update(t))));
             let Some(u) = update else { return };
@@ -55,31 +55,20 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
             // The first draw's open blocks are drawn once: a reply that is not streaming never
             // changes again, and a page of them hydrates no effect per reply. A later draw
             // makes them live (once), then updates them in place.
-            if !drawn.get_value() {
-                drawn.set_value(true);
+            if !live {
                 let fixed = u.open.into_iter().enumerate();
                 let fixed = fixed.map(|(i, b)| ((generation, all_frozen + i, 2), Open::Fixed(b)));
                 open.set(fixed.collect());
                 return;
             }
-            let keys: Vec<Key> = (0..u.open.len())
-                .map(|i| (generation, all_frozen + i, 1))
-                .collect();
-            let kept = open.with_untracked(|o| o.iter().map(|(k, _)| *k).eq(keys.iter().copied()));
-            if kept {
-                open.with_untracked(|o| {
-                    for ((_, cell), b) in o.iter().zip(u.open) {
-                        if let Open::Live(cell) = cell {
-                            super::set_if_changed(cell, b);
-                        }
-                    }
-                });
-            } else {
-                let mut old = open.with_untracked(Vec::clone);
-                let cells = keys
-                    .into_iter()
-                    .zip(u.open)
-                    .map(|(key, b)| match old.iter().position(|(k, _)| *k == key) {
+            let mut old = open.with_untracked(Vec::clone);
+            let cells: Vec<(Key, Open)> = u
+                .open
+                .into_iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let key = (generation, all_frozen + i, 1);
+                    match old.iter().position(|(k, _)| *k == key) {
                         Some(at) => {
                             let (_, cell) = old.swap_remove(at);
                             if let Open::Live(cell) = &cell {
@@ -88,13 +77,17 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
                             (key, cell)
                         }
                         None => (key, Open::Live(ArcRwSignal::new(b))),
-                    })
-                    .collect();
+                    }
+                })
+                .collect();
+            let moved =
+                open.with_untracked(|o| !o.iter().map(|c| c.0).eq(cells.iter().map(|c| c.0)));
+            if moved {
                 open.set(cells);
             }
         }
     };
-    draw();
+    draw(false);
     #[cfg(feature = "hydrate")]
     Effect::new(move |ran: Option<()>| {
         // Subscribes to the text, which changes at most once a frame (`Chat` applies a
@@ -103,7 +96,7 @@ pub fn markdown(read: impl Fn(&mut dyn FnMut(&str)) + Send + Sync + 'static) -> 
         let mut grown = false;
         read(&mut |t| grown = t.len() != stream.with_value(Stream::seen));
         if ran.is_some() || grown {
-            draw();
+            draw(true);
         }
     });
     #[cfg(not(feature = "hydrate"))]

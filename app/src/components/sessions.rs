@@ -65,21 +65,10 @@ impl Sessions {
     /// Shows `list` instead: a session shown already keeps its row (set only when changed),
     /// and the list itself changes only when its sessions or their order do.
     pub fn replace(&self, list: Vec<Session>) {
-        let same = self.rows.with_untracked(|rows| {
-            rows.len() == list.len() && rows.iter().zip(&list).all(|((id, _), s)| *id == s.id)
-        });
-        if same {
-            self.rows.with_untracked(|rows| {
-                for ((_, row), s) in rows.iter().zip(list) {
-                    set_if_changed(row, s);
-                }
-            });
-            return;
-        }
         let mut old: HashMap<SessionId, ArcRwSignal<Session>> = self
             .rows
             .with_untracked(|rows| rows.iter().cloned().collect());
-        let rows = list
+        let rows: Vec<Row> = list
             .into_iter()
             .map(|s| match old.remove(&s.id) {
                 Some(row) => {
@@ -90,7 +79,12 @@ impl Sessions {
                 None => (s.id.clone(), ArcRwSignal::new(s)),
             })
             .collect();
-        self.rows.set(rows);
+        let moved = self
+            .rows
+            .with_untracked(|shown| !shown.iter().map(|r| &r.0).eq(rows.iter().map(|r| &r.0)));
+        if moved {
+            self.rows.set(rows);
+        }
     }
 
     /// Adds `list` (an older page) after the shown sessions, but for those shown already.
