@@ -141,13 +141,62 @@ const PART: usize = 32;
 /// One element of a reply, with its attributes and children. Every element is drawn through
 /// this one type (a tag by name), so the browser bundle holds the code to draw and hydrate
 /// it once, not once per tag.
-fn el(tag: &'static str, attrs: &[(&'static str, &str)], children: Vec<AnyView>) -> AnyView {
+fn el(tag: Tag, attrs: &[(&'static str, &str)], children: Vec<AnyView>) -> AnyView {
     // (An attribute that is never set starts the list, so every element has one.)
-    let mut e = custom(tag).attr("class", None::<String>);
+    let mut e = custom(tag.name()).attr("class", None::<String>);
     for (k, v) in attrs {
         e = e.attr(*k, Some(v.to_string()));
     }
     e.child(children).into_any()
+}
+
+/// The elements a reply is drawn with, each with its name as the server writes it and as the
+/// browser makes it.
+macro_rules! tags {
+    ($($tag:ident $lower:literal $upper:literal,)*) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        enum Tag { $($tag,)* }
+
+        impl Tag {
+            #[cfg(test)]
+            const ALL: &[(Tag, &str, &str)] = &[$((Tag::$tag, $lower, $upper),)*];
+
+            /// The element's name. The server writes it in lower case. The browser makes it
+            /// with the upper-case name the DOM reports as an HTML element's `tagName`
+            /// (`createElement` lowers it again): Leptos keeps a named element on a redraw
+            /// only when its new name equals that `tagName` (leptos pull request 4413), so the
+            /// open block's elements, and a selection in them, stay while a reply streams.
+            fn name(self) -> &'static str {
+                match self {
+                    $(Tag::$tag => if cfg!(feature = "hydrate") { $upper } else { $lower },)*
+                }
+            }
+        }
+    };
+}
+
+tags! {
+    P "p" "P",
+    H3 "h3" "H3",
+    H4 "h4" "H4",
+    H5 "h5" "H5",
+    Ul "ul" "UL",
+    Ol "ol" "OL",
+    Li "li" "LI",
+    Span "span" "SPAN",
+    Code "code" "CODE",
+    Div "div" "DIV",
+    Pre "pre" "PRE",
+    Table "table" "TABLE",
+    Thead "thead" "THEAD",
+    Tbody "tbody" "TBODY",
+    Tr "tr" "TR",
+    Th "th" "TH",
+    Td "td" "TD",
+    Blockquote "blockquote" "BLOCKQUOTE",
+    Strong "strong" "STRONG",
+    Em "em" "EM",
+    A "a" "A",
 }
 
 fn blocks(bs: Vec<Block>) -> Vec<AnyView> {
@@ -156,10 +205,10 @@ fn blocks(bs: Vec<Block>) -> Vec<AnyView> {
 
 fn block(b: Block) -> AnyView {
     match b {
-        Block::Paragraph(i) => el("p", &[], spans(i)),
+        Block::Paragraph(i) => el(Tag::P, &[], spans(i)),
         // Under the page's own h1 and h2: a reply's `#` is an h3, down to h5.
         Block::Heading(level, i) => el(
-            ["h3", "h4", "h5"][level.clamp(1, 3) as usize - 1],
+            [Tag::H3, Tag::H4, Tag::H5][level.clamp(1, 3) as usize - 1],
             &[],
             spans(i),
         ),
@@ -170,32 +219,32 @@ fn block(b: Block) -> AnyView {
         } => {
             let items = items
                 .into_iter()
-                .map(|i| el("li", &[], blocks(i)))
+                .map(|i| el(Tag::Li, &[], blocks(i)))
                 .collect();
             let start = start.to_string();
             match (ordered, start.as_str()) {
-                (false, _) => el("ul", &[], items),
-                (true, "1") => el("ol", &[], items),
-                (true, n) => el("ol", &[("start", n)], items),
+                (false, _) => el(Tag::Ul, &[], items),
+                (true, "1") => el(Tag::Ol, &[], items),
+                (true, n) => el(Tag::Ol, &[("start", n)], items),
             }
         }
         Block::Code { lang, text } => {
             let head = vec![
-                el("span", &[], vec![lang.into_any()]),
+                el(Tag::Span, &[], vec![lang.into_any()]),
                 view! { <CopyButton text=text.clone()/> }.into_any(),
             ];
-            let code = el("code", &[], vec![text.into_any()]);
+            let code = el(Tag::Code, &[], vec![text.into_any()]);
             el(
-                "div",
+                Tag::Div,
                 &[("class", "code")],
                 vec![
-                    el("div", &[("class", "code-head")], head),
-                    el("pre", &[], vec![code]),
+                    el(Tag::Div, &[("class", "code-head")], head),
+                    el(Tag::Pre, &[], vec![code]),
                 ],
             )
         }
         Block::Table { align, head, rows } => {
-            let row = |cells: Vec<Vec<Inline>>, tag: &'static str| {
+            let row = |cells: Vec<Vec<Inline>>, tag: Tag| {
                 let cells = cells.into_iter().zip(align.iter()).map(|(c, a)| {
                     let style: &[(&str, &str)] = match a {
                         Align::None => &[],
@@ -205,18 +254,18 @@ fn block(b: Block) -> AnyView {
                     };
                     el(tag, style, spans(c))
                 });
-                el("tr", &[], cells.collect())
+                el(Tag::Tr, &[], cells.collect())
             };
-            let head = el("thead", &[], vec![row(head, "th")]);
+            let head = el(Tag::Thead, &[], vec![row(head, Tag::Th)]);
             let body = el(
-                "tbody",
+                Tag::Tbody,
                 &[],
-                rows.into_iter().map(|r| row(r, "td")).collect(),
+                rows.into_iter().map(|r| row(r, Tag::Td)).collect(),
             );
-            let table = el("table", &[], vec![head, body]);
-            el("div", &[("class", "table")], vec![table])
+            let table = el(Tag::Table, &[], vec![head, body]);
+            el(Tag::Div, &[("class", "table")], vec![table])
         }
-        Block::Quote(inner) => el("blockquote", &[], blocks(inner)),
+        Block::Quote(inner) => el(Tag::Blockquote, &[], blocks(inner)),
         // A void element: drawn by its own view, with no children (not even an empty list).
         Block::Rule => view! { <hr/> }.into_any(),
     }
@@ -229,12 +278,12 @@ fn spans(is: Vec<Inline>) -> Vec<AnyView> {
 fn span(i: Inline) -> AnyView {
     match i {
         Inline::Text(t) => t.into_any(),
-        Inline::Code(t) => el("code", &[], vec![t.into_any()]),
-        Inline::Strong(i) => el("strong", &[], spans(i)),
-        Inline::Em(i) => el("em", &[], spans(i)),
+        Inline::Code(t) => el(Tag::Code, &[], vec![t.into_any()]),
+        Inline::Strong(i) => el(Tag::Strong, &[], spans(i)),
+        Inline::Em(i) => el(Tag::Em, &[], spans(i)),
         // `href` is http, https or mailto (the parser keeps any other link as text).
         Inline::Link { href, text } => el(
-            "a",
+            Tag::A,
             &[
                 ("href", &href),
                 ("target", "_blank"),
@@ -274,6 +323,16 @@ fn CopyButton(text: String) -> impl IntoView {
 #[cfg(all(test, feature = "ssr"))]
 mod tests {
     use super::*;
+
+    /// Each element's two names are one name in two cases.
+    #[test]
+    fn a_tag_is_one_name_in_two_cases() {
+        for (tag, lower, upper) in Tag::ALL {
+            assert_eq!(upper.to_ascii_lowercase(), *lower, "{tag:?}");
+            assert_eq!(*upper, lower.to_ascii_uppercase(), "{tag:?}");
+        }
+        assert_eq!(Tag::Blockquote.name(), "blockquote");
+    }
 
     /// A reply's finished blocks are drawn in parts of [`PART`], the open block after them.
     #[test]

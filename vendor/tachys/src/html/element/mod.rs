@@ -327,9 +327,7 @@ where
             // this is not particularly efficient, but it saves us from
             // having to keep track of the tag name for every element state
             let old_tag = state.el.tag_name();
-            // MULLIGAN PATCH: an HTML element's `tagName` is upper case, so the comparison
-            // upstream (`new_tag != old_tag`) made every custom-tag element anew on rebuild.
-            if !new_tag.eq_ignore_ascii_case(&old_tag) {
+            if new_tag != old_tag {
                 let mut new_state = self.build();
                 state.insert_before_this(&mut new_state);
                 state.unmount();
