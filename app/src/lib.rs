@@ -13,7 +13,10 @@ pub mod wire;
 
 use components::{chat::SessionView, session_list::SessionList};
 use leptos::prelude::*;
-use nav::Page;
+use leptos_router::components::{FlatRoutes, Route, Router};
+use leptos_router::hooks::use_params_map;
+use leptos_router::path;
+use wire::SessionId;
 
 /// The HTML document the server renders around [`App`], with the page's first data (the
 /// request's [`page_data::PageData`], when its handler provided one).
@@ -57,10 +60,21 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
+/// The app: the sidebar, the outage banners and the routed page, inside the router.
 #[component]
 pub fn App() -> impl IntoView {
+    view! {
+        <Router>
+            <Layout/>
+        </Router>
+    }
+}
+
+/// The page around the routes: what every page shows, and the routes' own view.
+#[component]
+fn Layout() -> impl IntoView {
     page_data::provide_first_data();
-    let nav = nav::provide_nav();
+    nav::provide_nav();
     components::provide_sessions();
     components::catalogue::provide_catalogue();
     let hydrated = components::provide_hydrated();
@@ -73,26 +87,42 @@ pub fn App() -> impl IntoView {
         }
         hydrated.set(true);
     });
-    // Which kind of page: moving from one session to another keeps the chat view, which
-    // follows the open session itself.
-    // (Read, not only tracked: a memo computes, and so follows its source, when read.)
-    let kind = Memo::new(move |_| std::mem::discriminant(&nav.page()));
-    let page = move || {
-        let _ = kind.get();
-        match nav.page_untracked() {
-            Page::Home => Welcome().into_any(),
-            Page::Session(_) => view! { <SessionView/> }.into_any(),
-            Page::Unknown => view! { <p class="empty">"Nothing here."</p> }.into_any(),
-        }
-    };
+    // Moving from one session to another keeps the chat view (the same route, new
+    // parameters), which follows the open session itself.
     view! {
         <div class="layout">
             <SessionList/>
             <main class="main">
                 <components::outages::OutageBanners/>
-                {page}
+                <FlatRoutes fallback=nothing_here>
+                    <Route path=path!("/") view=Welcome/>
+                    <Route path=path!("/s/:id") view=SessionPage/>
+                </FlatRoutes>
             </main>
         </div>
+    }
+}
+
+/// What an address that is no page of the app shows.
+fn nothing_here() -> impl IntoView {
+    view! { <p class="empty">"Nothing here."</p> }
+}
+
+/// `/s/:id`: the session's chat, or [`nothing_here`] for an id that cannot be a session's.
+#[component]
+fn SessionPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = Memo::new(move |_| {
+        params.with(|p| p.get_str("id").and_then(|id| id.parse::<SessionId>().ok()))
+    });
+    // The chat keeps the last id it showed: it is not drawn for another.
+    let sid = Memo::new(move |last: Option<&SessionId>| {
+        id.get().or_else(|| last.cloned()).unwrap_or_default()
+    });
+    let valid = Memo::new(move |_| id.with(Option::is_some));
+    move || match valid.get() {
+        true => view! { <SessionView sid/> }.into_any(),
+        false => nothing_here().into_any(),
     }
 }
 

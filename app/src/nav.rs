@@ -1,6 +1,5 @@
-//! Which page the address shows, and moving between pages without a reload: the app has two
-//! pages, which need no more of a router than this (the router crate and its generic views
-//! cost the bundle 58 KB gzip: bench/README, B5).
+//! Which page the address shows: the app's reading of the router's location, and the tab's
+//! title.
 use crate::wire::SessionId;
 use leptos::prelude::*;
 
@@ -50,130 +49,38 @@ pub fn set_title(text: &str) {
     let _ = text;
 }
 
-/// The path of the request the server renders a page for (its handler provides it).
-#[derive(Clone, Debug)]
-pub struct RequestPath(pub String);
-
-/// The page shown, shared by the components that follow or change it.
+/// The page shown, read from the router's location: shared by the components that follow
+/// it (the sidebar marks the open session; the chat view follows it).
 #[derive(Clone, Copy)]
 pub struct Nav {
-    page: RwSignal<Page>,
+    page: Memo<Page>,
 }
 
 impl Nav {
-    /// The page shown (tracked).
-    pub fn page(&self) -> Page {
-        self.page.get()
-    }
-
-    /// The page shown, untracked.
-    pub fn page_untracked(&self) -> Page {
-        self.page.get_untracked()
-    }
-
-    /// The open session's id, `None` on other pages (tracked).
-    pub fn session_id(&self) -> Option<SessionId> {
-        self.page.with(|p| match p {
-            Page::Session(id) => Some(id.clone()),
-            _ => None,
-        })
-    }
-
     /// Whether `id`'s page is shown (tracked).
     pub fn is_session(&self, id: &SessionId) -> bool {
         self.page
             .with(|p| matches!(p, Page::Session(open) if open == id))
     }
-
-    /// Shows `path`'s page and puts it in the history, as a followed link does.
-    pub fn go(&self, path: &str) {
-        #[cfg(feature = "hydrate")]
-        if let Ok(history) = window().history() {
-            let null = wasm_bindgen::JsValue::NULL;
-            // A link to the page shown adds no step to the history.
-            let _ = match window().location().pathname().is_ok_and(|p| p == path) {
-                true => history.replace_state_with_url(&null, "", Some(path)),
-                false => history.push_state_with_url(&null, "", Some(path)),
-            };
-        }
-        self.page.set(Page::of_path(path));
-    }
 }
 
-/// Provides [`Nav`] from the address: the request's on the server, the location's in the
-/// browser, which then follows links to the app's pages and the history's back and forward
-/// without reloading.
+/// Provides [`Nav`] from the router's location (inside `leptos_router`'s `Router`: the
+/// request's address on the server, the browser's in the browser, which the router follows
+/// through links and the history without reloading).
 pub fn provide_nav() -> Nav {
-    #[cfg(feature = "hydrate")]
-    let page = Page::of_path(&window().location().pathname().unwrap_or_default());
-    // Without a path, the server renders the page for an address no route took.
-    #[cfg(not(feature = "hydrate"))]
-    let page = use_context::<RequestPath>().map_or(Page::Unknown, |p| Page::of_path(&p.0));
+    let location = leptos_router::hooks::use_location();
     let nav = Nav {
-        page: RwSignal::new(page),
+        page: Memo::new(move |_| location.pathname.with(|p| Page::of_path(p))),
     };
     provide_context(nav);
-    #[cfg(feature = "hydrate")]
-    browser::listen(nav);
     nav
 }
 
 /// The page's [`Nav`] (a standalone one showing the home page where none was provided).
 pub fn use_nav() -> Nav {
     use_context::<Nav>().unwrap_or_else(|| Nav {
-        page: RwSignal::new(Page::Home),
+        page: Memo::new(|_| Page::Home),
     })
-}
-
-#[cfg(feature = "hydrate")]
-mod browser {
-    use super::{Nav, Page};
-    use leptos::prelude::*;
-    use wasm_bindgen::JsCast;
-
-    /// Follows the history's back and forward, and clicks on links to the app's own pages.
-    pub fn listen(nav: Nav) {
-        let on_history = window_event_listener(leptos::ev::popstate, move |_| {
-            let path = window().location().pathname().unwrap_or_default();
-            nav.page.set(Page::of_path(&path));
-        });
-        let on_click = window_event_listener(leptos::ev::click, move |ev| {
-            if let Some(path) = own_page_link(&ev) {
-                ev.prevent_default();
-                nav.go(&path);
-            }
-        });
-        on_cleanup(move || {
-            on_history.remove();
-            on_click.remove();
-        });
-    }
-
-    /// The path of the link a plain left click followed, if it leads to one of the app's
-    /// pages on this origin; `None` for a click that opens a new tab or window, a download, a
-    /// link to another target or site, or one the page already handled.
-    fn own_page_link(ev: &web_sys::MouseEvent) -> Option<String> {
-        if ev.default_prevented()
-            || ev.button() != 0
-            || ev.meta_key()
-            || ev.alt_key()
-            || ev.ctrl_key()
-            || ev.shift_key()
-        {
-            return None;
-        }
-        let target: web_sys::Element = ev.target()?.dyn_into().ok()?;
-        let link: web_sys::HtmlAnchorElement = target.closest("a[href]").ok()??.dyn_into().ok()?;
-        let target = link.target();
-        if link.has_attribute("download") || !(target.is_empty() || target == "_self") {
-            return None;
-        }
-        if link.origin() != window().location().origin().ok()? {
-            return None;
-        }
-        let path = link.pathname();
-        (Page::of_path(&path) != Page::Unknown).then_some(path)
-    }
 }
 
 #[cfg(test)]

@@ -148,12 +148,40 @@ test('moving between sessions in the list shows each one, live, with no page err
   expect(problems).toEqual([]);
 });
 
+test('a link to a page of the app keeps its query and hash, without a reload', async ({ page }) => {
+  const problems: string[] = [];
+  page.on('pageerror', (e) => problems.push(e.message));
+  const sid = await newSession(page, 'demo', 'kept address');
+  await page.locator('.brand a').click();
+  await expect(page.locator('.welcome')).toBeVisible();
+  await page.evaluate(() => { (window as any).stayed = true; });
+  // A link as an operator might paste one: to a session, with a query and a hash.
+  await page.evaluate((href) => {
+    const a = document.createElement('a');
+    a.href = href;
+    a.id = 'pasted';
+    a.textContent = 'pasted link';
+    document.body.appendChild(a);
+  }, `/s/${sid}?from=notes#latest`);
+  await page.locator('#pasted').click();
+  await expect(page.getByRole('heading', { name: 'kept address' })).toBeVisible();
+  await expect(page).toHaveURL(`${origin()}/s/${sid}?from=notes#latest`);
+  await expect(page.locator('.sessions a[aria-current="page"]')).toHaveText(/kept address/);
+  expect(await page.evaluate(() => (window as any).stayed)).toBe(true);
+  expect(problems).toEqual([]);
+});
+
 test('an address that is no page says so, and its links still lead home', async ({ page }) => {
   await page.goto(printedUrl());
   await hydrated(page);
   await page.goto(`${origin()}/s/nothing/here`);
   await hydrated(page);
   await expect(page.locator('.main')).toContainText('Nothing here.');
+  // The session route, with what cannot be a session's id.
+  await page.goto(`${origin()}/s/not%20an%20id`);
+  await hydrated(page);
+  await expect(page.locator('.main')).toContainText('Nothing here.');
+  await expect(page.locator('.chat')).toHaveCount(0);
   await page.locator('.brand a').click();
   await expect(page.locator('.welcome')).toBeVisible();
 });

@@ -10,11 +10,10 @@ use crate::page_data::{first_config, snapshot_url, take_session};
 use crate::wire::{AutoRetry, ClientConfig, Session, SessionDetail, SessionId};
 use leptos::prelude::*;
 
+/// The chat of the session `sid` names (the route's id: moving to another session changes
+/// it, and the view follows).
 #[component]
-pub fn SessionView() -> impl IntoView {
-    let nav = crate::nav::use_nav();
-    // Shown only on a session's page, so the id is always there.
-    let sid = Memo::new(move |_| nav.session_id().unwrap_or_default());
+pub fn SessionView(sid: Memo<SessionId>) -> impl IntoView {
     let chat = Chat::new();
     provide_context(chat);
     provide_context(chat.retrier);

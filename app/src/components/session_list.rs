@@ -260,7 +260,7 @@ fn NewSession() -> impl IntoView {
     let model = RwSignal::new(String::new());
     let busy = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
-    let nav = use_nav();
+    let navigate = leptos_router::hooks::use_navigate();
     let create = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         if busy.get_untracked() {
@@ -276,6 +276,7 @@ fn NewSession() -> impl IntoView {
             fallbacks: None,
             approval: None,
         };
+        let navigate = navigate.clone();
         leptos::task::spawn_local(async move {
             let body = serde_json::to_string(&body).ok();
             // The answer is a `CreatedSession`: its session, flattened, plus the agent token,
@@ -294,7 +295,7 @@ fn NewSession() -> impl IntoView {
                     error.set(None);
                     let id = session.id.clone();
                     sessions.upsert(session);
-                    nav.go(&Page::session_path(&id));
+                    navigate(&Page::session_path(&id), Default::default());
                 }
                 Err(e) => error.set(Some(e.explain())),
             }

@@ -24,6 +24,7 @@ use axum::handler::Handler;
 use axum::routing::{any, get, on, MethodFilter, MethodRouter};
 use axum::{middleware, Json, Router};
 use leptos::prelude::LeptosOptions;
+use leptos_axum::LeptosRoutes;
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -125,9 +126,12 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        // Each page with its first data (`page.rs`).
-        .route("/", get(page::render))
-        .route("/s/{id}", get(page::render))
+        // Each of the app's routes (its own definition, read from `app::App`), rendered
+        // with its first data (`page.rs`).
+        .leptos_routes_with_handler(
+            leptos_axum::generate_route_list(app::App),
+            get(page::render),
+        )
         .fallback(leptos_axum::file_and_error_handler_with_context::<
             AppState,
             _,

@@ -3,7 +3,7 @@
 //! (`app::page_data`), so the first HTML shows them and the browser hydrates from there.
 use super::auth::{presented_token, token_matches};
 use super::AppState;
-use app::nav::{Page, RequestPath};
+use app::nav::Page;
 use app::page_data::{Loaded, PageData};
 use app::wire::{SessionId, SessionList};
 use axum::body::Body;
@@ -37,7 +37,6 @@ pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Respon
     let handler = leptos_axum::render_app_to_stream_with_context(
         move || {
             provide_context(data.clone());
-            provide_context(RequestPath(path.clone()));
             secure();
         },
         move || app::shell(options.clone()),
