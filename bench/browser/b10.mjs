@@ -149,14 +149,7 @@ async function measure(browser, spec) {
   await page.goto(`${base}/s/${sid}`);
   await page.waitForSelector('html[data-hydrated="true"]', { timeout: 60_000 });
   const opened_ms = Date.now() - opening;
-  if (what === 'second') {
-    // The page's second turn: a short one first, so the code a turn runs is already
-    // compiled (the browser compiles WebAssembly functions when they first run).
-    await api('POST', `/sessions/${sid}/messages`, { content: 'first' });
-    await page.waitForSelector('li.msg.agent:not(.streaming)', { timeout: 60_000 });
-    await new Promise((ok) => setTimeout(ok, SETTLED_MS));
-  }
-  // When anything in the chat last changed (epoch ms), watched from before the send.
+  // When anything in the chat last changed (epoch ms), watched from before the first send.
   await page.evaluate(() => {
     // The reply marked streaming, kept from the mutations that add it: a `querySelector`
     // per poll would walk the whole page, a cost of the bench (not of the page) that grows
@@ -183,6 +176,13 @@ async function measure(browser, spec) {
       }
     }).observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
   });
+  if (what === 'second') {
+    // The page's second turn: a short one first, so the code a turn runs is already
+    // compiled (the browser compiles WebAssembly functions when they first run).
+    await api('POST', `/sessions/${sid}/messages`, { content: 'first' });
+    await settled(page, `${model} (its first turn)`);
+    await page.evaluate(() => { window.__b10.last = 0; window.__b10.streaming = null; });
+  }
   const cdp = await context.newCDPSession(page);
   await cdp.send('Performance.enable');
   const busy = async () => {
@@ -210,22 +210,7 @@ async function measure(browser, spec) {
     end.done,
     new Promise((_, fail) => setTimeout(() => fail(new Error('the run did not end')), DEADLINE_MS)),
   ]);
-  // Settled: the reply is no longer marked streaming and nothing changed for SETTLED_MS.
-  const deadline = Date.now() + DEADLINE_MS;
-  let last;
-  for (;;) {
-    const s = await page.evaluate(() => ({
-      last: window.__b10.last,
-      streaming: ((e) => !!(e && e.isConnected && e.classList.contains('streaming')))(window.__b10.streaming),
-      now: performance.timeOrigin + performance.now(),
-    }));
-    if (!s.streaming && s.last > 0 && s.now - s.last >= SETTLED_MS) {
-      last = s.last;
-      break;
-    }
-    if (Date.now() > deadline) throw new Error(`${model}: the reply did not settle on screen`);
-    await new Promise((ok) => setTimeout(ok, 100));
-  }
+  const last = await settled(page, model);
   const busy1 = await busy();
   if (process.env.B10_TRACE) {
     const done = new Promise((ok) => cdp.once('Tracing.tracingComplete', ok));
@@ -323,3 +308,19 @@ for (const spec of models) {
 }
 await browser.close();
 process.exit(failed ? 1 : 0);
+
+/** Waits, with a deadline, until the reply is no longer marked streaming and nothing in it
+ * changed for SETTLED_MS; answers when it last changed (epoch ms). */
+async function settled(page, label) {
+  const deadline = Date.now() + DEADLINE_MS;
+  for (;;) {
+    const s = await page.evaluate(() => ({
+      last: window.__b10.last,
+      streaming: ((e) => !!(e && e.isConnected && e.classList.contains('streaming')))(window.__b10.streaming),
+      now: performance.timeOrigin + performance.now(),
+    }));
+    if (!s.streaming && s.last > 0 && s.now - s.last >= SETTLED_MS) return s.last;
+    if (Date.now() > deadline) throw new Error(`${label}: the reply did not settle on screen`);
+    await new Promise((ok) => setTimeout(ok, 100));
+  }
+}
