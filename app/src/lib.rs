@@ -13,6 +13,7 @@ pub mod wire;
 
 use components::{chat::SessionView, session_list::SessionList};
 use leptos::prelude::*;
+use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::components::{FlatRoutes, Route, Router};
 use leptos_router::hooks::use_params_map;
 use leptos_router::path;
@@ -24,14 +25,6 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     #[cfg(feature = "ssr")]
     let first = use_context::<page_data::PageData>();
     #[cfg(feature = "ssr")]
-    let title = {
-        let text = nav::title(first.as_ref().and_then(|d| match &d.session {
-            Some(Ok(detail)) => Some(detail.session.title.as_str()),
-            _ => None,
-        }));
-        html_escape::encode_text(&text).into_owned()
-    };
-    #[cfg(feature = "ssr")]
     let data = first.map(|d| {
         // Data, not script, but with the response's nonce like every `<script>` of the page
         // (its Content-Security-Policy, `server::http::page`).
@@ -39,7 +32,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
         view! { <script type="application/json" id=page_data::ELEMENT_ID nonce=nonce inner_html=d.to_script_text()></script> }
     });
     #[cfg(not(feature = "ssr"))]
-    let (data, title): (Option<()>, String) = (None, nav::title(None));
+    let data: Option<()> = None;
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -48,9 +41,8 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <link rel="icon" href="data:,"/>
                 <link id="leptos" rel="stylesheet" href="/pkg/mulligan.css"/>
-                // As markup: a text child would carry hydration's marker, which a title shows.
-                <title inner_html=title></title>
                 <HydrationScripts options/>
+                <MetaTags/>
                 {data}
             </head>
             <body>
@@ -74,6 +66,7 @@ pub fn App() -> impl IntoView {
 #[component]
 fn Layout() -> impl IntoView {
     page_data::provide_first_data();
+    provide_meta_context();
     nav::provide_nav();
     components::provide_sessions();
     components::catalogue::provide_catalogue();
@@ -87,10 +80,20 @@ fn Layout() -> impl IntoView {
         }
         hydrated.set(true);
     });
+    // The tab's title: the open session's, with the count of waiting calls before it, so an
+    // operator with several tabs can tell them apart (the server writes it too).
+    let approvals = components::approvals::use_approvals();
+    let tab_title = move || match approvals {
+        Some(a) => {
+            components::approvals::titled(a.waiting.with(Vec::len), a.title.get().as_deref())
+        }
+        None => nav::title(None),
+    };
     // Moving from one session to another keeps the chat view (the same route, new
     // parameters), which follows the open session itself.
     view! {
         <div class="layout">
+            <Title text=tab_title/>
             <SessionList/>
             <main class="main">
                 <components::outages::OutageBanners/>

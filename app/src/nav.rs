@@ -41,14 +41,6 @@ pub fn title(session_title: Option<&str>) -> String {
     }
 }
 
-/// Shows `text` as the tab's title (in the browser; nothing on the server).
-pub fn set_title(text: &str) {
-    #[cfg(feature = "hydrate")]
-    document().set_title(text);
-    #[cfg(not(feature = "hydrate"))]
-    let _ = text;
-}
-
 /// The page shown, read from the router's location: shared by the components that follow
 /// it (the sidebar marks the open session; the chat view follows it).
 #[derive(Clone, Copy)]

@@ -112,12 +112,6 @@ pub fn ApprovalsLine() -> impl IntoView {
             }
         }
     });
-    // The tab's title counts them.
-    Effect::new(move |_| {
-        let n = waiting.with(Vec::len);
-        let own = approvals.title.get();
-        crate::nav::set_title(&titled(n, own.as_deref()));
-    });
     // Each session once, in the order its first call began waiting.
     let links = move || {
         let mut ids: Vec<SessionId> = Vec::new();

@@ -52,20 +52,14 @@ pub fn SessionView(sid: Memo<SessionId>) -> impl IntoView {
         None => None,
     };
     follow(chat, sid, first_id, first);
-    // The tab is titled after the open session while it is open (the count of waiting
-    // calls goes before it: `approvals`).
-    let approvals = super::approvals::use_approvals();
-    Effect::new(move |_| {
-        let title = chat.session.with(|s| s.as_ref().map(|s| s.title.clone()));
-        match approvals {
-            Some(a) => a.set_title(title),
-            None => crate::nav::set_title(&crate::nav::title(title.as_deref())),
-        }
-    });
-    on_cleanup(move || match approvals {
-        Some(a) => a.set_title(None),
-        None => crate::nav::set_title(&crate::nav::title(None)),
-    });
+    // The tab is titled after the open session while it is open (`App` draws the title):
+    // from the first snapshot at once, so the server writes it too, then as it changes.
+    if let Some(a) = super::approvals::use_approvals() {
+        let title = move || chat.session.with(|s| s.as_ref().map(|s| s.title.clone()));
+        a.set_title(untrack(title));
+        Effect::new(move |_| a.set_title(title()));
+        on_cleanup(move || a.set_title(None));
+    }
     view! { <ChatBody sid/> }
 }
 
