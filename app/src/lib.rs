@@ -93,7 +93,7 @@ fn Layout() -> impl IntoView {
     // parameters), which follows the open session itself.
     view! {
         <div class="layout">
-            <Title text=tab_title/>
+            <Title text=tab_title formatter=title_markup/>
             <SessionList/>
             <main class="main">
                 <components::outages::OutageBanners/>
@@ -104,6 +104,17 @@ fn Layout() -> impl IntoView {
             </main>
         </div>
     }
+}
+
+/// The tab's title as the server writes it into the head: escaped. leptos_meta 0.8 writes a
+/// title's text there as it is, so a session titled with markup would put that markup in the
+/// page (a server test checks). In the browser the title is set as text (`document.title`),
+/// and stays as it is.
+fn title_markup(text: String) -> String {
+    #[cfg(feature = "ssr")]
+    return html_escape::encode_text(&text).into_owned();
+    #[cfg(not(feature = "ssr"))]
+    text
 }
 
 /// What an address that is no page of the app shows.
