@@ -36,9 +36,10 @@ impl Approvals {
         })
     }
 
-    /// Shows `title` (the open session's, `None` elsewhere) as the page's title.
+    /// Shows `title` (the open session's, `None` elsewhere) as the page's title: the tab's
+    /// title is drawn again only when it changed.
     pub fn set_title(&self, title: Option<String>) {
-        self.title.try_set(title);
+        super::set_if_changed(&self.title, title);
     }
 }
 

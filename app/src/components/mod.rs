@@ -49,12 +49,14 @@ pub fn use_hydrated() -> RwSignal<bool> {
     use_context::<Hydrated>().map_or_else(|| RwSignal::new(true), |h| h.0)
 }
 
-/// Sets a signal only to a new value: its readers wake only on a change.
-pub(crate) fn set_if_changed<T: PartialEq + Send + Sync + 'static>(
-    cell: &ArcRwSignal<T>,
-    value: T,
-) {
-    if cell.with_untracked(|v| *v != value) {
+/// Sets a signal only to a new value: its readers wake only on a change (nothing, once the
+/// signal is disposed).
+pub(crate) fn set_if_changed<S, T>(cell: &S, value: T)
+where
+    S: WithUntracked<Value = T> + Set<Value = T>,
+    T: PartialEq,
+{
+    if cell.try_with_untracked(|v| *v != value) == Some(true) {
         cell.set(value);
     }
 }
