@@ -1,5 +1,27 @@
 //! Ids as types: a session's, a run's, a message's, a prompt's and a tool call's id, each its
 //! own type, parsed once where it comes in.
+//!
+//! An id from outside (a URL's path, a CLI argument, an MCP tool's argument, JSON) is parsed,
+//! and what cannot be an id is refused with the reason:
+//!
+//! ```
+//! use app::wire::{IdError, RunId, SessionId};
+//! let id: SessionId = "s-0192b8a1".parse().unwrap();
+//! assert_eq!(id.as_str(), "s-0192b8a1");
+//! assert_eq!("".parse::<SessionId>(), Err(IdError::Empty));
+//! assert_eq!("a/b".parse::<RunId>(), Err(IdError::BadCharacter));
+//! assert_eq!("x".repeat(129).parse::<RunId>(), Err(IdError::TooLong));
+//! // The JSON is a string, checked the same way.
+//! assert!(serde_json::from_str::<SessionId>("\"a b\"").is_err());
+//! ```
+//!
+//! One kind of id never stands for another: this does not compile.
+//!
+//! ```compile_fail
+//! use app::wire::{RunId, SessionId};
+//! fn cancel(_run: &RunId) {}
+//! cancel(&SessionId::new("s-1"));
+//! ```
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
