@@ -13,17 +13,23 @@ pub mod wire;
 
 use components::{chat::SessionView, session_list::SessionList};
 use leptos::prelude::*;
-use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::components::{FlatRoutes, Route, Router};
 use leptos_router::hooks::use_params_map;
 use leptos_router::path;
 use wire::SessionId;
 
 /// The HTML document the server renders around [`App`], with the page's first data (the
-/// request's [`page_data::PageData`], when its handler provided one).
+/// request's [`page_data::PageData`], when its handler provided one) and the tab's title.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
     #[cfg(feature = "ssr")]
     let first = use_context::<page_data::PageData>();
+    // The open session's title, as text (escaped like every text Leptos writes); the page
+    // keeps it up to date in the browser (`Layout`).
+    #[cfg(feature = "ssr")]
+    let title = nav::title(first.as_ref().and_then(|d| match &d.session {
+        Some(Ok(detail)) => Some(detail.session.title.as_str()),
+        _ => None,
+    }));
     #[cfg(feature = "ssr")]
     let data = first.map(|d| {
         // Data, not script, but with the response's nonce like every `<script>` of the page
@@ -32,7 +38,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
         view! { <script type="application/json" id=page_data::ELEMENT_ID nonce=nonce inner_html=d.to_script_text()></script> }
     });
     #[cfg(not(feature = "ssr"))]
-    let data: Option<()> = None;
+    let (data, title): (Option<()>, String) = (None, nav::title(None));
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -41,8 +47,8 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <link rel="icon" href="data:,"/>
                 <link id="leptos" rel="stylesheet" href="/pkg/mulligan.css"/>
+                <title>{title}</title>
                 <HydrationScripts options/>
-                <MetaTags/>
                 {data}
             </head>
             <body>
@@ -66,7 +72,6 @@ pub fn App() -> impl IntoView {
 #[component]
 fn Layout() -> impl IntoView {
     page_data::provide_first_data();
-    provide_meta_context();
     nav::provide_nav();
     components::provide_sessions();
     components::catalogue::provide_catalogue();
@@ -81,19 +86,26 @@ fn Layout() -> impl IntoView {
         hydrated.set(true);
     });
     // The tab's title: the open session's, with the count of waiting calls before it, so an
-    // operator with several tabs can tell them apart (the server writes it too).
+    // operator with several tabs can tell them apart. The server writes the first in the
+    // shell; the browser sets it as text from here on, only when it changed.
     let approvals = components::approvals::use_approvals();
-    let tab_title = move || match approvals {
+    let tab_title = Memo::new(move |_| match approvals {
         Some(a) => {
             components::approvals::titled(a.waiting.with(Vec::len), a.title.get().as_deref())
         }
         None => nav::title(None),
-    };
+    });
+    Effect::new(move |_| {
+        let text = tab_title.get();
+        #[cfg(feature = "hydrate")]
+        document().set_title(&text);
+        #[cfg(not(feature = "hydrate"))]
+        let _ = text;
+    });
     // Moving from one session to another keeps the chat view (the same route, new
     // parameters), which follows the open session itself.
     view! {
         <div class="layout">
-            <Title text=tab_title formatter=title_markup/>
             <SessionList/>
             <main class="main">
                 <components::outages::OutageBanners/>
@@ -104,17 +116,6 @@ fn Layout() -> impl IntoView {
             </main>
         </div>
     }
-}
-
-/// The tab's title as the server writes it into the head: escaped. leptos_meta 0.8 writes a
-/// title's text there as it is, so a session titled with markup would put that markup in the
-/// page (a server test checks). In the browser the title is set as text (`document.title`),
-/// and stays as it is.
-fn title_markup(text: String) -> String {
-    #[cfg(feature = "ssr")]
-    return html_escape::encode_text(&text).into_owned();
-    #[cfg(not(feature = "ssr"))]
-    text
 }
 
 /// What an address that is no page of the app shows.

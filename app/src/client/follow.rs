@@ -164,7 +164,7 @@ fn start() {
             post(&message(&[("k", "bye".into()), ("tab", tab.into())]));
         }
     });
-    set_interval(heartbeat, HEARTBEAT);
+    let _ = set_interval(heartbeat, HEARTBEAT);
 }
 
 /// A follower says again what it follows; the leader forgets tabs long silent.

@@ -106,9 +106,7 @@ pub fn ApprovalsLine() -> impl IntoView {
         Memo::new(move |_| waiting.with(|w| !w.is_empty()) || !asking.with(Vec::is_empty));
     Effect::new(move |_| {
         if watching.get() {
-            if let Ok(h) =
-                set_interval_with_handle(load, std::time::Duration::from_millis(REFRESH_MS))
-            {
+            if let Ok(h) = set_interval(load, std::time::Duration::from_millis(REFRESH_MS)) {
                 on_cleanup(move || h.clear());
             }
         }

@@ -59,9 +59,7 @@ pub fn OutageBanners() -> impl IntoView {
             load();
         }
         if watch {
-            if let Ok(h) =
-                set_interval_with_handle(load, std::time::Duration::from_millis(REFRESH_MS))
-            {
+            if let Ok(h) = set_interval(load, std::time::Duration::from_millis(REFRESH_MS)) {
                 on_cleanup(move || h.clear());
             }
         }

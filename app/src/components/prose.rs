@@ -164,7 +164,7 @@ macro_rules! tags {
             /// The element's name. The server writes it in lower case. The browser makes it
             /// with the upper-case name the DOM reports as an HTML element's `tagName`
             /// (`createElement` lowers it again): Leptos keeps a named element on a redraw
-            /// only when its new name equals that `tagName` (leptos pull request 4413), so the
+            /// only when its new name equals that `tagName` (Leptos issue 4412), so the
             /// open block's elements, and a selection in them, stay while a reply streams.
             fn name(self) -> &'static str {
                 match self {
@@ -311,7 +311,7 @@ fn CopyButton(text: String) -> impl IntoView {
                     None => false,
                 };
                 label.set(if copied { "Copied" } else { "Copy failed" });
-                set_timeout(move || label.set("Copy"), std::time::Duration::from_secs(2));
+                let _ = set_timeout(move || label.set("Copy"), std::time::Duration::from_secs(2));
             });
         }
         #[cfg(not(feature = "hydrate"))]

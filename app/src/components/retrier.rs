@@ -139,7 +139,7 @@ impl Retrier {
                         now: now_ms(),
                     })
                 };
-                if let Ok(h) = set_timeout_with_handle(fire, wait) {
+                if let Ok(h) = set_timeout(fire, wait) {
                     self.timer.set_value(Some(h));
                 }
             }

@@ -83,7 +83,7 @@ pub fn SessionList() -> impl IntoView {
         search.set(event_target_value(&ev));
         let n = typed.get_value().wrapping_add(1);
         typed.set_value(n);
-        set_timeout(
+        let _ = set_timeout(
             move || {
                 if typed.get_value() == n {
                     epoch.set_value(epoch.get_value().wrapping_add(1));
@@ -99,9 +99,7 @@ pub fn SessionList() -> impl IntoView {
         if loading.get_untracked() {
             load();
         }
-        if let Ok(handle) =
-            set_interval_with_handle(load, std::time::Duration::from_millis(REFRESH_MS))
-        {
+        if let Ok(handle) = set_interval(load, std::time::Duration::from_millis(REFRESH_MS)) {
             on_cleanup(move || handle.clear());
         }
     });

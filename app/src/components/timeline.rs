@@ -17,7 +17,7 @@ use leptos::prelude::*;
 pub fn Timeline(message: RwSignal<Message>) -> impl IntoView {
     let chat = expect_context::<Chat>();
     let drawn = RwSignal::new(None::<Drawn>);
-    let toggled = move |ev: leptos::ev::Event| {
+    let toggled = move |ev: leptos::web_sys::ToggleEvent| {
         let open = event_target::<leptos::web_sys::HtmlDetailsElement>(&ev).open();
         let Some(rid) = message
             .with_untracked(|m| m.run_id.clone())

@@ -83,9 +83,7 @@ fn ToolCallView(message: RwSignal<Message>, i: usize) -> impl IntoView {
     Effect::new(move |_| {
         if status.get() == ToolCallStatus::Running {
             now.set(now_ms());
-            if let Ok(h) =
-                set_interval_with_handle(move || now.set(now_ms()), Duration::from_millis(1000))
-            {
+            if let Ok(h) = set_interval(move || now.set(now_ms()), Duration::from_millis(1000)) {
                 on_cleanup(move || h.clear());
             }
         }

@@ -64,7 +64,7 @@ pub(super) fn schedule_reopen(after: Duration) {
     if after.is_zero() {
         wasm_bindgen_futures::spawn_local(async { reopen() });
     } else {
-        set_timeout(reopen, after);
+        let _ = set_timeout(reopen, after);
     }
 }
 

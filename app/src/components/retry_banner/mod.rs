@@ -53,9 +53,7 @@ pub fn RetryBanner() -> impl IntoView {
         }
         if armed {
             now.set(now_ms());
-            if let Ok(h) =
-                set_interval_with_handle(move || now.set(now_ms()), Duration::from_millis(250))
-            {
+            if let Ok(h) = set_interval(move || now.set(now_ms()), Duration::from_millis(250)) {
                 ticker.set_value(Some(h));
             }
         }

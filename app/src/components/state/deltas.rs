@@ -29,17 +29,17 @@ impl Chat {
                 let since = crate::clock::now_ms().saturating_sub(drawn_at);
                 let wait = DRAW_EVERY_MS.saturating_sub(since).max(0);
                 if wait == 0 {
-                    request_animation_frame(flush);
+                    let _ = request_animation_frame(flush);
                 } else {
                     let wait = std::time::Duration::from_millis(wait.unsigned_abs());
-                    set_timeout(move || request_animation_frame(flush), wait);
+                    let _ = set_timeout(move || drop(request_animation_frame(flush)), wait);
                 }
                 // Only if no frame came (a hidden tab): after a frame's draw the deltas
                 // gathered since then wait for their own frame, or the page would draw
                 // between frames as well, about three times as often (bench B10).
                 let fallback = std::time::Duration::from_millis((wait + 50).unsigned_abs());
                 let undrawn = move || chat.drawn_at.get_value() == drawn_at;
-                set_timeout(
+                let _ = set_timeout(
                     move || {
                         if undrawn() {
                             chat.flush_deltas()
