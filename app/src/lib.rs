@@ -18,27 +18,23 @@ use leptos_router::hooks::use_params_map;
 use leptos_router::path;
 use wire::SessionId;
 
-/// The HTML document the server renders around [`App`], with the page's first data (the
-/// request's [`page_data::PageData`], when its handler provided one) and the tab's title.
+/// The HTML document the server renders around [`App`], titled after the open session (from
+/// the request's [`page_data::PageData`], when its handler provided one).
 pub fn shell(options: LeptosOptions) -> impl IntoView {
-    #[cfg(feature = "ssr")]
-    let first = use_context::<page_data::PageData>();
     // The open session's title, as text (escaped like every text Leptos writes); the page
     // keeps it up to date in the browser (`Layout`).
     #[cfg(feature = "ssr")]
-    let title = nav::title(first.as_ref().and_then(|d| match &d.session {
-        Some(Ok(detail)) => Some(detail.session.title.as_str()),
-        _ => None,
-    }));
-    #[cfg(feature = "ssr")]
-    let data = first.map(|d| {
-        // Data, not script, but with the response's nonce like every `<script>` of the page
-        // (its Content-Security-Policy, `server::http::page`).
-        let nonce = leptos::nonce::use_nonce();
-        view! { <script type="application/json" id=page_data::ELEMENT_ID nonce=nonce inner_html=d.to_script_text()></script> }
-    });
+    let title =
+        nav::title(
+            use_context::<page_data::PageData>()
+                .as_ref()
+                .and_then(|d| match &d.session {
+                    Some(Ok(detail)) => Some(detail.session.title.as_str()),
+                    _ => None,
+                }),
+        );
     #[cfg(not(feature = "ssr"))]
-    let (data, title): (Option<()>, String) = (None, nav::title(None));
+    let title = nav::title(None);
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -49,7 +45,6 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <link id="leptos" rel="stylesheet" href="/pkg/mulligan.css"/>
                 <title>{title}</title>
                 <HydrationScripts options/>
-                {data}
             </head>
             <body>
                 <App/>
@@ -71,7 +66,6 @@ pub fn App() -> impl IntoView {
 /// The page around the routes: what every page shows, and the routes' own view.
 #[component]
 fn Layout() -> impl IntoView {
-    page_data::provide_first_data();
     nav::provide_nav();
     components::provide_sessions();
     components::catalogue::provide_catalogue();

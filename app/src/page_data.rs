@@ -1,85 +1,86 @@
-//! The data a page opens with: the session list and the open session's snapshot, read by the
-//! server before it renders the page and written into it as JSON, so the first HTML shows
-//! them and the browser hydrates from the same data without asking again. Each part is used
-//! once, by the view that opens with it; everything later comes over the API.
+//! The data a page opens with: the session list, the open session's snapshot and the server's
+//! settings. The server reads them before it renders the page and provides them to the render
+//! (`server::http::page`); each view that opens with a part reads it through a Leptos
+//! [`SharedValue`], which writes it into the page the server renders and gives the browser
+//! the same value while it hydrates, without asking again. Everything later comes over the
+//! API.
 use crate::wire::{ClientConfig, SessionDetail, SessionId, SessionList};
 use leptos::prelude::*;
-use serde::{Deserialize, Serialize};
-
-/// The id of the `<script type="application/json">` element that carries the data.
-pub const ELEMENT_ID: &str = "mulligan-page-data";
+use leptos::server::codee::{Decoder, Encoder};
+use leptos::server::SharedValue;
+use serde::{de::DeserializeOwned, Serialize};
 
 /// What a read gives: the data, or what to tell the operator.
 pub type Loaded<T> = Result<T, String>;
 
-/// The page's first data.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+/// The page's first data, as the server's handler provides it to the render.
+#[derive(Clone, Debug, Default)]
 pub struct PageData {
     /// The session list (absent: the page loads it itself).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<Loaded<SessionList>>,
     /// The open session, on a session's page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<Loaded<SessionDetail>>,
     /// The server's settings the page works with (Tier 2's schedule), signed in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<ClientConfig>,
 }
 
-impl PageData {
-    /// The JSON the page carries, safe inside a `<script>` element (no `<` in it).
-    #[cfg(feature = "ssr")]
-    pub fn to_script_text(&self) -> String {
-        serde_json::to_string(self)
-            .unwrap_or_else(|_| "{}".into())
-            .replace('<', "\\u003c")
+/// How a part travels in the page: JSON that the server writes and the browser parses with
+/// its own `JSON.parse` ([`crate::client::parse_json`]), not a second copy of serde_json's
+/// parser in the bundle.
+pub struct PageCodec;
+
+impl<T: Serialize> Encoder<T> for PageCodec {
+    type Error = String;
+    type Encoded = String;
+
+    fn encode(val: &T) -> Result<String, String> {
+        // Only the server writes a page's data: the bundle holds no JSON writer for it.
+        #[cfg(feature = "ssr")]
+        return serde_json::to_string(val).map_err(|e| e.to_string());
+        #[cfg(not(feature = "ssr"))]
+        {
+            let _ = val;
+            Err("a page's data is written by the server".into())
+        }
     }
 }
 
-/// The page's first data in the render's context: the server provides it per request; the
-/// browser reads it once from the page.
-#[derive(Clone, Copy)]
-pub struct FirstData(StoredValue<PageData>);
+impl<T: DeserializeOwned> Decoder<T> for PageCodec {
+    type Error = String;
+    type Encoded = str;
 
-/// Provides the first data: the server's for this request, or the one the page carries.
-pub fn provide_first_data() {
-    let data = use_context::<PageData>()
-        .or_else(read_from_page)
-        .unwrap_or_default();
-    provide_context(FirstData(StoredValue::new(data)));
+    fn decode(val: &str) -> Result<T, String> {
+        crate::client::parse_json(val)
+    }
 }
 
-/// The first session list, once.
-pub fn take_sessions() -> Option<Loaded<SessionList>> {
-    let FirstData(data) = use_context::<FirstData>()?;
-    data.try_update_value(|d| d.sessions.take()).flatten()
-}
-
-/// The first snapshot, once, when it is `id`'s.
-pub fn take_session(id: &SessionId) -> Option<Loaded<SessionDetail>> {
-    let FirstData(data) = use_context::<FirstData>()?;
-    data.try_update_value(|d| match &d.session {
-        Some(Ok(s)) if s.session.id != *id => None,
-        _ => d.session.take(),
+/// One part of the first data, shared from the server's render with the browser's
+/// hydration. Elsewhere (a view the browser makes later) there is none, and the view reads
+/// it over the API. Server and browser must read the parts in the same order: each view
+/// reads its parts once, when it is made.
+fn part<T: Serialize + DeserializeOwned>(of: impl FnOnce(PageData) -> Option<T>) -> Option<T> {
+    SharedValue::<Option<T>, PageCodec>::new_with_encoding(|| {
+        use_context::<PageData>().and_then(of)
     })
-    .flatten()
+    .into_inner()
 }
 
-/// The server's settings for the page, when it sent them (every view may read them).
+/// The first session list.
+pub fn take_sessions() -> Option<Loaded<SessionList>> {
+    part(|d| d.sessions)
+}
+
+/// The first snapshot, when it is `id`'s.
+pub fn take_session(id: &SessionId) -> Option<Loaded<SessionDetail>> {
+    part(|d| d.session).filter(|s| match s {
+        Ok(s) => s.session.id == *id,
+        Err(_) => true,
+    })
+}
+
+/// The server's settings for the page, when it sent them.
 pub fn first_config() -> Option<ClientConfig> {
-    let FirstData(data) = use_context::<FirstData>()?;
-    data.try_with_value(|d| d.config.clone()).flatten()
-}
-
-/// The data the server wrote into the page (the browser's side).
-fn read_from_page() -> Option<PageData> {
-    #[cfg(feature = "hydrate")]
-    {
-        let text = document().get_element_by_id(ELEMENT_ID)?.text_content()?;
-        crate::client::parse_json(&text).ok()
-    }
-    #[cfg(not(feature = "hydrate"))]
-    None
+    part(|d| d.config)
 }
 
 /// The snapshot's URL: superseded messages included (the page folds them away).

@@ -1,6 +1,7 @@
 //! The page's first data: the signed-in operator's session list and, on a session's page, its
-//! snapshot, read from the engine before the page renders and written into it
-//! (`app::page_data`), so the first HTML shows them and the browser hydrates from there.
+//! snapshot, read from the engine before the page renders and provided to the render; the
+//! views read them through Leptos' shared values (`app::page_data`), so the first HTML shows
+//! them and the browser hydrates from the same data.
 use super::auth::{presented_token, token_matches};
 use super::AppState;
 use app::nav::Page;
@@ -48,8 +49,8 @@ pub async fn render(State(state): State<AppState>, req: Request<Body>) -> Respon
 /// unknown paths get): no other site may frame it (it shows the operator's sessions), and
 /// its Content-Security-Policy lets only this server's scripts and the inline scripts that
 /// carry this response's nonce run. Leptos makes that nonce per response (`use_nonce`) and
-/// puts it on every inline script it writes (the hydration loader, streamed chunks);
-/// `app::shell` puts it on the page data's element. `'wasm-unsafe-eval'` lets the page
+/// puts it on every inline script it writes (the hydration loader, the page's first data,
+/// streamed chunks). `'wasm-unsafe-eval'` lets the page
 /// instantiate its WebAssembly. Outside a page's rendering (no nonce), nothing is set.
 pub fn secure() {
     let (Some(nonce), Some(res)) = (use_nonce(), use_context::<ResponseOptions>()) else {
