@@ -105,7 +105,7 @@ fn Layout() -> impl IntoView {
                 <components::outages::OutageBanners/>
                 <FlatRoutes fallback=nothing_here>
                     <Route path=path!("/") view=Welcome/>
-                    <Route path=path!("/s/:id") view=SessionPage/>
+                    <Route path=nav::SESSION_ROUTE view=SessionPage/>
                 </FlatRoutes>
             </main>
         </div>
@@ -117,12 +117,15 @@ fn nothing_here() -> impl IntoView {
     view! { <p class="empty">"Nothing here."</p> }
 }
 
-/// `/s/:id`: the session's chat, or [`nothing_here`] for an id that cannot be a session's.
+/// [`nav::SESSION_ROUTE`]: the session's chat, or [`nothing_here`] for an id that cannot be a session's.
 #[component]
 fn SessionPage() -> impl IntoView {
     let params = use_params_map();
     let id = Memo::new(move |_| {
-        params.with(|p| p.get_str("id").and_then(|id| id.parse::<SessionId>().ok()))
+        params.with(|p| {
+            p.get_str(nav::SESSION_PARAM)
+                .and_then(|id| id.parse::<SessionId>().ok())
+        })
     });
     // The chat keeps the last id it showed: it is not drawn for another.
     let sid = Memo::new(move |last: Option<&SessionId>| {

@@ -1,7 +1,14 @@
-//! Which page the address shows: the app's reading of the router's location, and the tab's
-//! title.
+//! Which page the address shows: the session page's route (one definition, which the app's
+//! routes, the sidebar and the server's page handler read), and the tab's title.
 use crate::wire::SessionId;
 use leptos::prelude::*;
+use leptos_router::{path, ParamSegment, PartialPathMatch, PossibleRouteMatch, StaticSegment};
+
+/// The session page's route, `/s/:id`.
+pub const SESSION_ROUTE: (StaticSegment<&str>, ParamSegment) = path!("/s/:id");
+
+/// The parameter of [`SESSION_ROUTE`] that holds the session's id.
+pub const SESSION_PARAM: &str = "id";
 
 /// A page of the app, read from an address's path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,15 +22,18 @@ pub enum Page {
 }
 
 impl Page {
-    /// The page a path shows.
+    /// The page a path shows, matched as the router matches it (an id that cannot be a
+    /// session's is no page).
     pub fn of_path(path: &str) -> Page {
         if path.is_empty() || path == "/" {
             return Page::Home;
         }
-        match path.strip_prefix("/s/") {
-            Some(id) => id.parse().map_or(Page::Unknown, Page::Session),
-            None => Page::Unknown,
-        }
+        SESSION_ROUTE
+            .test(path)
+            .filter(PartialPathMatch::is_complete)
+            .and_then(|m| m.params().into_iter().find(|(k, _)| k == SESSION_PARAM))
+            .and_then(|(_, id)| id.parse().ok())
+            .map_or(Page::Unknown, Page::Session)
     }
 
     /// A session page's path.
@@ -85,7 +95,8 @@ mod tests {
         assert_eq!(Page::of_path("/"), Page::Home);
         assert_eq!(Page::of_path(""), Page::Home);
         let abc: SessionId = "abc".parse().unwrap();
-        assert_eq!(Page::of_path("/s/abc"), Page::Session(abc));
+        assert_eq!(Page::of_path("/s/abc"), Page::Session(abc.clone()));
+        assert_eq!(Page::of_path("/s/abc/"), Page::Session(abc));
         let x1: SessionId = "x-1".parse().unwrap();
         assert_eq!(Page::of_path(&Page::session_path(&x1)), Page::Session(x1));
         assert_eq!(
