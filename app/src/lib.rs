@@ -24,15 +24,11 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     // The open session's title, as text (escaped like every text Leptos writes); the page
     // keeps it up to date in the browser (`Layout`).
     #[cfg(feature = "ssr")]
-    let title =
-        nav::title(
-            use_context::<page_data::PageData>()
-                .as_ref()
-                .and_then(|d| match &d.session {
-                    Some(Ok(detail)) => Some(detail.session.title.as_str()),
-                    _ => None,
-                }),
-        );
+    let title = nav::title(
+        use_context::<page_data::PageData>()
+            .as_ref()
+            .and_then(page_data::PageData::session_title),
+    );
     #[cfg(not(feature = "ssr"))]
     let title = nav::title(None);
     view! {
@@ -117,7 +113,8 @@ fn nothing_here() -> impl IntoView {
     view! { <p class="empty">"Nothing here."</p> }
 }
 
-/// [`nav::SESSION_ROUTE`]: the session's chat, or [`nothing_here`] for an id that cannot be a session's.
+/// [`nav::SESSION_ROUTE`]: the session's chat, or [`nothing_here`] for an id that cannot be
+/// a session's.
 #[component]
 fn SessionPage() -> impl IntoView {
     let params = use_params_map();

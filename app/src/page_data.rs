@@ -24,6 +24,16 @@ pub struct PageData {
     pub config: Option<ClientConfig>,
 }
 
+impl PageData {
+    /// The open session's title, when its snapshot was read.
+    pub fn session_title(&self) -> Option<&str> {
+        match &self.session {
+            Some(Ok(detail)) => Some(&detail.session.title),
+            _ => None,
+        }
+    }
+}
+
 /// How a part travels in the page: JSON that the server writes and the browser parses with
 /// its own `JSON.parse` ([`crate::client::parse_json`]), not a second copy of serde_json's
 /// parser in the bundle.
