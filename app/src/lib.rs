@@ -24,11 +24,8 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     // The open session's title, as text (escaped like every text Leptos writes); the page
     // keeps it up to date in the browser (`Layout`).
     #[cfg(feature = "ssr")]
-    let title = nav::title(
-        use_context::<page_data::PageData>()
-            .as_ref()
-            .and_then(page_data::PageData::session_title),
-    );
+    let title = with_context(|d: &page_data::PageData| nav::title(d.session_title()))
+        .unwrap_or_else(|| nav::title(None));
     #[cfg(not(feature = "ssr"))]
     let title = nav::title(None);
     view! {

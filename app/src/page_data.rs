@@ -68,21 +68,20 @@ impl<T: DeserializeOwned> Decoder<T> for PageCodec {
 /// hydration. Elsewhere (a view the browser makes later) there is none, and the view reads
 /// it over the API. Server and browser must read the parts in the same order: each view
 /// reads its parts once, when it is made.
-fn part<T: Serialize + DeserializeOwned>(of: impl FnOnce(PageData) -> Option<T>) -> Option<T> {
-    SharedValue::<Option<T>, PageCodec>::new_with_encoding(|| {
-        use_context::<PageData>().and_then(of)
-    })
-    .into_inner()
+fn part<T: Serialize + DeserializeOwned>(of: impl FnOnce(&PageData) -> Option<T>) -> Option<T> {
+    // Read in place: the data may hold megabytes of replies, and only this part is copied.
+    SharedValue::<Option<T>, PageCodec>::new_with_encoding(|| with_context(of).flatten())
+        .into_inner()
 }
 
 /// The first session list.
 pub fn take_sessions() -> Option<Loaded<SessionList>> {
-    part(|d| d.sessions)
+    part(|d| d.sessions.clone())
 }
 
 /// The first snapshot, when it is `id`'s.
 pub fn take_session(id: &SessionId) -> Option<Loaded<SessionDetail>> {
-    part(|d| d.session).filter(|s| match s {
+    part(|d| d.session.clone()).filter(|s| match s {
         Ok(s) => s.session.id == *id,
         Err(_) => true,
     })
@@ -90,7 +89,7 @@ pub fn take_session(id: &SessionId) -> Option<Loaded<SessionDetail>> {
 
 /// The server's settings for the page, when it sent them.
 pub fn first_config() -> Option<ClientConfig> {
-    part(|d| d.config)
+    part(|d| d.config.clone())
 }
 
 /// The snapshot's URL: superseded messages included (the page folds them away).
