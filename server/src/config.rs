@@ -16,6 +16,13 @@ pub enum ProviderKind {
     Anthropic,
 }
 
+/// How often a reply's deltas go out at most by default, in ms: about 30 a second, so a
+/// provider streaming a token a millisecond costs each subscriber (a browser tab above all:
+/// every event is a task on its main thread, bench B10) 30 events a second instead of 1,000,
+/// and a delta waits at most this long. Slower providers (a token every 33 ms or more) are
+/// not held back at all.
+pub const DEFAULT_DELTA_WINDOW_MS: u64 = 33;
+
 /// The most parked turns a model may release per second: the release interval is whole
 /// milliseconds, so a higher rate would make it 0, that is no limit at all.
 pub const MAX_RELEASE_PER_S: u32 = 1000;
@@ -76,7 +83,7 @@ pub struct Config {
     pub stream_idle_ms: u64,
     /// A reply's deltas go out at most once in this long: text a provider streams sooner
     /// goes out with the next one (0: each provider delta as it comes).
-    #[arg(long, env = "MULLIGAN_DELTA_WINDOW_MS", default_value_t = 16)]
+    #[arg(long, env = "MULLIGAN_DELTA_WINDOW_MS", default_value_t = DEFAULT_DELTA_WINDOW_MS)]
     pub delta_window_ms: u64,
     /// The longest wait a provider may advise (`Retry-After`, `retry-after-ms`, reset
     /// headers); a longer one is taken as this. Cooldowns never last longer.
