@@ -82,3 +82,39 @@ test('a tab that gets no animation frames still draws a streaming reply', async 
   // The page did ask for frames (none came).
   expect(await page.evaluate(() => (window as any).__frames)).toBeGreaterThan(0);
 });
+
+// A streaming reply taller than the pane is followed to its end, unless the operator scrolls
+// up to read: then the view stays where they put it while the text goes on, and scrolling
+// back down to the end follows it again.
+test('the conversation follows a streaming reply, and stays where the operator scrolls to', async ({ page }) => {
+  await newSession(page, 'demo', 'follow the end');
+  const text = Array.from({ length: 240 }, (_, i) => `para${i}`).join(' \n\n');
+  await send(page, `echo ${text}`);
+  const scroller = page.locator('.scroller');
+  const reply = page.locator('li.msg.agent').last();
+  const gap = () => scroller.evaluate((el) => el.scrollHeight - el.scrollTop - el.clientHeight);
+  const top = () => scroller.evaluate((el) => el.scrollTop);
+  const written = () => reply.evaluate((el) => (el.textContent || '').length);
+  // Once the reply outgrows the pane, its end stays in view while it streams.
+  await expect.poll(() => scroller.evaluate((el) => el.scrollHeight - el.clientHeight), { timeout: 20_000 }).toBeGreaterThan(600);
+  await expect(reply).toHaveClass(/streaming/);
+  await expect.poll(gap).toBeLessThan(80);
+  // The operator scrolls up to read: the view stays there while more text comes.
+  await scroller.hover();
+  await page.mouse.wheel(0, -100_000);
+  await expect.poll(top).toBe(0);
+  const at = await written();
+  await expect.poll(written).toBeGreaterThan(at + 60);
+  await expect(reply).toHaveClass(/streaming/);
+  expect(await top()).toBe(0);
+  // Back at the end (at once, as the End key or the scrollbar puts it: a wheel's smooth
+  // scroll lands where the end was when it started), the view follows it again.
+  await scroller.evaluate((el) => { el.scrollTop = el.scrollHeight; });
+  await expect.poll(gap).toBeLessThan(80);
+  const back = await written();
+  await expect.poll(written).toBeGreaterThan(back + 60);
+  await expect.poll(gap).toBeLessThan(80);
+  await expect(reply).not.toHaveClass(/streaming/, { timeout: 30_000 });
+  await expect(reply).toContainText('para239');
+  await expect.poll(gap).toBeLessThan(80);
+});

@@ -117,7 +117,7 @@ fn ChatBody(sid: Memo<SessionId>) -> impl IntoView {
     let scroller = NodeRef::<leptos::html::Div>::new();
     let list = NodeRef::<leptos::html::Div>::new();
     let parts = Memo::new(move |_| chat.messages.with(|ms| ms.len().div_ceil(PART)));
-    let on_scroll = follow_the_bottom(list, scroller);
+    follow_the_bottom(sid, list, scroller);
     // A memo: the header is not rebuilt on every delta.
     let superseded = Memo::new(move |_| chat.superseded_replies());
     let notice = move || {
@@ -154,7 +154,7 @@ fn ChatBody(sid: Memo<SessionId>) -> impl IntoView {
             <Show when=move || chat.error.get().is_some()>
                 <p class="error" role="alert">{move || chat.error.get()}</p>
             </Show>
-            <div class="scroller" node_ref=scroller on:scroll=on_scroll>
+            <div class="scroller" node_ref=scroller>
                 <div class="messages" role="log" aria-label="Conversation" node_ref=list>
                     <For each=move || 0..parts.get() key=|i| *i let:i>
                         <MessagePart place=i/>
@@ -248,32 +248,46 @@ fn AutoRetrySetting() -> impl IntoView {
 }
 
 /// Keeps the conversation scrolled to its end while it grows, unless the operator scrolled up
-/// to read (more than a few lines from the end). Answers the scroll handler that tracks that.
+/// to read (more than [`FOLLOW_WITHIN`] px above where the end was).
 ///
-/// The list's growth is seen by a `ResizeObserver` (after the browser laid out a frame,
-/// before it paints it): nothing runs per delta, and the layout is never forced.
+/// Nothing runs per delta or per scroll: a `ResizeObserver` sees the list grow (or the pane
+/// change size) after the browser laid out a frame, before it paints it, and decides there
+/// by [`follows`], from where the view is and where the end was at its last call (a scroll
+/// of the operator's in that same frame counts: it moved the view before the observer ran).
+/// Another session opens at its end.
 fn follow_the_bottom(
+    sid: Memo<SessionId>,
     messages: NodeRef<leptos::html::Div>,
     scroller: NodeRef<leptos::html::Div>,
-) -> impl Fn(leptos::ev::Event) + Copy + 'static {
-    let pinned = StoredValue::new(true);
+) {
     #[cfg(feature = "hydrate")]
     {
         use wasm_bindgen::{closure::Closure, JsCast};
+        // The farthest the view could scroll at the observer's last call (none yet: follow).
+        let end_was = StoredValue::new(None::<i32>);
+        Effect::new(move |_| {
+            sid.track();
+            end_was.set_value(None);
+        });
         let observer = StoredValue::new_local(None::<web_sys::ResizeObserver>);
         Effect::new(move |_| {
-            let Some(list) = messages.get() else { return };
+            let (Some(list), Some(pane)) = (messages.get(), scroller.get()) else {
+                return;
+            };
             let grown = Closure::<dyn FnMut()>::new(move || {
-                if let Some(el) = scroller.get_untracked() {
-                    if pinned.get_value() {
-                        el.set_scroll_top(el.scroll_height());
-                    }
+                let Some(el) = scroller.get_untracked() else {
+                    return;
+                };
+                if follows(el.scroll_top(), end_was.get_value()) {
+                    el.set_scroll_top(el.scroll_height());
                 }
+                end_was.set_value(Some(el.scroll_height() - el.client_height()));
             });
             let Ok(o) = web_sys::ResizeObserver::new(grown.into_js_value().unchecked_ref()) else {
                 return;
             };
             o.observe(&list);
+            o.observe(&pane);
             if let Some(old) = observer.try_update_value(|slot| slot.replace(o)).flatten() {
                 old.disconnect();
             }
@@ -285,16 +299,18 @@ fn follow_the_bottom(
         });
     }
     #[cfg(not(feature = "hydrate"))]
-    let _ = messages;
-    move |_| {
-        #[cfg(feature = "hydrate")]
-        if let Some(el) = scroller.get_untracked() {
-            let gap = el.scroll_height() - el.scroll_top() - el.client_height();
-            pinned.set_value(gap < 80);
-        }
-        #[cfg(not(feature = "hydrate"))]
-        let _ = (scroller, pinned);
-    }
+    let _ = (sid, messages, scroller);
+}
+
+/// How far above the conversation's end (px) the view may be and still follow it.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+const FOLLOW_WITHIN: i32 = 80;
+
+/// Whether the view at `top` follows the conversation to its new end, given the farthest
+/// it could scroll before (`end_was`; none on the first look, which goes to the end).
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+fn follows(top: i32, end_was: Option<i32>) -> bool {
+    end_was.is_none_or(|end| top >= end.saturating_sub(FOLLOW_WITHIN))
 }
 
 #[cfg(test)]
@@ -309,6 +325,20 @@ mod tests {
             "session_id": "s_1", "superseded": false,
         }))
         .expect("a message")
+    }
+
+    /// The view follows the end from where the page put it (or near it), and stays where
+    /// the operator scrolled up to; the first look goes to the end.
+    #[test]
+    fn the_view_follows_the_end_unless_scrolled_up() {
+        assert!(follows(0, None));
+        assert!(follows(1200, Some(1200)));
+        assert!(follows(1200 - FOLLOW_WITHIN, Some(1200)));
+        assert!(!follows(1200 - FOLLOW_WITHIN - 1, Some(1200)));
+        assert!(!follows(0, Some(1200)));
+        // A pane that grew (or a list that shrank) leaves the view past the end it had.
+        assert!(follows(1300, Some(1200)));
+        assert!(follows(i32::MIN, Some(i32::MIN)));
     }
 
     /// A session's messages are drawn in lists of [`PART`], cut by their place: the server's
