@@ -49,8 +49,10 @@ pub struct Chat {
     approvals: Option<super::approvals::Approvals>,
     /// Deltas heard since the last frame, applied together ([`Chat::flush_deltas`]).
     gathered: StoredValue<Vec<Delta>>,
-    /// When gathered deltas were last applied (ms since the epoch).
+    /// When gathered deltas were last applied (ms since the epoch), and how many bytes of
+    /// text they held.
     drawn_at: StoredValue<i64>,
+    drawn_bytes: StoredValue<usize>,
 }
 
 impl Chat {
@@ -73,6 +75,7 @@ impl Chat {
             approvals: super::approvals::use_approvals(),
             gathered: StoredValue::new(Vec::new()),
             drawn_at: StoredValue::new(0),
+            drawn_bytes: StoredValue::new(0),
         }
     }
 

@@ -1,18 +1,36 @@
-//! A streaming reply's deltas, gathered and applied at most once in [`DRAW_EVERY_MS`] (a
+//! A streaming reply's deltas, gathered and applied at most once in [`draw_gap`] (a
 //! hidden tab: by a timer), each reply's run of them in one update.
 use super::Chat;
 use crate::wire::Delta;
 use leptos::prelude::*;
 
-/// The least time between two draws of a streaming reply, in ms: each draw lays out and
-/// paints the reply again, which costs the browser milliseconds a frame (bench B10), so
-/// drawing 20 times a second instead of 60 leaves the page that much more idle.
+/// The least time between two draws of a streaming reply while its text comes at reading
+/// pace (a few words a draw), in ms: each draw lays out, paints and commits the page again,
+/// a few ms of the browser's time whatever it adds (bench B10), so 20 draws a second.
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 pub const DRAW_EVERY_MS: i64 = 50;
+/// The least time between two draws while text comes faster than anyone reads (the last
+/// draw added more than [`FAST_DRAW_BYTES`]): half as many draws, each adding twice as
+/// much, show the same and cost the browser about half (bench B10).
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+pub const DRAW_FAST_EVERY_MS: i64 = 100;
+/// Two lines of text: more than this in one draw is text coming faster than it is read.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+pub const FAST_DRAW_BYTES: usize = 160;
+
+/// The least time (ms) from a draw to the next, by how much text that draw added.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+pub fn draw_gap(last_draw_bytes: usize) -> i64 {
+    if last_draw_bytes > FAST_DRAW_BYTES {
+        DRAW_FAST_EVERY_MS
+    } else {
+        DRAW_EVERY_MS
+    }
+}
 
 impl Chat {
     /// Keeps a delta for the next draw: a reply streaming a delta a millisecond is updated
-    /// (and drawn, see `prose`) in the first frame at least [`DRAW_EVERY_MS`] after the last
+    /// (and drawn, see `prose`) in the first frame at least [`draw_gap`] after the last
     /// draw, not once a delta; the first delta after a pause is drawn in the next frame. A
     /// hidden tab gets no frames: a timer applies them there.
     pub(super) fn gather(&self, d: Delta) {
@@ -27,7 +45,8 @@ impl Chat {
                 let flush = move || chat.flush_deltas();
                 let drawn_at = self.drawn_at.get_value();
                 let since = crate::clock::now_ms().saturating_sub(drawn_at);
-                let wait = DRAW_EVERY_MS.saturating_sub(since).max(0);
+                let gap = draw_gap(self.drawn_bytes.get_value());
+                let wait = gap.saturating_sub(since).max(0);
                 if wait == 0 {
                     let _ = request_animation_frame(flush);
                 } else {
@@ -58,6 +77,11 @@ impl Chat {
         let gathered = self.gathered.try_update_value(std::mem::take);
         if let Some(ds) = gathered.filter(|ds| !ds.is_empty()) {
             self.drawn_at.set_value(crate::clock::now_ms());
+            let bytes = ds
+                .iter()
+                .map(|d| d.text.len())
+                .fold(0, usize::saturating_add);
+            self.drawn_bytes.set_value(bytes);
             self.apply_deltas(&ds);
         }
     }
@@ -84,5 +108,20 @@ impl Chat {
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Text at reading pace is drawn 20 times a second; text faster than that, 10 times.
+    #[test]
+    fn a_fast_reply_is_drawn_half_as_often() {
+        assert_eq!(draw_gap(0), DRAW_EVERY_MS);
+        assert_eq!(draw_gap(12), DRAW_EVERY_MS);
+        assert_eq!(draw_gap(FAST_DRAW_BYTES), DRAW_EVERY_MS);
+        assert_eq!(draw_gap(FAST_DRAW_BYTES + 1), DRAW_FAST_EVERY_MS);
+        assert_eq!(draw_gap(usize::MAX), DRAW_FAST_EVERY_MS);
     }
 }
