@@ -35,7 +35,7 @@ fn patch(chat: Chat, body: PatchSession) {
         let url = api::PATCH_SESSION.url(&[sid.as_str()]);
         match fetch_json::<Session>(api::PATCH_SESSION.method(), &url, body).await {
             Ok(s) => {
-                chat.session.set(Some(s));
+                chat.set_session(Some(s));
                 chat.refresh_session_state();
             }
             Err(e) => chat.error.set(Some(e.explain())),

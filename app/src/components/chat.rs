@@ -88,7 +88,7 @@ fn follow(chat: Chat, sid: Memo<SessionId>, first_id: SessionId, first: Option<i
             return;
         }
         first.set_value(None);
-        chat.session.set(None);
+        chat.set_session(None);
         chat.messages.set(Vec::new());
         chat.set_runs(Vec::new());
         chat.error.set(None);
@@ -228,7 +228,7 @@ fn AutoRetrySetting() -> impl IntoView {
             let method = api::PATCH_SESSION.method();
             match fetch_json::<Session>(method, &url, Some(body)).await {
                 Ok(s) => {
-                    chat.session.set(Some(s));
+                    chat.set_session(Some(s));
                     chat.refresh_session_state();
                 }
                 Err(e) => chat.error.set(Some(e.explain())),

@@ -33,9 +33,11 @@ pub struct Chat {
     /// alone. (Read from `runs`, every reply woke on every run event and left and joined a
     /// list of readers as long as the session: quadratic in its messages.)
     cells: StoredValue<RunCells>,
-    /// The session's model: what every reply's note reads (a memo, so the session's other
-    /// changes, one per run event, wake none of them).
-    pub model: Memo<Option<String>>,
+    /// The session's model: what every reply's note reads. A signal of its own, set only
+    /// when it changes ([`Chat::set_session`]): a memo over `session` was checked by every
+    /// reply's note on each of the session's changes (one per run event), so a long session
+    /// paid per message for each (bench B10).
+    pub model: RwSignal<Option<String>>,
     /// Bumped when a message is replaced whole (not on a delta): what reads every message's
     /// state tracks this instead of every message, so a delta costs it nothing.
     pub replaced: RwSignal<u32>,
@@ -68,7 +70,7 @@ impl Chat {
             retrier: Retrier::new(),
             config: RwSignal::new(None),
             cells: StoredValue::new(RunCells::default()),
-            model: Memo::new(move |_| session.with(|s| s.as_ref().map(|s| s.model.clone()))),
+            model: RwSignal::new(None),
             replaced: RwSignal::new(0),
             show_superseded: RwSignal::new(false),
             notice: RwSignal::new(None),
@@ -88,10 +90,16 @@ impl Chat {
         })
     }
 
+    /// Sets the session, and its model when that changed.
+    pub fn set_session(&self, s: Option<Session>) {
+        super::set_if_changed(&self.model, s.as_ref().map(|s| s.model.clone()));
+        self.session.set(s);
+    }
+
     /// Shows a snapshot: its session, messages and runs, as the server renders them too.
     /// (Tier 2 hears of its last turn from [`Chat::restore_tier2`], in the browser alone.)
     pub(super) fn show(&self, d: SessionDetail) {
-        self.session.set(Some(d.session));
+        self.set_session(Some(d.session));
         // Emptied first: the list rebuilds every row on its new signals, even one whose id
         // it showed already.
         self.messages.set(Vec::new());
@@ -259,7 +267,7 @@ impl Chat {
                     // (Not a dismissal: the failure is the server's to retry now.)
                     self.retrier.feed(crate::tier2::Input::RunActive);
                 }
-                self.session.set(Some(s));
+                self.set_session(Some(s));
                 self.refresh_session_state();
             }
             Event::Attempt(a) => self.attempt.set(Some(a)),
