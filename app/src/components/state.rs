@@ -19,6 +19,7 @@ use std::collections::HashMap;
 /// The open session's state, shared by its parts.
 #[derive(Clone, Copy)]
 pub struct Chat {
+    /// The open session. Set it through [`Chat::set_session`], which keeps `model` with it.
     pub session: RwSignal<Option<Session>>,
     /// Each message in its own signal, so a delta re-renders only its reply.
     pub messages: RwSignal<Vec<(crate::wire::MessageId, RwSignal<Message>)>>,
