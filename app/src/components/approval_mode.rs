@@ -47,11 +47,11 @@ fn patch(chat: Chat, body: PatchSession) {
 pub fn ApprovalSetting() -> impl IntoView {
     let chat = expect_context::<Chat>();
     let mode = Memo::new(move |_| {
-        chat.session
+        chat.session()
             .with(|s| s.as_ref().map(|s| s.approval).unwrap_or_default())
     });
     let grants = Memo::new(move |_| {
-        chat.session.with(|s| {
+        chat.session().with(|s| {
             s.as_ref()
                 .map(|s| s.tool_grants.clone())
                 .unwrap_or_default()

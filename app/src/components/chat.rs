@@ -55,7 +55,7 @@ pub fn SessionView(sid: Memo<SessionId>) -> impl IntoView {
     // The tab is titled after the open session while it is open (`App` draws the title):
     // from the first snapshot at once, so the server writes it too, then as it changes.
     if let Some(a) = super::approvals::use_approvals() {
-        let title = move || chat.session.with(|s| s.as_ref().map(|s| s.title.clone()));
+        let title = move || chat.session().with(|s| s.as_ref().map(|s| s.title.clone()));
         a.set_title(untrack(title));
         Effect::new(move |_| a.set_title(title()));
         on_cleanup(move || a.set_title(None));
@@ -132,8 +132,8 @@ fn ChatBody(sid: Memo<SessionId>) -> impl IntoView {
     view! {
         <section class="chat" aria-label="Chat">
             <header class="chat-head">
-                <h1>{move || chat.session.get().map(|s| s.title).unwrap_or_else(|| "Loading…".into())}</h1>
-                <span class="model" title=move || chat.session.get().map(|s| s.model)>{move || chat.session.get().map(|s| s.model)}</span>
+                <h1>{move || chat.session().get().map(|s| s.title).unwrap_or_else(|| "Loading…".into())}</h1>
+                <span class="model" title=move || chat.session().get().map(|s| s.model)>{move || chat.session().get().map(|s| s.model)}</span>
                 <AutoRetrySetting/>
                 <super::approval_mode::ApprovalSetting/>
                 {move || {
@@ -160,7 +160,7 @@ fn ChatBody(sid: Memo<SessionId>) -> impl IntoView {
                         <MessagePart place=i/>
                     </For>
                 </div>
-                <Show when=move || chat.session.get().is_some() && chat.messages.with(|m| m.is_empty())>
+                <Show when=move || chat.session().get().is_some() && chat.messages.with(|m| m.is_empty())>
                     <p class="empty">"Send the first message below."</p>
                 </Show>
             </div>
@@ -211,7 +211,7 @@ fn MessagePart(place: usize) -> impl IntoView {
 fn AutoRetrySetting() -> impl IntoView {
     let chat = expect_context::<Chat>();
     let current = move || {
-        chat.session
+        chat.session()
             .with(|s| s.as_ref().map(|s| s.auto_retry).unwrap_or_default())
     };
     let change = move |ev: leptos::ev::Event| {

@@ -16,7 +16,7 @@ pub fn Composer(session_id: Memo<crate::wire::SessionId>) -> impl IntoView {
     let reason = move || {
         if !hydrated.get() {
             Some("Loading…")
-        } else if chat.session.with(|s| s.is_none()) {
+        } else if chat.session().with(|s| s.is_none()) {
             Some("Opening the session…")
         } else if sending.get() {
             Some("Sending…")

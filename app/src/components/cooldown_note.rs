@@ -34,7 +34,9 @@ pub fn watch(chat: Chat) -> RwSignal<Option<Cooldown>> {
         if !COOLDOWN_CLASSES.contains(&retry.retry_class) {
             return None;
         }
-        let model = chat.session.with(|s| s.as_ref().map(|s| s.model.clone()))?;
+        let model = chat
+            .session()
+            .with(|s| s.as_ref().map(|s| s.model.clone()))?;
         Some((retry.retry_class, retry.retry_after_until, model))
     });
     Effect::new(move |_| {

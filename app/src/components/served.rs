@@ -91,7 +91,7 @@ pub fn ServedNote(message: RwSignal<Message>) -> impl IntoView {
     // A memo of the words alone: other runs' events leave the note as it is.
     let note = Memo::new(move |_| {
         let id = run_id.get()?;
-        let session_model = chat.model.get();
+        let session_model = chat.model().get();
         chat.with_run(&id, |r| {
             let served = r.served.as_slice();
             let mut words = fallback_sentence(served).unwrap_or_default();

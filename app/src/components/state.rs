@@ -16,11 +16,34 @@ mod run_cells;
 use run_cells::{set_if_changed, RunCells};
 use std::collections::HashMap;
 
+/// A signal the rest of the page reads and only its owner writes. (Not `ReadSignal`: that
+/// is another type for the reactive code to be compiled for, about 1.6 KB of the bundle.)
+#[derive(Clone, Copy)]
+pub struct Reading<T: Send + Sync + 'static>(RwSignal<T>);
+
+impl<T: Clone + Send + Sync + 'static> Reading<T> {
+    /// The value, tracked.
+    pub fn get(&self) -> T {
+        self.0.get()
+    }
+
+    /// Reads the value in place, tracked.
+    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        self.0.with(f)
+    }
+
+    /// Reads the value in place, untracked.
+    pub fn with_untracked<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        self.0.with_untracked(f)
+    }
+}
+
 /// The open session's state, shared by its parts.
 #[derive(Clone, Copy)]
 pub struct Chat {
-    /// The open session. Set it through [`Chat::set_session`], which keeps `model` with it.
-    pub session: RwSignal<Option<Session>>,
+    /// The open session, read through [`Chat::session`] and set through
+    /// [`Chat::set_session`], which keeps `model` with it.
+    session: RwSignal<Option<Session>>,
     /// Each message in its own signal, so a delta re-renders only its reply.
     pub messages: RwSignal<Vec<(crate::wire::MessageId, RwSignal<Message>)>>,
     pub runs: RwSignal<Vec<Run>>,
@@ -38,7 +61,7 @@ pub struct Chat {
     /// when it changes ([`Chat::set_session`]): a memo over `session` was checked by every
     /// reply's note on each of the session's changes (one per run event), so a long session
     /// paid per message for each (bench B10).
-    pub model: RwSignal<Option<String>>,
+    model: RwSignal<Option<String>>,
     /// Bumped when a message is replaced whole (not on a delta): what reads every message's
     /// state tracks this instead of every message, so a delta costs it nothing.
     pub replaced: RwSignal<u32>,
@@ -89,6 +112,16 @@ impl Chat {
             s.as_ref()
                 .is_none_or(|s| s.auto_retry == AutoRetry::Browser)
         })
+    }
+
+    /// The open session (`None` while it loads).
+    pub fn session(&self) -> Reading<Option<Session>> {
+        Reading(self.session)
+    }
+
+    /// The open session's model: changes only when the model does.
+    pub fn model(&self) -> Reading<Option<String>> {
+        Reading(self.model)
     }
 
     /// Sets the session, and its model when that changed.

@@ -29,7 +29,7 @@ pub fn Timeline(message: RwSignal<Message>) -> impl IntoView {
             let url = api::RUN.url(&[rid.as_str()]);
             let answer = fetch_json::<RunDetail>(api::RUN.method(), &url, None).await;
             let auto_retry = chat
-                .session
+                .session()
                 .with_untracked(|s| s.as_ref().map(|s| s.auto_retry).unwrap_or_default());
             drawn.set(Some(match answer {
                 Ok(d) => layout(

@@ -43,7 +43,7 @@ pub fn RetryBanner() -> impl IntoView {
     let now = RwSignal::new(now_ms());
     let ticker = StoredValue::<_, PageLocal>::new_with_storage(None::<IntervalHandle>);
     let waiting = move || {
-        chat.session
+        chat.session()
             .with(|s| s.as_ref().and_then(|s| s.waiting_retry.clone()))
     };
     Effect::new(move |_| {
@@ -92,7 +92,7 @@ pub fn RetryBanner() -> impl IntoView {
         });
     };
     let background = move || {
-        chat.session.with(|s| {
+        chat.session().with(|s| {
             s.as_ref()
                 .is_some_and(|s| s.auto_retry == AutoRetry::Background)
         })
