@@ -82,7 +82,8 @@ pub struct Config {
     #[arg(long, env = "MULLIGAN_STREAM_IDLE_MS", default_value_t = 60_000)]
     pub stream_idle_ms: u64,
     /// A reply's deltas go out at most once in this long: text a provider streams sooner
-    /// goes out with the next one (0: each provider delta as it comes).
+    /// goes out with the next one (0: each provider delta as it comes). Text faster than
+    /// anyone reads goes out at most once in three windows.
     #[arg(long, env = "MULLIGAN_DELTA_WINDOW_MS", default_value_t = DEFAULT_DELTA_WINDOW_MS)]
     pub delta_window_ms: u64,
     /// The longest wait a provider may advise (`Retry-After`, `retry-after-ms`, reset

@@ -1,6 +1,7 @@
 //! A reply's deltas at the default window (`MULLIGAN_DELTA_WINDOW_MS`, 33 ms): a provider
 //! streaming a token a millisecond reaches subscribers as one delta a window, whole and in
-//! order, its first token at once; a provider slower than the window, a delta per token.
+//! order, its first token at once; a provider slower than the window, a delta per token;
+//! text faster than anyone reads it, a delta every three windows.
 use testkit as common;
 
 use app::wire::{Event, RunStatus};
@@ -72,12 +73,58 @@ async fn a_token_a_millisecond_goes_out_as_a_delta_a_window() {
         deltas[0].1, "w0 ",
         "the first token goes out at once, alone"
     );
-    // 300 tokens over at least 300 ms: about 10 windows (a slow machine stretches the
-    // stream, and so the count, but never to one delta a token).
+    // 300 tokens over at least 300 ms: about 10 windows or fewer (a slow machine stretches
+    // the stream, and so the count, but never to one delta a token).
     assert!(
         deltas.len() <= 100,
         "{} deltas for 300 tokens a millisecond apart",
         deltas.len()
+    );
+}
+
+#[tokio::test]
+async fn text_faster_than_it_is_read_goes_out_every_three_windows() {
+    let fake = FakeProvider::start().await;
+    // 16 bytes a millisecond: a window holds hundreds, more than two lines (even on a
+    // machine whose timers stretch a millisecond to two).
+    let sent: Vec<String> = (0..1000).map(|i| format!("w{i:05} and more ")).collect();
+    fake.push(Script::Stream {
+        deltas: sent.clone(),
+        every: Duration::from_millis(1),
+        finish: true,
+    });
+    let server = server("deltas-faster", &fake).await;
+    let sid = server.create_session().await;
+    let mut sse = server.events(&sid, None).await;
+    let receipt = server.send(&sid, "go").await;
+    let mut heard = Vec::new();
+    let mut ended = run_ended(&receipt.run_id);
+    let events = sse
+        .until(WAIT, |e| {
+            if matches!(e, Event::Delta(_)) {
+                heard.push(std::time::Instant::now());
+            }
+            ended(e)
+        })
+        .await;
+    let text: String = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Delta(d) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, sent.concat(), "the whole text, in order");
+    // The first delta at once, one a window while the text is seen to be fast, the rest
+    // 99 ms apart, the last at the stream's end: however slow the machine makes the stream,
+    // about one delta per 99 ms of it (one per 33 ms at the plain window).
+    let (first, last) = (heard[0], heard[heard.len() - 1]);
+    let lasted = last.duration_since(first).as_millis();
+    let allowed = lasted / 90 + 4;
+    assert!(
+        heard.len() as u128 <= allowed,
+        "{} deltas in {lasted} ms of fast text (at most {allowed})",
+        heard.len()
     );
 }
 

@@ -14,6 +14,27 @@ use futures::StreamExt;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// More text than this in one delta (two lines) is text coming faster than anyone reads it.
+const FAST_DELTA_BYTES: usize = 160;
+/// The window while text comes faster than it is read, in windows: a third as many events
+/// (each a task on a page's main thread, bench B10), drawn as often as the page draws such
+/// text anyway (`DRAW_FAST_EVERY_MS`).
+const FAST_WINDOWS: u32 = 3;
+/// The longest a delta is ever held.
+const MAX_DELTA_GAP: Duration = Duration::from_secs(1);
+
+/// The least time from a delta that held `sent` bytes to the next: the window, or
+/// [`FAST_WINDOWS`] of it after a delta of more than [`FAST_DELTA_BYTES`].
+fn delta_gap(window: Duration, sent: usize) -> Duration {
+    if sent > FAST_DELTA_BYTES {
+        window
+            .saturating_mul(FAST_WINDOWS)
+            .min(MAX_DELTA_GAP.max(window))
+    } else {
+        window
+    }
+}
+
 /// How one model step ended.
 enum Step {
     /// The step is complete; these are the tool calls it asked for (none: the turn is done).
@@ -147,8 +168,9 @@ impl RunTask {
 
     /// Opens one model step through Tier 1 and relays its deltas to the session's subscribers:
     /// at most one delta per `delta_window` (the first at once; text heard sooner waits in
-    /// `Live::held`, at most that long), so a provider streaming a token a millisecond costs
-    /// every subscriber, the log and each page one event a window, not one a token.
+    /// `Live::held`, at most that long; [`delta_gap`] when text comes faster than it is
+    /// read), so a provider streaming a token a millisecond costs every subscriber, the log
+    /// and each page one event a window, not one a token.
     async fn relay_step(&mut self, request: ChatRequest, step: u32) -> Step {
         let opened = match self.open(request, step).await {
             Ok(o) => o,
@@ -166,6 +188,7 @@ impl RunTask {
         // When the last delta went out, and the timer that sends the held text (armed only
         // while some is held).
         let mut sent_at: Option<Instant> = None;
+        let mut gap = window;
         let send_held = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(send_held);
         let mut holding = false;
@@ -185,7 +208,7 @@ impl RunTask {
                         }
                         () = &mut send_held, if holding => {
                             holding = false;
-                            self.send_held(step);
+                            gap = delta_gap(window, self.send_held(step));
                             sent_at = Some(Instant::now());
                         }
                         () = &mut stall => {
@@ -213,7 +236,7 @@ impl RunTask {
                         }
                         live.held.push_str(&text);
                     }
-                    let due = sent_at.map(|at| at + window);
+                    let due = sent_at.map(|at| at + gap);
                     match due.filter(|due| *due > Instant::now()) {
                         // Within the window of the last delta: it goes out when that ends.
                         Some(due) => {
@@ -224,7 +247,7 @@ impl RunTask {
                         }
                         None => {
                             holding = false;
-                            self.send_held(step);
+                            gap = delta_gap(window, self.send_held(step));
                             sent_at = Some(Instant::now());
                         }
                     }
@@ -262,17 +285,19 @@ impl RunTask {
     }
 
     /// Sends the held text as the reply's next delta (nothing if none is held).
-    fn send_held(&self, step: u32) {
+    /// Sends the held text as one delta; how many bytes it held.
+    fn send_held(&self, step: u32) -> usize {
         let (text, seq) = {
             let mut live = self.active.live();
             if live.held.is_empty() {
-                return;
+                return 0;
             }
             let text = std::mem::take(&mut live.held);
             live.text.push_str(&text);
             live.seq += 1;
             (text, live.seq)
         };
+        let sent = text.len();
         self.publish(Event::Delta(Delta {
             run_id: self.run.id.clone(),
             message_id: self.reply.id.clone(),
@@ -280,6 +305,7 @@ impl RunTask {
             text,
             step,
         }));
+        sent
     }
 
     /// Hands the reply's text so far to the saver.
@@ -325,5 +351,31 @@ impl RunTask {
             offered,
             spent: u64::try_from(self.session.tokens_used).unwrap_or(0),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_faster_than_it_is_read_goes_out_a_third_as_often() {
+        let window = Duration::from_millis(33);
+        assert_eq!(delta_gap(window, 0), window);
+        assert_eq!(delta_gap(window, FAST_DELTA_BYTES), window);
+        assert_eq!(
+            delta_gap(window, FAST_DELTA_BYTES + 1),
+            Duration::from_millis(99)
+        );
+        // No window, none held; a long window is not made longer than a second.
+        assert_eq!(delta_gap(Duration::ZERO, 10_000), Duration::ZERO);
+        assert_eq!(
+            delta_gap(Duration::from_millis(500), 10_000),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            delta_gap(Duration::from_secs(1), 10_000),
+            Duration::from_secs(1)
+        );
     }
 }
