@@ -2,6 +2,11 @@
 use super::{Message, MessageId, Run, RunId, Session, SessionId, ToolCallEvent};
 use serde::{Deserialize, Serialize};
 
+/// Two lines of text: more than this in one delta, or in one draw of a reply, is text coming
+/// faster than anyone reads it. The server then sends deltas a third as often, and the page
+/// draws them half as often, without anything shown later than it could be read.
+pub const FAST_TEXT_BYTES: usize = 160;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]

@@ -9,13 +9,11 @@ use crate::llm::limits;
 use crate::llm::tool_calls::AssembledCall;
 use crate::llm::{ChatMessage, ChatRequest, ProviderError, StreamItem};
 use crate::wake::WhenWoken;
-use app::wire::{Delta, Event, RetryClass, Role};
+use app::wire::{Delta, Event, RetryClass, Role, FAST_TEXT_BYTES};
 use futures::StreamExt;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// More text than this in one delta (two lines) is text coming faster than anyone reads it.
-const FAST_DELTA_BYTES: usize = 160;
 /// The window while text comes faster than it is read, in windows: a third as many events
 /// (each a task on a page's main thread, bench B10), drawn as often as the page draws such
 /// text anyway (`DRAW_FAST_EVERY_MS`).
@@ -24,9 +22,9 @@ const FAST_WINDOWS: u32 = 3;
 const MAX_DELTA_GAP: Duration = Duration::from_secs(1);
 
 /// The least time from a delta that held `sent` bytes to the next: the window, or
-/// [`FAST_WINDOWS`] of it after a delta of more than [`FAST_DELTA_BYTES`].
+/// [`FAST_WINDOWS`] of it after a delta of more than [`FAST_TEXT_BYTES`].
 fn delta_gap(window: Duration, sent: usize) -> Duration {
-    if sent > FAST_DELTA_BYTES {
+    if sent > FAST_TEXT_BYTES {
         window
             .saturating_mul(FAST_WINDOWS)
             .min(MAX_DELTA_GAP.max(window))
@@ -362,9 +360,9 @@ mod tests {
     fn text_faster_than_it_is_read_goes_out_a_third_as_often() {
         let window = Duration::from_millis(33);
         assert_eq!(delta_gap(window, 0), window);
-        assert_eq!(delta_gap(window, FAST_DELTA_BYTES), window);
+        assert_eq!(delta_gap(window, FAST_TEXT_BYTES), window);
         assert_eq!(
-            delta_gap(window, FAST_DELTA_BYTES + 1),
+            delta_gap(window, FAST_TEXT_BYTES + 1),
             Duration::from_millis(99)
         );
         // No window, none held; a long window is not made longer than a second.

@@ -1,7 +1,7 @@
 //! A streaming reply's deltas, gathered and applied at most once in [`draw_gap`] (a
 //! hidden tab: by a timer), each reply's run of them in one update.
 use super::Chat;
-use crate::wire::Delta;
+use crate::wire::{Delta, FAST_TEXT_BYTES};
 use leptos::prelude::*;
 
 /// The least time between two draws of a streaming reply while its text comes at reading
@@ -10,18 +10,15 @@ use leptos::prelude::*;
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 pub const DRAW_EVERY_MS: i64 = 50;
 /// The least time between two draws while text comes faster than anyone reads (the last
-/// draw added more than [`FAST_DRAW_BYTES`]): half as many draws, each adding twice as
+/// draw added more than [`FAST_TEXT_BYTES`]): half as many draws, each adding twice as
 /// much, show the same and cost the browser about half (bench B10).
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 pub const DRAW_FAST_EVERY_MS: i64 = 100;
-/// Two lines of text: more than this in one draw is text coming faster than it is read.
-#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
-pub const FAST_DRAW_BYTES: usize = 160;
 
 /// The least time (ms) from a draw to the next, by how much text that draw added.
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 pub fn draw_gap(last_draw_bytes: usize) -> i64 {
-    if last_draw_bytes > FAST_DRAW_BYTES {
+    if last_draw_bytes > FAST_TEXT_BYTES {
         DRAW_FAST_EVERY_MS
     } else {
         DRAW_EVERY_MS
@@ -120,8 +117,8 @@ mod tests {
     fn a_fast_reply_is_drawn_half_as_often() {
         assert_eq!(draw_gap(0), DRAW_EVERY_MS);
         assert_eq!(draw_gap(12), DRAW_EVERY_MS);
-        assert_eq!(draw_gap(FAST_DRAW_BYTES), DRAW_EVERY_MS);
-        assert_eq!(draw_gap(FAST_DRAW_BYTES + 1), DRAW_FAST_EVERY_MS);
+        assert_eq!(draw_gap(FAST_TEXT_BYTES), DRAW_EVERY_MS);
+        assert_eq!(draw_gap(FAST_TEXT_BYTES + 1), DRAW_FAST_EVERY_MS);
         assert_eq!(draw_gap(usize::MAX), DRAW_FAST_EVERY_MS);
     }
 }
