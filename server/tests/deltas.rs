@@ -7,7 +7,7 @@ use testkit as common;
 use app::wire::{Event, RunStatus};
 use common::fake::{FakeProvider, Script};
 use common::{config, run_ended, temp_dir, TestServer};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -19,20 +19,33 @@ async fn server(tag: &str, fake: &FakeProvider) -> TestServer {
     TestServer::start(c).await
 }
 
-/// The run's deltas as (seq, text), read from its session's stream until the run ends.
-async fn deltas_of(server: &TestServer, sid: &str) -> (Vec<(u64, String)>, String) {
+/// One delta as a subscriber heard it.
+struct Heard {
+    seq: u64,
+    text: String,
+    at: Instant,
+}
+
+/// The run's deltas, read from its session's stream until the run ends, and the reply as
+/// stored.
+async fn deltas_of(server: &TestServer, sid: &str) -> (Vec<Heard>, String) {
     let mut sse = server.events(sid, None).await;
     let receipt = server.send(sid, "go").await;
-    let events = sse.until(WAIT, run_ended(&receipt.run_id)).await;
+    let mut heard = Vec::new();
+    let mut ended = run_ended(&receipt.run_id);
+    sse.until(WAIT, |e| {
+        if let Event::Delta(d) = e {
+            heard.push(Heard {
+                seq: d.seq,
+                text: d.text.clone(),
+                at: Instant::now(),
+            });
+        }
+        ended(e)
+    })
+    .await;
     let run = server.wait_run_end(&receipt.run_id).await;
     assert_eq!(run.status, RunStatus::Completed);
-    let deltas = events
-        .iter()
-        .filter_map(|(_, e)| match e {
-            Event::Delta(d) => Some((d.seq, d.text.clone())),
-            _ => None,
-        })
-        .collect();
     let reply = server
         .detail(sid)
         .await
@@ -41,7 +54,7 @@ async fn deltas_of(server: &TestServer, sid: &str) -> (Vec<(u64, String)>, Strin
         .unwrap()
         .content
         .clone();
-    (deltas, reply)
+    (heard, reply)
 }
 
 fn words(n: usize) -> Vec<String> {
@@ -63,14 +76,14 @@ async fn a_token_a_millisecond_goes_out_as_a_delta_a_window() {
 
     let whole: String = sent.concat();
     assert_eq!(
-        deltas.iter().map(|d| d.1.as_str()).collect::<String>(),
+        deltas.iter().map(|d| d.text.as_str()).collect::<String>(),
         whole
     );
     assert_eq!(reply, whole, "the stored reply is the whole text");
-    let seqs: Vec<u64> = deltas.iter().map(|d| d.0).collect();
+    let seqs: Vec<u64> = deltas.iter().map(|d| d.seq).collect();
     assert_eq!(seqs, (1..=deltas.len() as u64).collect::<Vec<_>>());
     assert_eq!(
-        deltas[0].1, "w0 ",
+        deltas[0].text, "w0 ",
         "the first token goes out at once, alone"
     );
     // 300 tokens over at least 300 ms: about 10 windows or fewer (a slow machine stretches
@@ -95,30 +108,14 @@ async fn text_faster_than_it_is_read_goes_out_every_three_windows() {
     });
     let server = server("deltas-faster", &fake).await;
     let sid = server.create_session().await;
-    let mut sse = server.events(&sid, None).await;
-    let receipt = server.send(&sid, "go").await;
-    let mut heard = Vec::new();
-    let mut ended = run_ended(&receipt.run_id);
-    let events = sse
-        .until(WAIT, |e| {
-            if matches!(e, Event::Delta(_)) {
-                heard.push(std::time::Instant::now());
-            }
-            ended(e)
-        })
-        .await;
-    let text: String = events
-        .iter()
-        .filter_map(|(_, e)| match e {
-            Event::Delta(d) => Some(d.text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let (heard, reply) = deltas_of(&server, &sid).await;
+    let text: String = heard.iter().map(|d| d.text.as_str()).collect();
     assert_eq!(text, sent.concat(), "the whole text, in order");
+    assert_eq!(reply, text, "the stored reply is the whole text");
     // The first delta at once, one a window while the text is seen to be fast, the rest
     // 99 ms apart, the last at the stream's end: however slow the machine makes the stream,
     // about one delta per 99 ms of it (one per 33 ms at the plain window).
-    let (first, last) = (heard[0], heard[heard.len() - 1]);
+    let (first, last) = (heard[0].at, heard[heard.len() - 1].at);
     let lasted = last.duration_since(first).as_millis();
     let allowed = lasted / 90 + 4;
     assert!(
@@ -140,7 +137,7 @@ async fn a_provider_slower_than_the_window_gets_a_delta_a_token() {
     let server = server("deltas-slow", &fake).await;
     let sid = server.create_session().await;
     let (deltas, reply) = deltas_of(&server, &sid).await;
-    let texts: Vec<&str> = deltas.iter().map(|d| d.1.as_str()).collect();
+    let texts: Vec<&str> = deltas.iter().map(|d| d.text.as_str()).collect();
     assert_eq!(texts, sent.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(reply, sent.concat());
 }
