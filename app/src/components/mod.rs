@@ -49,6 +49,28 @@ pub fn use_hydrated() -> RwSignal<bool> {
     use_context::<Hydrated>().map_or_else(|| RwSignal::new(true), |h| h.0)
 }
 
+/// A signal the rest of the page reads and only its owner writes. (Not `ReadSignal`: that
+/// is another type for the reactive code to be compiled for, about 1.6 KB of the bundle.)
+#[derive(Clone, Copy)]
+pub struct Reading<T: Send + Sync + 'static>(RwSignal<T>);
+
+impl<T: Clone + Send + Sync + 'static> Reading<T> {
+    /// The value, tracked.
+    pub fn get(&self) -> T {
+        self.0.get()
+    }
+
+    /// Reads the value in place, tracked.
+    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        self.0.with(f)
+    }
+
+    /// Reads the value in place, untracked.
+    pub fn with_untracked<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        self.0.with_untracked(f)
+    }
+}
+
 /// Sets a signal only to a new value: its readers wake only on a change (nothing, once the
 /// signal is disposed).
 pub(crate) fn set_if_changed<S, T>(cell: &S, value: T)

@@ -1,7 +1,7 @@
 //! The open session's page state (`Chat`): its session, messages, runs and Tier 2, applied
 //! from the snapshot and the event stream; shared through context by the chat's parts.
 use super::retrier::Retrier;
-use super::use_sessions;
+use super::{use_sessions, Reading};
 use crate::api;
 use crate::client::fetch_json;
 use crate::wire::{
@@ -15,28 +15,6 @@ mod deltas;
 mod run_cells;
 use run_cells::{set_if_changed, RunCells};
 use std::collections::HashMap;
-
-/// A signal the rest of the page reads and only its owner writes. (Not `ReadSignal`: that
-/// is another type for the reactive code to be compiled for, about 1.6 KB of the bundle.)
-#[derive(Clone, Copy)]
-pub struct Reading<T: Send + Sync + 'static>(RwSignal<T>);
-
-impl<T: Clone + Send + Sync + 'static> Reading<T> {
-    /// The value, tracked.
-    pub fn get(&self) -> T {
-        self.0.get()
-    }
-
-    /// Reads the value in place, tracked.
-    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        self.0.with(f)
-    }
-
-    /// Reads the value in place, untracked.
-    pub fn with_untracked<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        self.0.with_untracked(f)
-    }
-}
 
 /// The open session's state, shared by its parts.
 #[derive(Clone, Copy)]
