@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Two lines of text: more than this in one delta, or in one draw of a reply, is text coming
 /// faster than anyone reads it. The server then sends deltas a third as often, and the page
-/// draws them half as often, without anything shown later than it could be read.
+/// draws them half as often.
 pub const FAST_TEXT_BYTES: usize = 160;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
