@@ -1,5 +1,6 @@
 //! Mulligan's server: configuration, store, run engine, providers and the HTTP surface.
 pub mod approval;
+pub mod child_env;
 pub mod clock;
 pub mod config;
 pub mod engine;
@@ -74,7 +75,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
     let catalogued = catalogue(&config)?;
     let default_model = catalogued.default_model(&config);
     let serve_demo = catalogued.serves_demo();
-    let redactor = redactor(&config, &catalogued, &mcp_specs);
+    let redactor = redactor(&config, &token, &catalogued, &mcp_specs);
     let cooldowns: Arc<dyn retry::cooldown::Table> = Arc::new(store.clone());
     let providers = providers::setup::providers(
         &config,
@@ -169,9 +170,11 @@ fn catalogue(config: &Config) -> Result<providers::setup::Catalogued, StartError
 }
 
 /// What providers and tool servers send passes this before it is stored, logged or sent to
-/// a model: it knows the providers' keys, the API key and the tool servers' secrets.
+/// a model: it knows the providers' keys, the API key, the operator token and the tool
+/// servers' secrets.
 fn redactor(
     config: &Config,
+    token: &str,
     catalogued: &providers::setup::Catalogued,
     mcp_specs: &[mcp_client::ServerSpec],
 ) -> redact::Redactor {
@@ -179,6 +182,7 @@ fn redactor(
         catalogued
             .secrets()
             .chain(config.api_key.iter().cloned())
+            .chain(std::iter::once(token.to_owned()))
             .chain(mcp_specs.iter().flat_map(|s| s.transport.secrets()))
             .collect::<Vec<_>>(),
     )

@@ -253,3 +253,116 @@ async fn a_tool_result_echoing_an_mcp_env_value_is_stored_and_sent_redacted() {
         "the env value reached the model"
     );
 }
+
+/// The operator token the child-process test chooses (long enough for `MULLIGAN_TOKEN`).
+const OPERATOR_TOKEN: &str = "operator-token-for-the-child-env-test-0099";
+
+/// A stdio server started by `mulligan serve` sees none of Mulligan's settings, keys or
+/// token (CONTRACT §6): a wrapper records its environment before it becomes the reference
+/// server, and a tool result quoting the token is stored and served `[redacted]`.
+#[tokio::test]
+async fn a_stdio_server_sees_no_setting_or_key_and_a_quoted_token_is_redacted() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("child-env");
+    let recorded = dir.join("child.env");
+    let mcp = dir.join("mcp.json");
+    let script = format!(
+        "env > '{}'; exec '{}'",
+        recorded.display(),
+        everything().display()
+    );
+    let servers = json!({"mcpServers": {
+        "every": {"command": "sh", "args": ["-c", script], "env": {"TOOL_OWN": "kept"}},
+    }});
+    std::fs::write(&mcp, servers.to_string()).unwrap();
+    let db = common::database_url(&dir)
+        .unwrap_or_else(|| format!("sqlite://{}", dir.join("mulligan.db").display()));
+    let (mut child, server) = common::serve(
+        &dir,
+        &fake.url,
+        &dir.join("serve.log"),
+        Some(db.clone()),
+        &[
+            ("MULLIGAN_TOKEN", OPERATOR_TOKEN),
+            ("MULLIGAN_MCP_CONFIG", mcp.to_str().unwrap()),
+            ("OPENAI_API_KEY", "sk-a-provider-key-in-the-environment"),
+        ],
+    )
+    .await;
+    assert_eq!(server.token, OPERATOR_TOKEN);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !recorded.exists() || std::fs::read_to_string(&recorded).unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the server never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let env = std::fs::read_to_string(&recorded).unwrap();
+    let names: Vec<&str> = env
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .collect();
+    for leaked in [OPERATOR_TOKEN, API_KEY, "sk-a-provider-key", &db] {
+        assert!(!env.contains(leaked), "the child saw {leaked:?}:\n{env}");
+    }
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.starts_with("MULLIGAN_") && *n != "RUST_LOG"),
+        "the child saw Mulligan's settings: {names:?}"
+    );
+    assert!(names.contains(&"PATH"), "PATH passes: {names:?}");
+    assert!(
+        env.lines().any(|l| l == "TOOL_OWN=kept"),
+        "its own env: {env}"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, tools) = server.get("/tools").await;
+        let ready = tools["servers"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["name"] == "every" && s["status"] == "ready")
+        });
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "every never became ready: {tools}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sid = server.create_session().await;
+    let quote = format!("the token is {OPERATOR_TOKEN}");
+    fake.push(Script::call(
+        "",
+        "echo1",
+        "every__echo",
+        json!({"message": quote}),
+    ));
+    fake.push(Script::reply(&["Echoed."]));
+    let sent = server.send(&sid, "echo the token").await;
+    let run = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
+    let detail = server.detail(&sid).await;
+    let result = detail
+        .messages
+        .iter()
+        .flat_map(|m| m.parts.iter().flatten())
+        .find_map(|p| match p {
+            Part::ToolCall { call } => call.result.clone(),
+            Part::Text { .. } => None,
+        })
+        .expect("the tool's result is recorded");
+    assert!(
+        result.contains("the token is [redacted]"),
+        "the stored result: {result}"
+    );
+    // The arguments are what the model sent and what ran, shown as they are; what the tool
+    // answered is served redacted wherever it appears.
+    let (_, shown) = server.get(&format!("/runs/{}", sent.run_id)).await;
+    assert_eq!(
+        shown["tool_calls"][0]["result"], "Echo: the token is [redacted]",
+        "{shown}"
+    );
+    let _ = child.kill().await;
+}

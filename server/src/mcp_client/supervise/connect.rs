@@ -38,9 +38,8 @@ pub(super) async fn connect_and_serve(
             env,
             cwd,
         } => {
-            let mut cmd = tokio::process::Command::new(command);
+            let mut cmd = crate::child_env::command(command, env.iter().map(|(k, v)| (k, v)));
             cmd.args(args)
-                .envs(env.iter().map(|(k, v)| (k, v)))
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
