@@ -567,6 +567,10 @@ async fn regenerate_supersedes_a_waiting_run() {
     server
         .wait_run_status(&sent.run_id, RunStatus::AwaitingApproval)
         .await;
+    // A prompt posted while the call waits queues behind it; Regenerate spares it (§3).
+    fake.push(Script::reply(&["Second."]));
+    let queued = server.send(&sid, "and then this").await;
+    assert!(queued.queued, "{queued:?}");
     fake.push(Script::reply(&["Fresh."]));
     let (status, body) = server
         .post(
@@ -576,9 +580,35 @@ async fn regenerate_supersedes_a_waiting_run() {
         .await;
     assert_eq!(status, 202, "{body}");
     assert_eq!(server.run(&sent.run_id).await.status, RunStatus::Cancelled);
+    let spared = body["superseded"].as_array().unwrap();
+    assert!(
+        !spared.iter().any(|m| m == queued.message_id.as_str()),
+        "the queued prompt was superseded: {body}"
+    );
+    let second = server.wait_run_end(&queued.run_id).await;
+    assert_eq!(second.status, RunStatus::Completed, "{second:#?}");
     let next = server.wait_run_end(body["run_id"].as_str().unwrap()).await;
     assert_eq!(next.status, RunStatus::Completed);
     assert_eq!(title(&server, &sid).await, "test");
+    let detail = server.detail(&sid).await;
+    let prompt = detail
+        .messages
+        .iter()
+        .find(|m| m.id == queued.message_id)
+        .expect("the queued prompt");
+    assert!(
+        !prompt.superseded,
+        "the queued prompt is shown as superseded"
+    );
+    let answer = detail
+        .messages
+        .iter()
+        .find(|m| m.run_id.as_ref() == Some(&queued.run_id))
+        .expect("its reply");
+    assert!(
+        !answer.superseded && answer.content == "Second.",
+        "{answer:#?}"
+    );
 }
 
 #[tokio::test]

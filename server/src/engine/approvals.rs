@@ -203,8 +203,17 @@ impl Engine {
     }
 
     /// Ends a run that waits for approval `cancelled` (its waiting calls `cancelled`, none
-    /// executed). Call under the session's lock.
+    /// executed) and starts the session's next queued run. Call under the session's lock.
     pub(super) async fn cancel_waiting_run(&self, run: &Run) -> Result<Run> {
+        let ended = self.end_waiting_run(run).await?;
+        self.pump(&ended.session_id).await?;
+        Ok(ended)
+    }
+
+    /// [`Self::cancel_waiting_run`] without starting the next run: for a caller that queues
+    /// one itself (Regenerate), whose queueing must still see the prompts queued behind the
+    /// waiting run as queued, so it spares them (CONTRACT §3). Call under the session's lock.
+    pub(super) async fn end_waiting_run(&self, run: &Run) -> Result<Run> {
         let content = match &run.reply_message_id {
             Some(id) => self.store().message(id).await?.content,
             None => String::new(),
@@ -237,7 +246,6 @@ impl Engine {
         }
         self.publish(session_id, Event::Run(ended.clone()));
         self.publish_session(session_id).await?;
-        self.pump(session_id).await?;
         Ok(ended)
     }
 

@@ -214,12 +214,14 @@ impl Engine {
         }
         // A run waiting for approval holds no task to end: Regenerate supersedes it here
         // (ended `cancelled`, nothing of it executed), or its question would block the queue.
+        // Nothing starts until the queueing below: the prompts queued behind the waiting run
+        // must still be queued there, so they are spared, and the first of them starts.
         let waiting = self.store().runs(session_id).await?;
         if let Some(w) = waiting
             .iter()
             .find(|r| r.status == RunStatus::AwaitingApproval)
         {
-            self.cancel_waiting_run(w).await?;
+            self.end_waiting_run(w).await?;
         }
         let prompt = PromptId::of_message(mid);
         let attempt = self.store().tries_of(&prompt).await?.saturating_add(1);
