@@ -462,6 +462,154 @@ async fn cancel_while_waiting_ends_cancelled_and_a_prompt_meanwhile_queues() {
     assert_eq!(title(&server, &sid).await, "test");
 }
 
+/// A cancel that reaches a run as it parks for approval (its step done, its park waiting
+/// for the session's lock) still ends it `cancelled`, its calls `cancelled`: a cancel
+/// answered 200 is never a run that goes on waiting. To line the race up, a settings change
+/// holds the session's lock while the test holds the database's writes; the cancel queues
+/// for the lock during the step, the park after it.
+#[tokio::test]
+async fn a_cancel_racing_the_park_for_approval_ends_the_run_cancelled() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("approve-cancel-race");
+    let server = TestServer::start(config(&dir, &fake.url)).await;
+    let sid = server.create_session().await;
+    let chunk = |delta: Value| {
+        format!(
+            "data: {}",
+            json!({"choices": [{"index": 0, "delta": delta}]})
+        )
+    };
+    fake.push(Script::Frames {
+        frames: vec![
+            chunk(json!({"content": "Renaming. "})),
+            chunk(json!({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                "function": {"name": "mulligan__rename_session", "arguments": "{\"title\": \"Never\"}"}}]})),
+            format!("data: {}", json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})),
+            "data: [DONE]".into(),
+        ],
+        every: Duration::from_millis(300),
+    });
+    let sent = server.send(&sid, "rename yourself").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server
+        .detail(&sid)
+        .await
+        .messages
+        .iter()
+        .any(|m| m.content.contains("Renaming."))
+    {
+        assert!(Instant::now() < deadline, "the step's text never came");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The step streams on without a write; the settings change takes the session's lock
+    // and waits on the database with it; the cancel queues behind it.
+    let lock = common::WriteLock::hold(&dir).await;
+    let request = |method: reqwest::Method, path: String| {
+        let (url, token) = (server.url(&path), server.token.clone());
+        tokio::spawn(async move {
+            let answer = reqwest::Client::new()
+                .request(method, url)
+                .bearer_auth(token)
+                .json(&json!({}))
+                .send()
+                .await
+                .unwrap();
+            (
+                answer.status().as_u16(),
+                answer.json::<Value>().await.unwrap(),
+            )
+        })
+    };
+    let patch = {
+        let (url, token) = (
+            server.url(&format!("/sessions/{sid}")),
+            server.token.clone(),
+        );
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .patch(url)
+                .bearer_auth(token)
+                .json(&json!({"auto_retry": "off"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cancel = request(
+        reqwest::Method::POST,
+        format!("/sessions/{sid}/runs/{}/cancel", sent.run_id),
+    );
+    // The rest of the step (three frames 300 ms apart) ends well within this; its park then
+    // queues for the session's lock behind the cancel.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(server.run(&sent.run_id).await.status, RunStatus::Running);
+    lock.release().await;
+    assert_eq!(patch.await.unwrap(), 200);
+    let (status, body) = cancel.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["status"], "cancelled",
+        "the cancel answered 200: {body}"
+    );
+    let run = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(run.status, RunStatus::Cancelled, "{run:#?}");
+    let calls = calls_of(&server, &sid, &sent.run_id).await;
+    assert!(
+        calls.iter().all(|c| c.status == ToolCallStatus::Cancelled),
+        "{calls:#?}"
+    );
+    let (_, list) = server.get("/approvals").await;
+    assert_eq!(list["approvals"], json!([]), "nothing is left to decide");
+    assert_eq!(title(&server, &sid).await, "test");
+}
+
+/// A decision that is recorded is answered as recorded (200), even when the run cannot
+/// resume at once; the approvals loop resumes it, and its call runs once. The test makes
+/// the database refuse the resume for a while (a trigger).
+#[tokio::test]
+async fn a_recorded_decision_is_answered_200_when_the_resume_fails() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("approve-resume-fails");
+    let server = TestServer::start(config(&dir, &fake.url)).await;
+    let sid = server.create_session().await;
+    renames(&fake, "call_r", "Renamed", &["Done."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    common::execute_sql(
+        &dir,
+        "CREATE TRIGGER refuse_resume BEFORE UPDATE OF status ON runs
+           WHEN OLD.status = 'awaiting_approval' AND NEW.status = 'running'
+           BEGIN SELECT RAISE(ABORT, 'the test refuses resumes'); END",
+        "CREATE FUNCTION refuse_resume() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'the test refuses resumes'; END $$;
+         CREATE TRIGGER refuse_resume BEFORE UPDATE ON runs FOR EACH ROW
+           WHEN (OLD.status = 'awaiting_approval' AND NEW.status = 'running')
+           EXECUTE FUNCTION refuse_resume()",
+    )
+    .await;
+    let (status, body) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
+    assert_eq!(status, 200, "the decision is recorded: {body}");
+    assert_eq!(body["call"]["approval"]["decision"], "allow_once");
+    assert_eq!(
+        server.run(&run).await.status,
+        RunStatus::AwaitingApproval,
+        "not resumed yet"
+    );
+    common::execute_sql(
+        &dir,
+        "DROP TRIGGER refuse_resume",
+        "DROP TRIGGER refuse_resume ON runs; DROP FUNCTION refuse_resume()",
+    )
+    .await;
+    // The approvals loop (every 5 s at the default timeout) resumes it.
+    let ended = server.wait_run_end(&run).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!((ended.steps, ended.tools_executed), (2, 1));
+    assert_eq!(title(&server, &sid).await, "Renamed");
+}
+
 #[tokio::test]
 async fn a_crash_while_waiting_leaves_it_waiting_and_allow_runs_it_once() {
     let fake = FakeProvider::start().await;

@@ -121,6 +121,7 @@ fn outcome(status: RunStatus, text: &str) -> Outcome {
         tokens_used: 1,
         tool_calls_recorded: true,
         served: Vec::new(),
+        asked: Vec::new(),
     }
 }
 

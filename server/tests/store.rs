@@ -58,6 +58,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         tokens_used: 3,
         tool_calls_recorded: false,
         served: Vec::new(),
+        asked: Vec::new(),
     };
     let (ended, final_reply) = store
         .finish_run(&run.id, &outcome, EndBy::Settled)
@@ -152,6 +153,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         tokens_used: 1,
         tool_calls_recorded: false,
         served: Vec::new(),
+        asked: Vec::new(),
     };
     store
         .finish_run(&first.run.id, &done, EndBy::Settled)

@@ -60,3 +60,67 @@ pub fn fresh_postgres_database(base: &str) -> String {
     .join()
     .unwrap()
 }
+
+/// Another client holding back a test server's writes until [`WriteLock::release`]: on
+/// SQLite every write (`BEGIN IMMEDIATE` on `mulligan.db`), on PostgreSQL every write to
+/// (or reference to) the `sessions` table. Reads go on.
+pub enum WriteLock {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+impl WriteLock {
+    /// Takes the lock of the database in `data_dir` (the one [`database_url`] gives, else
+    /// SQLite's `mulligan.db` there).
+    pub async fn hold(data_dir: &std::path::Path) -> WriteLock {
+        use sqlx::Connection;
+        match database_url(data_dir) {
+            Some(url) => {
+                let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+                sqlx::raw_sql("BEGIN; LOCK TABLE sessions IN EXCLUSIVE MODE")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                WriteLock::Postgres(conn)
+            }
+            None => {
+                let url = format!("sqlite://{}", data_dir.join("mulligan.db").display());
+                let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                sqlx::raw_sql("BEGIN IMMEDIATE")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                WriteLock::Sqlite(conn)
+            }
+        }
+    }
+
+    /// Lets the waiting writers go on.
+    pub async fn release(self) {
+        match self {
+            WriteLock::Sqlite(mut c) => {
+                sqlx::raw_sql("ROLLBACK").execute(&mut c).await.unwrap();
+            }
+            WriteLock::Postgres(mut c) => {
+                sqlx::raw_sql("ROLLBACK").execute(&mut c).await.unwrap();
+            }
+        }
+    }
+}
+
+/// Runs `sql` (one or more statements) on the database of a test server in `data_dir`, from
+/// a connection of the test's own: `sqlite` on SQLite, `postgres` on PostgreSQL.
+pub async fn execute_sql(data_dir: &std::path::Path, sqlite: &str, postgres: &str) {
+    use sqlx::Connection;
+    match database_url(data_dir) {
+        Some(url) => {
+            let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::raw_sql(postgres).execute(&mut conn).await.unwrap();
+        }
+        None => {
+            let url = format!("sqlite://{}", data_dir.join("mulligan.db").display());
+            let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::raw_sql(sqlite).execute(&mut conn).await.unwrap();
+        }
+    }
+}

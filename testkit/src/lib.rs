@@ -14,7 +14,9 @@ mod sse;
 
 pub use cluster::{cluster_unavailable, Cluster};
 pub use crash::Crashable;
-pub use db::{database_url, fresh_postgres_database, on_postgres, postgres_url};
+pub use db::{
+    database_url, execute_sql, fresh_postgres_database, on_postgres, postgres_url, WriteLock,
+};
 pub use process::{mulligan_bin, serve};
 pub use sse::{run_ended, Sse};
 

@@ -6,7 +6,7 @@ use super::{Engine, LOOP_LOCK_WAIT};
 use crate::approval::declined_text;
 use crate::error::Refusal;
 use crate::error::{Error, Kind, Result};
-use crate::store::{Decided, EndBy, NewDecision, NotDecided, Outcome, RecordedCall};
+use crate::store::{Decided, EndBy, NewDecision, NewToolCall, NotDecided, Outcome, RecordedCall};
 use app::wire::{
     Approvals, DecidedBy, Decision, Event, Run, RunId, RunStatus, SessionId, ToolCall,
     ToolCallEvent, ToolCallId, MAX_DECISION_REASON_CHARS,
@@ -47,16 +47,37 @@ pub struct Deciding {
 }
 
 impl Engine {
-    /// Records that a run's calls wait for the operator: the run is `awaiting_approval` with
-    /// its text so far, and leaves this instance. Answers whether the session's next run was
-    /// looked for (it never is: the waiting run is the session's active run).
+    /// Records that a run's calls wait for the operator: the calls its step asked for and
+    /// the run `awaiting_approval` with its text so far, in one transaction; the run leaves
+    /// this instance. A cancel that reached the run first (it is set under the session's
+    /// lock, which this takes) wins: the run ends `cancelled`, its calls `cancelled`.
+    /// Answers whether the session's next run was looked for (always: a waiting run is the
+    /// session's active run, and a cancelled one started the next itself).
     pub(super) async fn record_park(&self, run: &Run, outcome: &Outcome) -> Result<bool> {
         let session_id = &run.session_id;
         let _guard = self.locks().lock(session_id).await?;
+        let reply_id = run
+            .reply_message_id
+            .clone()
+            .ok_or_else(|| Error::internal("a run waiting for approval without a reply"))?;
+        let calls: Vec<NewToolCall> = outcome
+            .asked
+            .iter()
+            .map(|a| NewToolCall {
+                run_id: &run.id,
+                message_id: &reply_id,
+                session_id,
+                ord: a.ord,
+                provider_id: &a.provider_id,
+                call: &a.call,
+                text_offset: a.text_offset,
+            })
+            .collect();
         let parked = self
             .store()
             .park_run(
                 &run.id,
+                &calls,
                 &outcome.content,
                 outcome.tokens_used,
                 &outcome.served,
@@ -66,6 +87,24 @@ impl Engine {
             tracing::info!(run_id = %run.id, "the run ended before it could wait for approval");
             return Ok(true);
         };
+        let cancelled = self
+            .runs()
+            .get(&run.id)
+            .is_some_and(|a| a.cancel.is_cancelled());
+        if cancelled {
+            self.cancel_waiting_run(&run).await?;
+            return Ok(true);
+        }
+        for a in &outcome.asked {
+            self.publish(
+                session_id,
+                Event::ToolCall(ToolCallEvent {
+                    run_id: run.id.clone(),
+                    message_id: reply_id.clone(),
+                    call: a.call.clone(),
+                }),
+            );
+        }
         if let Some(mut reply) = reply {
             if let Err(e) = self.store().with_parts_of(&mut reply).await {
                 tracing::warn!(run_id = %run.id, error = %e, "could not read a reply's tool calls");
@@ -165,17 +204,30 @@ impl Engine {
             session_id = %session_id, run_id = %run_id, call = %call_id,
             decision = %d.decision, by = ?d.by, "a tool call was decided"
         );
+        // The decision is recorded: it is answered as recorded whatever fails from here. An
+        // announcement that fails is caught up by the page's next read; a resume that fails
+        // is the approvals loop's on its next pass (it resumes runs decided, not resumed).
         self.announce_call(&session_id, run_id, &call);
         if call_is_grant(d.decision) {
-            self.publish_session(&session_id).await?;
+            if let Err(e) = self.publish_session(&session_id).await {
+                tracing::warn!(session_id = %session_id, error = %e, "could not announce the session's grants");
+            }
         }
         // The run's last question decided: it resumes here (still under the lock). Stopping,
         // nothing starts here; the approvals loop of a running instance resumes it.
         if let Some(owner) = self.owner() {
-            if let Some(started) = self.store().resume_decided(run_id, owner).await? {
-                tracing::info!(run_id = %run_id, "every call decided: the run resumes here");
-                self.launch_resumed(started).await;
-                self.publish_session(&session_id).await?;
+            match self.store().resume_decided(run_id, owner).await {
+                Ok(Some(started)) => {
+                    tracing::info!(run_id = %run_id, "every call decided: the run resumes here");
+                    self.launch_resumed(started).await;
+                    if let Err(e) = self.publish_session(&session_id).await {
+                        tracing::warn!(session_id = %session_id, error = %e, "could not announce the session");
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(run_id = %run_id, error = %e, "the decision is recorded but the run could not resume now; the approvals loop resumes it")
+                }
             }
         }
         Ok(call.call)
@@ -226,6 +278,7 @@ impl Engine {
             tokens_used: 0,
             tool_calls_recorded: true,
             served: Vec::new(),
+            asked: Vec::new(),
         };
         let Some((ended, reply)) = self
             .store()

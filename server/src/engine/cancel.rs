@@ -41,6 +41,7 @@ impl Engine {
                     tokens_used: 0,
                     tool_calls_recorded: false, // a queued run never called a tool
                     served: Vec::new(),
+                    asked: Vec::new(),
                 };
                 let (run, _) = self
                     .store()
@@ -71,6 +72,8 @@ impl Engine {
                 match run.status {
                     // It ended some other way before the cancel reached it.
                     RunStatus::Completed | RunStatus::Failed => Err(ended(run_id)),
+                    // It parked for approval as the cancel reached it: the cancel still wins.
+                    RunStatus::AwaitingApproval => self.cancel_parked(session_id, run_id).await,
                     _ => Ok(run),
                 }
             }
@@ -105,6 +108,28 @@ impl Engine {
                 .await?
                 .ok_or_else(|| Error::internal("a waiting retry without a turn")),
             None => Err(Refusal::NothingToStop.into()),
+        }
+    }
+}
+
+impl Engine {
+    /// Ends `cancelled` a run that parked for approval while a cancel was on its way to it
+    /// (here or on the instance that ran it): a cancel answered 200 ends the run.
+    pub(super) async fn cancel_parked(
+        &self,
+        session_id: &SessionId,
+        run_id: &RunId,
+    ) -> Result<Run> {
+        let _guard = self.locks().lock(session_id).await?;
+        let run = self.store().run(run_id).await?;
+        match run.status {
+            RunStatus::AwaitingApproval => self.cancel_waiting_run(&run).await,
+            RunStatus::Cancelled => Ok(run),
+            RunStatus::Queued | RunStatus::Running => Err(Refusal::CancelPending {
+                run: run_id.clone(),
+            }
+            .into()),
+            RunStatus::Completed | RunStatus::Failed => Err(ended(run_id)),
         }
     }
 }

@@ -167,7 +167,12 @@ impl Engine {
         loop {
             let run = store.run(run_id).await?;
             match run.status {
-                RunStatus::Queued | RunStatus::Running | RunStatus::AwaitingApproval => {}
+                RunStatus::Queued | RunStatus::Running => {}
+                // Parked for approval before the request reached its owner: a waiting run
+                // holds nothing, so the cancel ends it here.
+                RunStatus::AwaitingApproval => {
+                    return self.cancel_parked(&run.session_id, run_id).await
+                }
                 RunStatus::Cancelled => return Ok(run),
                 // It ended some other way before the cancel reached it.
                 RunStatus::Completed | RunStatus::Failed => {

@@ -54,6 +54,7 @@ impl Engine {
             tokens_used: 0,
             tool_calls_recorded: true, // unknown after a restart
             served: Vec::new(),
+            asked: Vec::new(),
         };
         tracing::warn!(run_id = %run.id, "marking a run interrupted by a server stop");
         if let Some((run, reply)) = store.finish_run(&run.id, &outcome, by).await? {

@@ -8,7 +8,7 @@ use crate::approval::Verdict;
 use crate::clock::now_ms;
 use crate::llm::tool_calls::AssembledCall;
 use crate::llm::{ChatMessage, ChatToolCall};
-use crate::store::{NewToolCall, RecordedCall};
+use crate::store::{AskedCall, NewToolCall, RecordedCall};
 use crate::tools::builtin::{self, Caller};
 use crate::tools::{bounded_result, model_name, CallEnd, Offered, BUILTIN};
 use app::wire::{Approval, Event, ToolCall, ToolCallEvent, ToolCallStatus};
@@ -35,8 +35,9 @@ pub enum Executed {
     Cancelled,
     /// A call's start or end could not be recorded: the turn cannot go on safely.
     Unrecorded(String),
-    /// Calls wait for the operator's decision: the run parks (CONTRACT §8).
-    Awaiting,
+    /// Calls wait for the operator's decision: the run parks with these, recorded as it
+    /// parks (CONTRACT §8).
+    Awaiting(Vec<AskedCall>),
 }
 
 /// The first step's note to the model when tool sources were still starting.
@@ -105,7 +106,7 @@ impl RunTask {
         }
         let text_offset = self.active.live().text.len();
         if prepared.iter().any(|p| p.verdict == Verdict::Ask) {
-            return self.ask(prepared, text_offset).await;
+            return self.ask(prepared, text_offset);
         }
         let mut results = Vec::with_capacity(prepared.len());
         for Prepared {
@@ -151,9 +152,9 @@ impl RunTask {
         Executed::Done(messages)
     }
 
-    /// Records a step's calls asking the operator (CONTRACT §8): nothing is sent; the run
-    /// parks once they are recorded.
-    async fn ask(&mut self, prepared: Vec<Prepared>, text_offset: usize) -> Executed {
+    /// A step's calls asking the operator (CONTRACT §8): nothing is sent; they are recorded
+    /// with the run's park, in one transaction.
+    fn ask(&mut self, prepared: Vec<Prepared>, text_offset: usize) -> Executed {
         let asked_at = now_ms();
         let mut calls = Vec::with_capacity(prepared.len());
         for mut p in prepared {
@@ -175,32 +176,23 @@ impl RunTask {
             }
             calls.push(p);
         }
-        let new: Vec<NewToolCall> = calls
-            .iter()
-            .map(|p| NewToolCall {
-                run_id: &self.run.id,
-                message_id: &self.reply.id,
-                session_id: &self.run.session_id,
-                ord: p.ord,
-                provider_id: &p.provider_id,
-                call: &p.call,
-                text_offset,
-            })
-            .collect();
-        self.active.live().tool_calls += u32::try_from(new.len()).unwrap_or(u32::MAX);
-        if let Err(e) = self.ctx.store.record_calls(&new).await {
-            return Executed::Unrecorded(format!("could not record the tool calls asked for: {e}"));
-        }
-        drop(new);
-        for p in &calls {
-            self.announce(&p.call);
-        }
+        self.active.live().tool_calls += u32::try_from(calls.len()).unwrap_or(u32::MAX);
         let waiting = calls
             .iter()
             .filter(|p| p.call.status == ToolCallStatus::AwaitingApproval)
             .count();
         tracing::info!(waiting, "tool calls wait for the operator's decision");
-        Executed::Awaiting
+        Executed::Awaiting(
+            calls
+                .into_iter()
+                .map(|p| AskedCall {
+                    ord: p.ord,
+                    provider_id: p.provider_id,
+                    call: p.call,
+                    text_offset,
+                })
+                .collect(),
+        )
     }
 
     /// Sends a recorded call and records its end: `Ok(true)` to go on, `Ok(false)` when the

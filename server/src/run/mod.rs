@@ -111,8 +111,8 @@ enum End {
     Cancelled,
     /// The server is stopping: the run is recorded as interrupted.
     Stopping,
-    /// A step's calls wait for the operator (CONTRACT §8): the run parks.
-    AwaitingApproval,
+    /// A step's calls wait for the operator (CONTRACT §8): the run parks with them.
+    AwaitingApproval(Vec<crate::store::AskedCall>),
     /// Failed before or without the provider (spend limit, the server itself), or ended by
     /// one of Mulligan's own limits (a reply too large).
     Refused {

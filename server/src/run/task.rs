@@ -136,9 +136,10 @@ impl RunTask {
         match end {
             End::Completed => outcome(RunStatus::Completed, content, None, None, tokens),
             End::Cancelled => outcome(RunStatus::Cancelled, content, None, None, tokens),
-            End::AwaitingApproval => {
-                outcome(RunStatus::AwaitingApproval, content, None, None, tokens)
-            }
+            End::AwaitingApproval(asked) => Outcome {
+                asked,
+                ..outcome(RunStatus::AwaitingApproval, content, None, None, tokens)
+            },
             End::Stopping => failed(
                 content,
                 "the server stopped while this reply was being written".into(),
@@ -205,5 +206,6 @@ fn outcome(
         tokens_used: i64::try_from(tokens).unwrap_or(i64::MAX),
         tool_calls_recorded: true,
         served: Vec::new(),
+        asked: Vec::new(),
     }
 }

@@ -144,7 +144,7 @@ impl RunTask {
             match self.execute_calls(asked, &turn.offered).await {
                 Executed::Done(more) => messages.extend(more),
                 Executed::Cancelled => return End::Cancelled,
-                Executed::Awaiting => return End::AwaitingApproval,
+                Executed::Awaiting(asked) => return End::AwaitingApproval(asked),
                 Executed::Unrecorded(message) => {
                     return End::Refused {
                         class: RetryClass::ServerError,

@@ -2,8 +2,9 @@
 //! database, nothing else holds it), a decision recorded once (a compare-and-set on the
 //! call), the run resumed by whichever instance records the last decision, the calls waiting.
 use super::rows::{self, Get};
+use super::script::{Run as _, Script};
 use super::starts::session_call_columns;
-use super::tool_calls::recorded;
+use super::tool_calls::{recorded, NewToolCall};
 use super::{with_pool, with_writer, Pool, RecordedCall, Result, Started, Store, StoreError};
 use crate::clock::now_ms;
 use app::wire::{
@@ -76,16 +77,23 @@ fn sql_for(store: &Store, sql: &'static str) -> std::borrow::Cow<'static, str> {
 }
 
 impl Store {
-    /// Parks a running run `awaiting_approval` (its calls were recorded asking): its reply's
-    /// text so far, its tokens (counted to the session now), who served its steps, and the
-    /// time it executed. `None` when it is no longer running here (ended, or fenced).
+    /// Parks a running run `awaiting_approval` with the calls its last step asked for, in
+    /// one transaction (so no crash leaves a step's calls recorded with its run not waiting,
+    /// to be asked again): the calls, its reply's text so far, its tokens (counted to the
+    /// session now), who served its steps, and the time it executed. `None` when it is no
+    /// longer running here (ended, or fenced): nothing is recorded.
     pub async fn park_run(
         &self,
         run_id: &RunId,
+        calls: &[NewToolCall<'_>],
         content: &str,
         tokens: i64,
         served: &[app::wire::Served],
     ) -> Result<Option<(Run, Option<Message>)>> {
+        let mut inserts = Script::default();
+        for c in calls {
+            self.push_call_insert(&mut inserts, c);
+        }
         let served = (!served.is_empty())
             .then(|| serde_json::to_string(served).ok())
             .flatten();
@@ -113,6 +121,7 @@ impl Store {
                 return Ok(None);
             };
             let run = rows::run(&row);
+            (&mut *tx).run(inserts).await?;
             let reply = sqlx::query(
                 "UPDATE messages SET content = $1 WHERE id = (SELECT reply_message_id FROM runs WHERE id = $2)
                  RETURNING *, EXISTS (SELECT 1 FROM supersessions x WHERE x.message_id = messages.id) AS superseded",

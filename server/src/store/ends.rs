@@ -118,6 +118,8 @@ pub struct Outcome {
     pub tool_calls_recorded: bool,
     /// Which model answered each step (empty: leave what is recorded).
     pub served: Vec<app::wire::Served>,
+    /// With `awaiting_approval`: the calls of the step that asks, recorded as it parks.
+    pub asked: Vec<super::AskedCall>,
 }
 
 fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>, Option<i64>) {

@@ -49,7 +49,7 @@ pub use session_pages::{SessionPage, MAX_SESSION_PAGE};
 pub use sessions::{NewSession, SessionCall, SessionChange, SessionRecord};
 pub use shared::{CANCEL_CHANNEL, EVENTS_CHANNEL, LEASE_MS, SIDE_CONNECTIONS};
 pub use starts::Started;
-pub use tool_calls::{parts, NewToolCall, RecordedCall};
+pub use tool_calls::{parts, AskedCall, NewToolCall, RecordedCall};
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");

@@ -2,6 +2,7 @@
 //! ends, each in its own write before the turn goes on, so a retry never runs a recorded call
 //! again and a call that started with no recorded end reads as `interrupted`.
 use super::rows::Get;
+use super::script::{Run as _, Script};
 use super::{with_pool, with_writer, Pool, Store};
 use super::{Result, StoreError};
 use crate::clock::now_ms;
@@ -20,6 +21,24 @@ pub struct RecordedCall {
     pub call: ToolCall,
     pub message_id: MessageId,
     pub provider_id: String,
+    /// Bytes of the reply's text that came before the call.
+    pub text_offset: usize,
+}
+
+/// One call's row ($1 id … $18 annotations: see [`Store::push_call_insert`]).
+const INSERT_CALL: &str =
+    "INSERT INTO tool_calls (id, run_id, message_id, session_id, step, ord, provider_id,
+         server, tool, arguments, text_offset, status, result, reached, started_at,
+         finished_at, asked_at, annotations)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
+
+/// A call a step asked for that is recorded only as its run parks for approval (CONTRACT
+/// §8): one asking, or one queued behind it. Its run, reply and session are the run's own.
+#[derive(Clone, Debug)]
+pub struct AskedCall {
+    pub ord: u32,
+    pub provider_id: String,
+    pub call: ToolCall,
     /// Bytes of the reply's text that came before the call.
     pub text_offset: usize,
 }
@@ -110,53 +129,57 @@ impl Store {
                     ));
                 }
             }
+            let mut script = Script::default();
             for c in calls {
-                let arguments =
-                    serde_json::to_string(&c.call.arguments).unwrap_or_else(|_| "null".into());
-                let annotations = c
-                    .call
-                    .annotations
-                    .filter(|a| !a.is_empty())
-                    .and_then(|a| serde_json::to_string(&a).ok());
-                let reached = c.call.status == ToolCallStatus::Running;
-                sqlx::query(
-                "INSERT INTO tool_calls (id, run_id, message_id, session_id, step, ord, provider_id,
-                     server, tool, arguments, text_offset, status, result, reached, started_at,
-                     finished_at, asked_at, annotations)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                     $17, $18)",
-            )
-            .bind(c.call.id.as_str())
-            .bind(c.run_id.as_str())
-            .bind(c.message_id.as_str())
-            .bind(c.session_id.as_str())
-            .bind(i64::from(c.call.step))
-            .bind(i64::from(c.ord))
-            .bind(c.provider_id)
-            .bind(&c.call.server)
-            .bind(&c.call.tool)
-            .bind(arguments)
-            .bind(i64::try_from(c.text_offset).unwrap_or(i64::MAX))
-            .bind(c.call.status.as_str())
-            .bind(self.storable_opt(c.call.result.as_deref()))
-            .bind(i64::from(reached))
-            .bind(c.call.started_at)
-            .bind(c.call.finished_at)
-            .bind(c.call.approval.as_ref().map(|a| a.asked_at))
-            .bind(annotations)
-            .execute(&mut *tx)
-            .await?;
+                self.push_call_insert(&mut script, c);
             }
             if sent > 0 {
-                sqlx::query("UPDATE runs SET tools_executed = tools_executed + $2 WHERE id = $1")
-                    .bind(run_id)
-                    .bind(i64::try_from(sent).unwrap_or(i64::MAX))
-                    .execute(&mut *tx)
-                    .await?;
+                script.push(
+                    "UPDATE runs SET tools_executed = tools_executed + $2 WHERE id = $1",
+                    vec![
+                        run_id.into(),
+                        i64::try_from(sent).unwrap_or(i64::MAX).into(),
+                    ],
+                );
             }
+            (&mut *tx).run(script).await?;
             tx.commit().await?;
             Ok(())
         })
+    }
+
+    /// Adds the insert of call `c` to `script` (its transaction's caller checks the fence).
+    pub(super) fn push_call_insert(&self, script: &mut Script, c: &NewToolCall<'_>) {
+        let arguments = serde_json::to_string(&c.call.arguments).unwrap_or_else(|_| "null".into());
+        let annotations = c
+            .call
+            .annotations
+            .filter(|a| !a.is_empty())
+            .and_then(|a| serde_json::to_string(&a).ok());
+        let reached = c.call.status == ToolCallStatus::Running;
+        script.push(
+            INSERT_CALL,
+            vec![
+                c.call.id.as_str().into(),
+                c.run_id.into(),
+                c.message_id.into(),
+                c.session_id.into(),
+                i64::from(c.call.step).into(),
+                i64::from(c.ord).into(),
+                c.provider_id.into(),
+                c.call.server.as_str().into(),
+                c.call.tool.as_str().into(),
+                arguments.into(),
+                i64::try_from(c.text_offset).unwrap_or(i64::MAX).into(),
+                c.call.status.as_str().into(),
+                self.storable_opt(c.call.result.as_deref()).into(),
+                i64::from(reached).into(),
+                c.call.started_at.into(),
+                c.call.finished_at.into(),
+                c.call.approval.as_ref().map(|a| a.asked_at).into(),
+                annotations.into(),
+            ],
+        );
     }
 
     /// Records a call's end. `not_sent`: it never reached its server after all (the server
