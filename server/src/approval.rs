@@ -56,9 +56,10 @@ pub enum Verdict {
     Deny,
 }
 
-/// The verdict on a call of `tool` at `server`: `trust` runs everything; a remembered grant
-/// answers for its tool; `ask_all` asks; else the tool's rule, then the source's (`writes`
-/// asks unless the tool says it only reads).
+/// The verdict on a call of `tool` at `server`, in CONTRACT §8's order: a remembered
+/// `reject` denies; else `ask_all` asks; else `trust` runs; else a remembered `allow` runs;
+/// else the tool's rule, then the source's (`writes` asks unless the tool says it only
+/// reads).
 pub fn verdict(
     mode: ApprovalMode,
     grants: &[ToolGrant],
@@ -67,17 +68,20 @@ pub fn verdict(
     tool: &str,
     annotations: &ToolAnnotations,
 ) -> Verdict {
-    if mode == ApprovalMode::Trust {
+    let grant = grants
+        .iter()
+        .find(|g| g.server == server && g.tool == tool)
+        .map(|g| g.decision);
+    if grant == Some(GrantDecision::Reject) {
+        return Verdict::Deny;
+    }
+    match mode {
+        ApprovalMode::AskAll => return Verdict::Ask,
+        ApprovalMode::Trust => return Verdict::Run,
+        ApprovalMode::Policy => {}
+    }
+    if grant == Some(GrantDecision::Allow) {
         return Verdict::Run;
-    }
-    if let Some(g) = grants.iter().find(|g| g.server == server && g.tool == tool) {
-        return match g.decision {
-            GrantDecision::Allow => Verdict::Run,
-            GrantDecision::Reject => Verdict::Deny,
-        };
-    }
-    if mode == ApprovalMode::AskAll {
-        return Verdict::Ask;
     }
     match source.for_tool(tool) {
         Rule::Never => Verdict::Run,
@@ -170,10 +174,22 @@ mod tests {
             grant("rm", GrantDecision::Reject),
         ];
         let v = |mode, tool| verdict(mode, &grants, &src, "fs", tool, &ann(None));
-        assert_eq!(v(ApprovalMode::AskAll, "ls"), Verdict::Ask);
-        assert_eq!(v(ApprovalMode::AskAll, "write"), Verdict::Run);
+        // CONTRACT §8's order: a reject grant, then ask_all, then trust, then an allow grant.
         assert_eq!(v(ApprovalMode::Policy, "rm"), Verdict::Deny);
-        assert_eq!(v(ApprovalMode::Trust, "rm"), Verdict::Run);
+        assert_eq!(
+            v(ApprovalMode::Trust, "rm"),
+            Verdict::Deny,
+            "reject beats trust"
+        );
+        assert_eq!(v(ApprovalMode::AskAll, "rm"), Verdict::Deny);
+        assert_eq!(v(ApprovalMode::AskAll, "ls"), Verdict::Ask);
+        assert_eq!(
+            v(ApprovalMode::AskAll, "write"),
+            Verdict::Ask,
+            "ask_all beats allow"
+        );
+        assert_eq!(v(ApprovalMode::Trust, "ls"), Verdict::Run);
+        assert_eq!(v(ApprovalMode::Policy, "write"), Verdict::Run);
         // A grant is for its own source only.
         let other = verdict(
             ApprovalMode::AskAll,

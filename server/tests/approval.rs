@@ -417,6 +417,80 @@ async fn trust_asks_nothing_and_ask_all_asks_for_reads_too() {
     assert_eq!(status, 422, "{body}");
 }
 
+/// The operator's brake works mid-turn (CONTRACT §8, "Read at each call"): a turn whose
+/// first read ran unasked asks for its next one once the session is switched to `ask_all`.
+#[tokio::test]
+async fn switching_to_ask_all_mid_turn_makes_the_turn_s_next_call_ask() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-brake"), &fake.url)).await;
+    let sid = server.create_session().await;
+    fake.push(Script::call("", "l1", "mulligan__list_sessions", json!({})));
+    // The second step takes its time, as a model thinking does.
+    let chunk = |delta: Value| {
+        format!(
+            "data: {}",
+            json!({"choices": [{"index": 0, "delta": delta}]})
+        )
+    };
+    fake.push(Script::Frames {
+        frames: vec![
+            chunk(json!({"content": "Once more. "})),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "l2", "type": "function",
+                "function": {"name": "mulligan__list_sessions", "arguments": "{}"}}]}),
+            ),
+            format!(
+                "data: {}",
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+            ),
+            "data: [DONE]".into(),
+        ],
+        every: Duration::from_millis(500),
+    });
+    fake.push(Script::reply(&["Listed twice."]));
+    let sent = server.send(&sid, "list twice").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let calls = calls_of(&server, &sid, &sent.run_id).await;
+        if calls
+            .first()
+            .is_some_and(|c| c.status == ToolCallStatus::Ok)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first read never ran: {calls:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, body) = server
+        .patch(&format!("/sessions/{sid}"), json!({"approval": "ask_all"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let run = server
+        .wait_run_status(&sent.run_id, RunStatus::AwaitingApproval)
+        .await;
+    let calls = calls_of(&server, &sid, &run.id).await;
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    assert_eq!(
+        calls[1].status,
+        ToolCallStatus::AwaitingApproval,
+        "{calls:#?}"
+    );
+    let (status, _) = decide(
+        &server,
+        &run.id,
+        &calls[1].id,
+        json!({"decision": "allow_once"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let ended = server.wait_run_end(&run.id).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!(ended.tools_executed, 2);
+}
+
 #[tokio::test]
 async fn cancel_while_waiting_ends_cancelled_and_a_prompt_meanwhile_queues() {
     let fake = FakeProvider::start().await;

@@ -87,6 +87,19 @@ impl RunTask {
     /// recorded (the asking ones `awaiting_approval`, the others `queued`) and the run parks.
     pub(super) async fn execute_calls(&mut self, asked: Asked, offered: &[Offered]) -> Executed {
         let Asked { step, text, calls } = asked;
+        // The operator's brake works mid-turn (CONTRACT §8): the mode and the remembered
+        // decisions as they are now, not as the turn began. Unreadable, nothing runs.
+        match self.ctx.store.approval_settings(&self.run.session_id).await {
+            Ok((mode, grants)) => {
+                self.session.approval = mode;
+                self.session.tool_grants = grants;
+            }
+            Err(e) => {
+                return Executed::Unrecorded(format!(
+                    "could not read the session's approval settings: {e}"
+                ))
+            }
+        }
         let mut assistant = ChatMessage::text("assistant", text);
         let mut prepared = Vec::with_capacity(calls.len());
         for mut a in calls {

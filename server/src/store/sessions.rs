@@ -188,6 +188,25 @@ impl Store {
         })
     }
 
+    /// The session's approval mode and remembered decisions as they are now (CONTRACT §8:
+    /// read for each step's calls, so a change applies within a running turn).
+    pub async fn approval_settings(
+        &self,
+        id: &SessionId,
+    ) -> Result<(ApprovalMode, Vec<ToolGrant>)> {
+        with_pool!(self, |pool| {
+            let row = sqlx::query("SELECT approval, tool_grants FROM sessions WHERE id = $1")
+                .bind(id.as_str())
+                .fetch_optional(pool)
+                .await?
+                .ok_or_else(|| StoreError::not_found("session", id))?;
+            Ok((
+                rows::word(&row, "approval", ApprovalMode::default()),
+                rows::json_list(&row, "tool_grants"),
+            ))
+        })
+    }
+
     /// The session whose agent token has this hash (an indexed lookup).
     pub async fn session_by_token_hash(&self, hash: &str) -> Result<Option<(SessionId, String)>> {
         with_pool!(self, |pool| {
