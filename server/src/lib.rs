@@ -101,6 +101,7 @@ pub async fn start(config: Config, signals: bool) -> Result<Running, StartError>
         config: Arc::new(config),
         token: token.clone().into(),
         serve_demo,
+        readiness: Default::default(),
     });
     let stop = tokio_util::sync::CancellationToken::new();
     let shutdown = async move {

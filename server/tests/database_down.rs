@@ -107,3 +107,88 @@ async fn requests_say_the_database_is_unavailable_and_runs_end_whole_once_it_is_
     let (status, body) = server.post("/sessions", json!({"title": "after"})).await;
     assert_eq!(status, 201, "{body}");
 }
+
+/// A SQLite file another process holds locked (a backup, a `sqlite3` shell mid-transaction)
+/// answers like a database that is down: writes get 503 `database.unavailable` within 5 s
+/// and change nothing, reads go on, `/readyz` says 503 (it checks a write); once the lock
+/// is let go, everything answers again. On PostgreSQL this suite runs the test above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_sqlite_answers_unavailable_within_5_s_and_changes_nothing() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("sqlite-locked");
+    let mut c = config(&dir, &fake.url);
+    if c.database_url.is_some() {
+        // The PostgreSQL pass: the file lock is SQLite's; run on SQLite only.
+        c.database_url = None;
+    }
+    let server = TestServer::start(c).await;
+    let sid = server.create_session().await;
+    let before = server.get("/sessions").await.1["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(
+        status_of(&server, "/readyz", Duration::from_secs(1)).await,
+        200
+    );
+
+    let lock = common::WriteLock::hold_sqlite(&dir).await;
+    // `/readyz` keeps its last answer about a second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let started = Instant::now();
+    assert_eq!(
+        status_of(&server, "/readyz", Duration::from_secs(5)).await,
+        503
+    );
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        server.post("/sessions", json!({"title": "while locked"})),
+    )
+    .await
+    .expect("an answer within 5 s");
+    assert_eq!(answer.0, 503, "{}", answer.1);
+    assert_eq!(
+        answer.1["error"]["code"], "database.unavailable",
+        "{}",
+        answer.1
+    );
+    let sent = tokio::time::timeout(
+        Duration::from_secs(5),
+        server.post(
+            &format!("/sessions/{sid}/messages"),
+            json!({"content": "hi"}),
+        ),
+    )
+    .await
+    .expect("an answer within 5 s");
+    assert_eq!(sent.0, 503, "{}", sent.1);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "three answers took {:?}",
+        started.elapsed()
+    );
+    // Reads go on.
+    let (status, _) = server.get(&format!("/sessions/{sid}")).await;
+    assert_eq!(status, 200);
+
+    lock.release().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        status_of(&server, "/readyz", Duration::from_secs(5)).await,
+        200
+    );
+    let after = server.get("/sessions").await.1["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(after, before, "nothing was created while locked");
+    assert!(
+        server.detail(&sid).await.messages.is_empty(),
+        "nothing was posted"
+    );
+    let sent = server.send(&sid, "hi").await;
+    assert_eq!(
+        server.wait_run_end(&sent.run_id).await.status,
+        RunStatus::Completed
+    );
+}

@@ -83,16 +83,20 @@ impl WriteLock {
                     .unwrap();
                 WriteLock::Postgres(conn)
             }
-            None => {
-                let url = format!("sqlite://{}", data_dir.join("mulligan.db").display());
-                let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-                sqlx::raw_sql("BEGIN IMMEDIATE")
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                WriteLock::Sqlite(conn)
-            }
+            None => WriteLock::hold_sqlite(data_dir).await,
         }
+    }
+
+    /// SQLite's lock on `mulligan.db` in `data_dir`, whichever database the suite runs on.
+    pub async fn hold_sqlite(data_dir: &std::path::Path) -> WriteLock {
+        use sqlx::Connection;
+        let url = format!("sqlite://{}", data_dir.join("mulligan.db").display());
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql("BEGIN IMMEDIATE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        WriteLock::Sqlite(conn)
     }
 
     /// Lets the waiting writers go on.

@@ -26,7 +26,7 @@ pub enum Kind {
     Internal,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Error {
     pub kind: Kind,
     pub message: String,

@@ -8,6 +8,7 @@ pub mod mcp;
 pub mod openapi;
 mod page;
 mod providers;
+pub mod ready;
 mod runs;
 mod sessions;
 mod span;
@@ -37,6 +38,8 @@ pub struct AppState {
     pub leptos: LeptosOptions,
     /// Whether `/demo/v1` is served (the catalogue has the demo entry).
     pub serve_demo: bool,
+    /// `/readyz`'s latest check.
+    pub readiness: Arc<ready::Readiness>,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -188,24 +191,16 @@ async fn tools(State(state): State<AppState>) -> Json<app::wire::ToolsResponse> 
     })
 }
 
-/// `/readyz`: without auth like `/healthz`; 200 while the database answers, 503
-/// `database.unavailable` (within [`READY_WITHIN`]) while it does not. `/healthz` is the
-/// process's liveness alone.
+/// `/readyz`: without auth like `/healthz`; 200 while the database takes a write, 503
+/// `database.unavailable` while it does not (see [`ready`]). `/healthz` is the process's
+/// liveness alone.
 async fn readyz(State(state): State<AppState>) -> axum::response::Response {
     use axum::response::IntoResponse;
-    match tokio::time::timeout(READY_WITHIN, state.engine.store().ping()).await {
-        Ok(Ok(())) => "ready".into_response(),
-        Ok(Err(e)) => crate::error::Error::from(e).into_response(),
-        Err(_) => error::respond(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            app::wire::ErrorCode::DatabaseUnavailable,
-            "the database did not answer in time",
-        ),
+    match state.readiness.check(state.engine.store()).await {
+        Ok(()) => "ready".into_response(),
+        Err(e) => e.into_response(),
     }
 }
-
-/// How long `/readyz` waits for the database's answer.
-const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// `/metrics`: Prometheus text, without auth like `/healthz` (counters only: no ids, no secrets).
 async fn metrics() -> impl axum::response::IntoResponse {

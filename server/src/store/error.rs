@@ -134,8 +134,26 @@ pub(super) fn outlived_a_fault(age: std::time::Duration) -> bool {
     u64::try_from(age.as_millis()).unwrap_or(u64::MAX) >= since
 }
 
+/// Whether SQLite answered that another connection holds the lock it needs (`SQLITE_BUSY`,
+/// `SQLITE_LOCKED` and their extended codes), past the busy timeout: the database does not
+/// answer for now, and the connection is sound (the statement's transaction rolls back).
+fn locked(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_none() {
+        return false;
+    }
+    db.code()
+        .and_then(|c| c.parse::<u32>().ok())
+        .is_some_and(|n| matches!(n & 0xff, 5 | 6))
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
+        if locked(&e) {
+            return StoreError::Unavailable(e);
+        }
         match outage_of(&e) {
             Some(true) => {
                 fault_seen();

@@ -143,6 +143,13 @@ fn fresh(meta: sqlx::pool::PoolConnectionMetadata) -> bool {
 
 /// The longest a statement waits for a connection of the main pool (PostgreSQL).
 const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4);
+/// How long a SQLite statement waits for a lock another process holds (a backup, a
+/// `sqlite3` shell) before it gives up with `SQLITE_BUSY`, answered `database.unavailable`.
+/// With [`SQLITE_ACQUIRE_TIMEOUT`] (a request queued behind a writer that waits so) a
+/// request answers within CONTRACT §2's 5 s.
+const SQLITE_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a request waits for one of SQLite's connections (the one writer, the readers).
+const SQLITE_ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(2500);
 
 impl Store {
     /// Opens (creating if needed) the database and runs the migrations. PostgreSQL's
@@ -179,12 +186,13 @@ impl Store {
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .foreign_keys(true)
-                .busy_timeout(std::time::Duration::from_secs(10))
+                .busy_timeout(SQLITE_BUSY_TIMEOUT)
                 .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
             // No ping before each use: a SQLite connection is a file this process holds
             // open, and sqlx's ping is one more hop to the connection's thread per acquire.
             let write = SqlitePoolOptions::new()
                 .max_connections(1)
+                .acquire_timeout(SQLITE_ACQUIRE_TIMEOUT)
                 .test_before_acquire(false)
                 .after_release(|_, meta| Box::pin(async move { Ok(fresh(meta)) }))
                 .before_acquire(|_, meta| Box::pin(async move { Ok(fresh(meta)) }))
@@ -193,6 +201,7 @@ impl Store {
             SQLITE_MIGRATOR.run(&write).await?;
             let read = SqlitePoolOptions::new()
                 .max_connections(8)
+                .acquire_timeout(SQLITE_ACQUIRE_TIMEOUT)
                 .test_before_acquire(false)
                 .after_release(|_, meta| Box::pin(async move { Ok(fresh(meta)) }))
                 .before_acquire(|_, meta| Box::pin(async move { Ok(fresh(meta)) }))
@@ -221,6 +230,26 @@ impl Store {
             sqlx::query("SELECT 1").execute(pool).await?;
             Ok(())
         })
+    }
+
+    /// Whether the database takes a write now, writing nothing: on SQLite the write lock
+    /// taken and let go (`BEGIN IMMEDIATE`, then a rollback), on PostgreSQL a transaction
+    /// id assigned (which a standby refuses) and rolled back.
+    pub async fn takes_writes(&self) -> Result<()> {
+        match &self.pool {
+            Pool::Sqlite { write, .. } => {
+                let tx = write.begin_with("BEGIN IMMEDIATE").await?;
+                tx.rollback().await?;
+            }
+            Pool::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                sqlx::query("SELECT txid_current()")
+                    .execute(&mut *tx)
+                    .await?;
+                tx.rollback().await?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether several instances may share this database (PostgreSQL).
