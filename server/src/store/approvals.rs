@@ -5,7 +5,10 @@ use super::rows::{self, Get};
 use super::script::{Run as _, Script};
 use super::starts::session_call_columns;
 use super::tool_calls::{recorded, NewToolCall};
-use super::{with_pool, with_writer, Pool, RecordedCall, Result, Started, Store, StoreError};
+use super::{
+    with_durable_writer, with_pool, with_writer, Pool, RecordedCall, Result, Started, Store,
+    StoreError,
+};
 use crate::clock::now_ms;
 use app::wire::{
     DecidedBy, Decision, GrantDecision, Message, Run, RunId, SessionId, ToolCallId, ToolCallStatus,
@@ -286,7 +289,7 @@ impl Store {
     pub async fn decided_call_sent(&self, run_id: &RunId, call_id: &ToolCallId) -> Result<i64> {
         let fenced = self.is_shared().then(super::shared::fence_sql);
         let now = now_ms();
-        with_writer!(self, |pool| {
+        with_durable_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             if let Some(sql) = &fenced {
                 let held: Option<i64> = sqlx::query_scalar(sql)

@@ -104,6 +104,38 @@ macro_rules! with_writer {
 }
 pub(crate) use with_writer;
 
+/// [`with_writer!`] for a body whose one transaction must outlast a power cut once it
+/// commits: a tool call's start (the call is sent next, and must never run again) and an
+/// operator's decision. SQLite runs with `synchronous = NORMAL` (a commit survives a crash
+/// of the process, not of the machine); this commit alone waits for the disk (`FULL`).
+/// PostgreSQL commits durably anyway. The body gets a connection to `begin()` on.
+macro_rules! with_durable_writer {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match &$store.pool {
+            Pool::Sqlite { write, .. } => {
+                use sqlx::Connection as _;
+                let mut conn = write.acquire().await?;
+                sqlx::query("PRAGMA synchronous = FULL")
+                    .execute(&mut *conn)
+                    .await?;
+                let answer: Result<_> = async {
+                    let $pool = &mut *conn;
+                    $body
+                }
+                .await;
+                // Back to the default for every other write (a failed reset leaves this
+                // connection slower, never less durable).
+                let _ = sqlx::query("PRAGMA synchronous = NORMAL")
+                    .execute(&mut *conn)
+                    .await;
+                answer
+            }
+            Pool::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use with_durable_writer;
+
 /// Text as PostgreSQL can store it: its `TEXT` cannot hold U+0000, which becomes U+FFFD
 /// (CONTRACT §3). Any other text, and any text on SQLite, is kept as it is.
 pub fn pg_text(text: &str) -> std::borrow::Cow<'_, str> {

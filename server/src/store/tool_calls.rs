@@ -3,7 +3,7 @@
 //! again and a call that started with no recorded end reads as `interrupted`.
 use super::rows::Get;
 use super::script::{Run as _, Script};
-use super::{with_pool, with_writer, Pool, Store};
+use super::{with_durable_writer, with_pool, with_writer, Pool, Store};
 use super::{Result, StoreError};
 use crate::clock::now_ms;
 use app::wire::MessageId;
@@ -111,7 +111,7 @@ impl Store {
             .filter(|c| c.call.status == ToolCallStatus::Running)
             .count();
         let fenced = self.is_shared().then(super::shared::fence_sql);
-        with_writer!(self, |pool| {
+        with_durable_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             // Several instances: only while the run is still `running` and its instance's
             // lease is live by the database's clock; the run's row stays locked until the
