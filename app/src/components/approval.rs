@@ -247,7 +247,13 @@ pub fn ApprovalCard(
     };
     let (shown, total) = bounded(&args, ARGS_CHARS);
     let note = total.map(|n| {
-        view! { <p class="hint approval-cut">{format!("Showing the first {ARGS_CHARS} of {n} characters.")}</p> }
+        view! {
+            <p class="hint approval-cut">
+                {format!(
+                    "Showing the first {ARGS_CHARS} of {n} characters; `mulligan approvals --json` prints them whole."
+                )}
+            </p>
+        }
     });
     let name = format!("{server}/{tool}");
     let always = format!("Always allow {tool} here");

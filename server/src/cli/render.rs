@@ -12,10 +12,11 @@ use std::fmt::Write as _;
 /// Untrusted text (model output, titles, errors, tool results and names, anything a server
 /// answered) made safe for a terminal: every control character but newline and tab shown
 /// escaped (`\x1b`; C1 controls as `\u{9b}`), so no text can move the cursor, erase a line,
-/// set the clipboard or hide a link (CONTRACT §4). Printable text is left as it is, so this
+/// set the clipboard or hide a link (CONTRACT §4); and the bidirectional overrides and
+/// isolates (`\u{202e}`), so no text reads in another order than the one that runs. Printable text is left as it is, so this
 /// is idempotent.
 pub fn untrusted(text: &str) -> Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    let unsafe_char = |c: char| (c.is_control() && c != '\n' && c != '\t') || bidi_control(c);
     if !text.chars().any(unsafe_char) {
         return Cow::Borrowed(text);
     }
@@ -32,6 +33,12 @@ pub fn untrusted(text: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// The embeddings, overrides and isolates of Unicode's bidirectional algorithm (U+202A–202E,
+/// U+2066–2069): printed, they reorder the text after them ("Trojan Source").
+fn bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// The answer as the server sent it, on one line (JSON strings never hold a raw newline).
@@ -163,10 +170,33 @@ pub fn approvals_table(list: &app::wire::Approvals) -> String {
     );
     for w in &list.approvals {
         out.push_str(&format!(
-            "\n{}\n  {}\n",
+            "\n{}\n{}\n",
             approval_line(&w.session_id, &w.run_id, &w.call),
-            snippet(&w.call.arguments.to_string())
+            arguments_shown(&w.call.arguments)
         ));
+    }
+    out
+}
+
+/// The most characters of a call's arguments the table shows (as the page's card does).
+const ARGS_SHOWN: usize = 4000;
+
+/// A waiting call's arguments as indented JSON, two spaces in: whole up to [`ARGS_SHOWN`]
+/// characters, else that many and how many are left out and how to read them all (what is
+/// shown is what runs: CONTRACT §8).
+fn arguments_shown(arguments: &Value) -> String {
+    let text = serde_json::to_string_pretty(arguments).unwrap_or_else(|_| arguments.to_string());
+    let n = text.chars().count();
+    let shown: String = text.chars().take(ARGS_SHOWN).collect();
+    let mut out: String = shown.lines().map(|l| format!("  {l}\n")).collect();
+    out.pop();
+    if n > ARGS_SHOWN {
+        let _ = write!(
+            out,
+            "\n  … {} more characters not shown ({n} in all): `mulligan approvals --json` \
+             prints every waiting call's arguments whole",
+            n - ARGS_SHOWN
+        );
     }
     out
 }
@@ -309,6 +339,40 @@ mod tests {
         // Escaping twice changes nothing more.
         let once = untrusted("a\x1b[31mb").into_owned();
         assert_eq!(untrusted(&once), once);
+    }
+
+    #[test]
+    fn bidi_overrides_are_shown_escaped() {
+        // "rm -rf /tmp/x" that reads as something else when the override is honoured.
+        let trojan = "{\"path\": \"/tmp/\u{202e}x/ \u{2066}safe\u{2069}\"}";
+        assert_eq!(
+            untrusted(trojan),
+            "{\"path\": \"/tmp/\\u{202e}x/ \\u{2066}safe\\u{2069}\"}"
+        );
+        assert!(
+            matches!(untrusted("שלום abc"), Cow::Borrowed(_)),
+            "RTL text itself stays"
+        );
+    }
+
+    #[test]
+    fn a_waiting_call_s_arguments_are_whole_or_say_what_is_left_out() {
+        let short = arguments_shown(&json!({"path": "/srv/a", "n": 1}));
+        assert_eq!(short, "  {\n    \"n\": 1,\n    \"path\": \"/srv/a\"\n  }");
+        let long = arguments_shown(&json!({"content": "x".repeat(10_000)}));
+        let n = serde_json::to_string_pretty(&json!({"content": "x".repeat(10_000)}))
+            .unwrap()
+            .chars()
+            .count();
+        assert!(
+            long.ends_with(&format!(
+                "… {} more characters not shown ({n} in all): `mulligan approvals --json` \
+                 prints every waiting call's arguments whole",
+                n - ARGS_SHOWN
+            )),
+            "{long}"
+        );
+        assert!(long.contains(&"x".repeat(3000)));
     }
 
     #[test]

@@ -270,11 +270,12 @@ impl RunTask {
                 }
             }
             self.announce(call);
+            // The server and tool it was recorded (and decided) with, never another found
+            // again by its sanitized name: names can collide after the 64-character cut.
             let name = model_name(&call.server, &call.tool);
             let found = offered
                 .iter()
                 .find(|o| o.server == call.server && o.tool() == call.tool)
-                .or_else(|| offered.iter().find(|o| o.model_name == name))
                 .cloned();
             let arguments = match &call.arguments {
                 Value::Object(map) => map.clone(),
