@@ -396,3 +396,72 @@ async fn models_the_catalogue_lacks_are_refused_with_what_to_write() {
     let plain = models.models.iter().find(|m| m.id == "b/plain").unwrap();
     assert!(!plain.tools);
 }
+
+/// A model that just failed a step is out for the next turn too (CONTRACT §7): with `a/big`
+/// answering 529 to everything, the first turn tries it three times and falls back; the
+/// next turns go straight to `b/small` until the outage's probe time, when one step probes
+/// `a/big` (failing: out for longer); once `a/big` answers again, a probe ends the outage
+/// and turns go to it first again.
+#[tokio::test]
+async fn a_model_that_failed_a_step_is_passed_over_until_one_step_probes_it() {
+    let (a, b) = (FakeProvider::start().await, FakeProvider::start().await);
+    let dir = temp_dir("fallback-outage");
+    let catalogue = json!({
+        "providers": {
+            "a": {"kind": "openai", "base_url": a.url, "models": [{"id": "big"}]},
+            "b": {"kind": "openai", "base_url": b.url, "models": [{"id": "small"}]},
+        },
+        "default_model": "a/big",
+        "fallbacks": {"a/big": ["b/small"]}
+    });
+    let mut c = config_with_catalogue(&dir, &a.url, &catalogue);
+    // The outage's probe backoff: 1.5 s, then 3 s.
+    c.tier2_base_ms = 1500;
+    let t = Two {
+        a,
+        b,
+        server: TestServer::start(c).await,
+    };
+    t.a.set_default(overloaded());
+    t.b.set_default(Script::reply(&["from b"]));
+    let first = turn(&t, json!({})).await;
+    let opened_at = std::time::Instant::now();
+    assert_eq!(first.run.status, RunStatus::Completed);
+    assert_eq!(t.a.seen().len(), 3, "Tier 1's three tries");
+
+    // Out for the next turn: straight to the fallback, no request to `a/big`.
+    let second = turn(&t, json!({})).await;
+    assert!(
+        opened_at.elapsed() < Duration::from_millis(800),
+        "within the rest"
+    );
+    assert_eq!(second.run.status, RunStatus::Completed);
+    assert_eq!(
+        t.a.seen().len(),
+        3,
+        "the second turn asked a/big: {:?}",
+        second.run.served
+    );
+    assert_eq!(second.run.served[0].model, "b/small");
+    assert_eq!(second.run.served[0].after[0].model, "a/big");
+
+    // Due: one step probes it (still failing: Tier 1's tries, then the fallback again).
+    tokio::time::sleep(Duration::from_millis(1600).saturating_sub(opened_at.elapsed())).await;
+    let probe = turn(&t, json!({})).await;
+    assert_eq!(probe.run.status, RunStatus::Completed);
+    assert_eq!(t.a.seen().len(), 6, "the probe's three tries");
+    let reprobed_at = std::time::Instant::now();
+    let rested = turn(&t, json!({})).await;
+    assert_eq!(rested.run.status, RunStatus::Completed);
+    assert_eq!(t.a.seen().len(), 6, "out again after the failed probe");
+
+    // `a/big` is back: the next probe finds it, and turns go to it first again.
+    t.a.set_default(Script::reply(&["from a"]));
+    tokio::time::sleep(Duration::from_millis(3100).saturating_sub(reprobed_at.elapsed())).await;
+    let back = turn(&t, json!({})).await;
+    assert_eq!(back.run.served[0].model, "a/big", "{:?}", back.run.served);
+    assert!(back.run.served[0].after.is_empty());
+    let after = turn(&t, json!({})).await;
+    assert_eq!(after.run.served[0].model, "a/big");
+    assert_eq!(t.a.seen().len(), 8);
+}

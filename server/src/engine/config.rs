@@ -55,6 +55,10 @@ impl EngineConfig {
                 max_run: Duration::from_millis(config.max_run_ms.max(1)),
                 max_steps: config.max_steps.max(1),
                 tool_timeout: Duration::from_millis(config.tool_timeout_ms.max(1)),
+                parking: crate::retry::parking::Parking {
+                    probe: tier2,
+                    release_per_s: config.release_per_s.max(1),
+                },
             },
         }
     }

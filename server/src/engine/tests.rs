@@ -84,6 +84,10 @@ async fn engine_at(background: app::wire::Backoff) -> (Engine, String) {
             max_run: Duration::from_secs(60),
             max_steps: 20,
             tool_timeout: Duration::from_secs(120),
+            parking: crate::retry::parking::Parking {
+                probe: background,
+                release_per_s: 2,
+            },
         },
     };
     let tools = crate::tools::Toolbox::new(crate::mcp_client::McpServers::empty(), vec![]);

@@ -132,6 +132,21 @@ impl Parking {
         }
     }
 
+    /// A step of `session` is about to reach the model at `now` while its outage is open
+    /// and due with nobody parked behind it: the step becomes its probe (the outage after),
+    /// so the model is tested by one step, not by every turn at once. `None`: the outage does
+    /// not let this step probe (not due, probed already, or its release is going).
+    pub fn claim_for_step(&self, outage: &Outage, session: &str, now: Millis) -> Option<Outage> {
+        if !outage.is_open() || outage.probe_session.is_some() || outage.next_probe_at > now {
+            return None;
+        }
+        Some(Outage {
+            probe_session: Some(session.to_string()),
+            next_probe_at: now.saturating_add(PROBE_DEADLINE_MS),
+            ..outage.clone()
+        })
+    }
+
     /// What the fire loop may do for the model's parked turns at `now`, and the outage after.
     pub fn claim(&self, outage: &Outage, session: &str, now: Millis) -> (Claim, Outage) {
         let mut next = outage.clone();
@@ -199,6 +214,14 @@ impl Outage {
     pub fn blocks(&self, session: &str, waiting: u32, now: Millis) -> bool {
         let probing = self.probe_session.is_some() && self.next_probe_at > now;
         self.is_open() && self.probe_session.as_deref() != Some(session) && (waiting > 0 || probing)
+    }
+
+    /// Whether the model rests at `now`: open, no probe in flight, its probe time not come.
+    /// A step that has a fallback after the model passes it over meanwhile (a model that
+    /// just failed a step is out for the next turn too), and once it is due the first such
+    /// step probes it ([`Parking::claim_for_step`]). A step with no fallback tries it.
+    pub fn resting(&self, now: Millis) -> bool {
+        self.is_open() && self.probe_session.is_none() && self.next_probe_at > now
     }
 }
 
@@ -378,5 +401,26 @@ mod tests {
         assert!(o.blocks("s2", 0, 2_000), "the probe is in flight");
         // Its instance died with it and nobody else waits: nobody is kept out for good.
         assert!(!o.blocks("s2", 0, 2_000 + PROBE_DEADLINE_MS));
+    }
+
+    #[test]
+    fn a_model_that_failed_a_step_rests_until_one_step_probes_it() {
+        // A step gave up on the model (a fallback took it): nobody is parked, yet it rests
+        // until its probe time.
+        let o = P.failed(None, of("s1", None), 0);
+        assert!(o.resting(1_999) && !o.blocks("s2", 0, 1_000));
+        assert_eq!(P.claim_for_step(&o, "s2", 1_999), None, "not due yet");
+        // Due: the first step to reach it probes; the others are kept out meanwhile.
+        assert!(!o.resting(2_000));
+        let probed = P.claim_for_step(&o, "s2", 2_000).expect("the step probes");
+        assert_eq!(probed.probe_session.as_deref(), Some("s2"));
+        assert!(!probed.blocks("s2", 0, 2_001) && probed.blocks("s3", 0, 2_001));
+        assert_eq!(P.claim_for_step(&probed, "s3", 2_001), None, "one probe");
+        // The probe fails: it rests again, for longer. It succeeds: over.
+        let failed = P.failed(Some(probed.clone()), of("s2", None), 2_100);
+        assert_eq!((failed.failures, failed.next_probe_at), (2, 6_100));
+        assert!(failed.resting(6_000));
+        let over = P.succeeded(probed, "s2", 2_100);
+        assert!(!over.is_open() && !over.resting(2_101) && !over.blocks("s3", 0, 2_101));
     }
 }

@@ -64,24 +64,37 @@ impl RunTask {
         catalogue.chain(&model, own.as_deref())
     }
 
-    /// The models of `chain` that are out (CONTRACT §7: an open outage with turns parked
-    /// behind its probe) and that this run is not the probe of, each as the error that
-    /// passes it over: its outage's class, askable again at its next probe.
-    async fn kept_out(&self, chain: &[ModelRef]) -> Vec<(String, ProviderError)> {
+    /// The models of `chain` that are out (CONTRACT §7: an open outage this run is not the
+    /// probe of, with turns parked behind it or its probe in flight; or, for a model with a
+    /// fallback after it, resting until its probe time), each as the error that passes it
+    /// over: its outage's class, askable again at its next probe. And the models with a
+    /// fallback whose outage is due for a probe (a step that reaches one claims it first).
+    async fn kept_out(&self, chain: &[ModelRef]) -> (Vec<(String, ProviderError)>, Vec<String>) {
         let outages = match self.ctx.store.outages().await {
             Ok(outages) => outages,
             Err(e) => {
                 // Not knowing costs a Tier 1 round on a model that is out, nothing worse.
                 tracing::warn!(error = %e, "cannot read the models' outages");
-                return Vec::new();
+                return (Vec::new(), Vec::new());
             }
         };
         let (session, now) = (self.run.session_id.as_str(), now_ms());
-        outages
+        let parking = self.ctx.cfg.parking;
+        let mut due = Vec::new();
+        let out = outages
             .into_iter()
-            .filter(|(o, waiting)| o.blocks(session, *waiting, now))
             .filter(|(o, _)| chain.iter().any(|m| m.id() == o.model))
-            .map(|(o, _)| {
+            .filter_map(|(o, waiting)| {
+                let fallback_after = chain.split_last().is_some_and(|(last, before)| {
+                    last.id() != o.model && before.iter().any(|m| m.id() == o.model)
+                });
+                let out = o.blocks(session, waiting, now) || (fallback_after && o.resting(now));
+                if !out {
+                    if fallback_after && parking.claim_for_step(&o, session, now).is_some() {
+                        due.push(o.model);
+                    }
+                    return None;
+                }
                 // While its probe is in flight the outage's time is the probe's deadline, not
                 // a time to try again: advising it would push the next probe that far once
                 // this failure parks behind the outage.
@@ -94,9 +107,10 @@ impl RunTask {
                     class: o.class,
                     until,
                 };
-                (o.model, err)
+                Some((o.model, err))
             })
-            .collect()
+            .collect();
+        (out, due)
     }
 
     /// Opens step `step` on the first model of the chain that takes it: a model that is out,
@@ -118,7 +132,7 @@ impl RunTask {
             earliest: None,
             free_now: false,
         };
-        let mut kept_out = self.kept_out(&chain).await;
+        let (mut kept_out, due) = self.kept_out(&chain).await;
         let mut out = |model: &ModelRef| {
             let i = kept_out.iter().position(|(m, _)| *m == model.id())?;
             Some(kept_out.swap_remove(i).1)
@@ -127,10 +141,11 @@ impl RunTask {
             let target = Target::in_chain(model, i, chain.len());
             let opened = match out(model) {
                 Some(err) => Err(err),
-                None => self.open_model(&request, step, model, target).await,
+                None => self.open_probing(&request, step, model, target, &due).await,
             };
             let err = match opened {
                 Ok(opened) => {
+                    self.model_answered(&model.id()).await;
                     self.served(step, model, after);
                     return Ok(opened);
                 }
@@ -140,6 +155,11 @@ impl RunTask {
             let cooling = matches!(err, ProviderError::CoolingDown { .. });
             if !(cooling || provider_unavailable(&class.retry_class)) {
                 return Err(failure.into_error(err));
+            }
+            if !cooling {
+                // Tier 1 gave up on it: out for the next turns too, not only this step.
+                self.model_gave_out(&model.id(), &class.retry_class, class.retry_after_until)
+                    .await;
             }
             tracing::info!(%model, next = %chain[i + 1], class = %class.retry_class, "the model could not take the step: falling back");
             after.push(FellBack {
@@ -151,15 +171,46 @@ impl RunTask {
         let target = Target::in_chain(last, before.len(), chain.len());
         let opened = match out(last) {
             Some(err) => Err(err),
-            None => self.open_model(&request, step, last, target).await,
+            None => self.open_probing(&request, step, last, target, &due).await,
         };
         match opened {
             Ok(opened) => {
+                self.model_answered(&last.id()).await;
                 self.served(step, last, after);
                 Ok(opened)
             }
-            Err(e) => Err(failure.into_error(e)),
+            Err(e) => {
+                // A probe this step claimed failed: the outage goes on, for longer.
+                if self.tally.probing.iter().any(|m| *m == last.id()) {
+                    let class = classify::classify(&e, false, now_ms());
+                    if provider_unavailable(&class.retry_class) {
+                        self.model_gave_out(
+                            &last.id(),
+                            &class.retry_class,
+                            class.retry_after_until,
+                        )
+                        .await;
+                    }
+                }
+                Err(failure.into_error(e))
+            }
         }
+    }
+
+    /// [`Self::open_model`], first claiming the probe of the model's outage when it is due
+    /// (`due`); passed over when another step claimed it first.
+    async fn open_probing(
+        &mut self,
+        request: &ChatRequest,
+        step: u32,
+        model: &ModelRef,
+        target: Target,
+        due: &[String],
+    ) -> Result<tier1::Opened, ProviderError> {
+        if due.iter().any(|m| *m == model.id()) {
+            self.claim_probe(&model.id()).await?;
+        }
+        self.open_model(request, step, model, target).await
     }
 
     /// Opens the step on `model` of the chain.

@@ -4,6 +4,7 @@ mod calls;
 mod compact;
 mod conversation;
 mod live;
+mod outages;
 mod prepare;
 mod saver;
 mod task;
@@ -63,6 +64,8 @@ pub struct RunConfig {
     pub max_steps: u32,
     /// One tool call's limit.
     pub tool_timeout: Duration,
+    /// How a model that is out is probed (CONTRACT §7).
+    pub parking: crate::retry::parking::Parking,
 }
 
 /// The built-in `mulligan` tools as a run's model calls them: through the session commands
@@ -102,6 +105,8 @@ struct Tally {
     calls: u32,
     /// Which model answered each step, and what it fell back from.
     served: Vec<app::wire::Served>,
+    /// The models whose outage the step being opened probes.
+    probing: Vec<String>,
 }
 
 /// How a run's stream ended, before it is recorded.
