@@ -1027,3 +1027,54 @@ async fn a_step_s_calls_are_asked_together_and_run_in_their_order_once_all_are_d
         .collect();
     assert_eq!(ids, ["a", "b", "c"]);
 }
+
+/// `GET /approvals` (CONTRACT §8) lists the waiting calls oldest first with their session,
+/// run and wait, a page at a time as `GET /sessions` does; bad paging is refused.
+#[tokio::test]
+async fn approvals_list_oldest_first_a_page_at_a_time() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-pages"), &fake.url)).await;
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let sid = server.create_session().await;
+        fake.push(Script::call(
+            "",
+            &format!("c{i}"),
+            "mulligan__rename_session",
+            json!({"title": format!("T{i}")}),
+        ));
+        let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+        waiting.push((sid, run, call));
+    }
+    let (status, first) = server.get("/approvals?limit=2").await;
+    assert_eq!(status, 200, "{first}");
+    let page = first["approvals"].as_array().unwrap();
+    assert_eq!(page.len(), 2, "{first}");
+    for (w, (sid, run, call)) in page.iter().zip(&waiting) {
+        assert_eq!(w["session_id"], sid.as_str());
+        assert_eq!(w["run_id"], run.as_str());
+        assert_eq!(w["call"]["id"], call.id.as_str());
+        assert_eq!(w["call"]["status"], "awaiting_approval");
+        assert_eq!(w["waiting_since"], call.approval.as_ref().unwrap().asked_at);
+    }
+    assert_eq!(first["next_before"], waiting[1].2.id.as_str());
+    let (status, second) = server
+        .get(&format!("/approvals?limit=2&before={}", waiting[1].2.id))
+        .await;
+    assert_eq!(status, 200, "{second}");
+    let page = second["approvals"].as_array().unwrap();
+    assert_eq!(page.len(), 1, "{second}");
+    assert_eq!(page[0]["call"]["id"], waiting[2].2.id.as_str());
+    assert!(second.get("next_before").is_none(), "{second}");
+    let (_, all) = server.get("/approvals").await;
+    assert_eq!(
+        all["approvals"].as_array().unwrap().len(),
+        3,
+        "100 by default"
+    );
+    for bad in ["limit=0", "limit=1001", "limit=two", "before=not%20an%20id"] {
+        let (status, body) = server.get(&format!("/approvals?{bad}")).await;
+        assert_eq!(status, 422, "{bad}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_request", "{bad}: {body}");
+    }
+}

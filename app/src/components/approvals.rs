@@ -1,11 +1,14 @@
 //! Every page's line about the tool calls waiting for the operator ("2 tool calls wait for
-//! your approval: …", with links to their sessions), from `GET /approvals`, and the tab's
-//! title counting them ("(2) … — Mulligan").
+//! your approval: …", with links to their sessions), from `GET /approvals` and kept by the
+//! open session's events, and the tab's title counting them ("(2) … — Mulligan").
 use super::use_sessions;
 use crate::api;
 use crate::client::fetch_json;
 use crate::nav::Page;
-use crate::wire::{Approvals as Answer, SessionId, SessionStatus, WaitingCall};
+use crate::wire::{
+    Approvals as Answer, Run, RunStatus, SessionId, SessionStatus, ToolCallEvent, ToolCallStatus,
+    WaitingCall,
+};
 use leptos::prelude::*;
 
 /// How often the line is looked at again while a call waits (the outage banners' pace).
@@ -15,16 +18,51 @@ const REFRESH_MS: u64 = 5000;
 #[derive(Clone, Copy)]
 pub struct Approvals {
     pub waiting: RwSignal<Vec<WaitingCall>>,
+    /// More calls wait than the first page the line reads (100: `GET /approvals`).
+    pub more: RwSignal<bool>,
     /// The page's own title (the open session's), which the count goes before.
     pub title: RwSignal<Option<String>>,
-    /// Bumped to look again at once (an event about a call, a run or a session).
-    asks: RwSignal<u64>,
 }
 
 impl Approvals {
-    /// Looks at the waiting calls again now.
-    pub fn refresh(&self) {
-        self.asks.try_update(|n| *n += 1);
+    /// Keeps the list as the open session's `tool_call` event says, without asking the
+    /// server: a call that starts waiting joins it, one decided or ended leaves it.
+    pub fn heard_call(&self, session_id: &SessionId, event: &ToolCallEvent) {
+        let call = &event.call;
+        let waits = call.status == ToolCallStatus::AwaitingApproval
+            && call.approval.as_ref().is_some_and(|a| a.decision.is_none());
+        let listed = self
+            .waiting
+            .with_untracked(|w| w.iter().position(|c| c.call.id == call.id));
+        match (listed, waits) {
+            (Some(i), true) => self.waiting.update(|w| w[i].call = call.clone()),
+            (Some(i), false) => self.waiting.update(|w| {
+                w.remove(i);
+            }),
+            (None, true) => self.waiting.update(|w| {
+                w.push(WaitingCall {
+                    session_id: session_id.clone(),
+                    run_id: event.run_id.clone(),
+                    waiting_since: call.approval.as_ref().map_or(0, |a| a.asked_at),
+                    call: call.clone(),
+                })
+            }),
+            (None, false) => {}
+        }
+    }
+
+    /// A `run` event of the open session: a run no longer waiting takes its calls off the
+    /// list (a cancel, a Regenerate, the last decision).
+    pub fn heard_run(&self, run: &Run) {
+        if run.status == RunStatus::AwaitingApproval {
+            return;
+        }
+        if self
+            .waiting
+            .with_untracked(|w| w.iter().any(|c| c.run_id == run.id))
+        {
+            self.waiting.update(|w| w.retain(|c| c.run_id != run.id));
+        }
     }
 
     /// The run of waiting call `call`, when the list has it.
@@ -46,8 +84,8 @@ impl Approvals {
 pub fn provide_approvals() {
     provide_context(Approvals {
         waiting: RwSignal::new(Vec::new()),
+        more: RwSignal::new(false),
         title: RwSignal::new(None),
-        asks: RwSignal::new(0),
     });
 }
 
@@ -64,11 +102,13 @@ pub fn titled(waiting: usize, title: Option<&str>) -> String {
     }
 }
 
-/// "1 tool call waits for your approval" / "2 tool calls wait for your approval".
-pub fn words(waiting: usize) -> String {
-    match waiting {
-        1 => "1 tool call waits for your approval".into(),
-        n => format!("{n} tool calls wait for your approval"),
+/// "1 tool call waits for your approval" / "2 tool calls wait for your approval"; `more`:
+/// the list is a first page, and more wait ("100 or more tool calls wait …").
+pub fn words(waiting: usize, more: bool) -> String {
+    match (waiting, more) {
+        (n, true) => format!("{n} or more tool calls wait for your approval"),
+        (1, false) => "1 tool call waits for your approval".into(),
+        (n, false) => format!("{n} tool calls wait for your approval"),
     }
 }
 
@@ -87,6 +127,7 @@ pub fn ApprovalsLine() -> impl IntoView {
             // A failed look keeps what shows: the next one tries again.
             if let Ok(a) = fetch_json::<Answer>(api::APPROVALS.method(), &url, None).await {
                 if looks.try_get_value() == Some(look) {
+                    approvals.more.try_set(a.next_before.is_some());
                     waiting.try_set(a.approvals);
                 }
             }
@@ -97,8 +138,10 @@ pub fn ApprovalsLine() -> impl IntoView {
         sessions
             .with_each(|s| (s.status == SessionStatus::AwaitingApproval).then(|| s.id.to_string()))
     });
+    // Looked at again when the list of sessions that ask changes (another session's call
+    // starts waiting or is decided) and while a call waits; the open session's own events
+    // keep it meanwhile ([`Approvals::heard_call`]), so no event costs a request.
     Effect::new(move |_| {
-        approvals.asks.track();
         asking.track();
         load();
     });
@@ -136,7 +179,7 @@ pub fn ApprovalsLine() -> impl IntoView {
             <Show when=move || waiting.with(|w| !w.is_empty())>
                 <div class="approvals" role="status" aria-label="Tool calls waiting">
                     <p class="approvals-line">
-                        <strong>{move || words(waiting.with(Vec::len))}</strong>
+                        <strong>{move || words(waiting.with(Vec::len), approvals.more.get())}</strong>
                         ": " {links}
                     </p>
                 </div>
@@ -155,7 +198,11 @@ mod tests {
         assert_eq!(titled(0, Some("fix it")), "fix it — Mulligan");
         assert_eq!(titled(2, Some("fix it")), "(2) fix it — Mulligan");
         assert_eq!(titled(1, None), "(1) Mulligan");
-        assert_eq!(words(1), "1 tool call waits for your approval");
-        assert_eq!(words(3), "3 tool calls wait for your approval");
+        assert_eq!(words(1, false), "1 tool call waits for your approval");
+        assert_eq!(words(3, false), "3 tool calls wait for your approval");
+        assert_eq!(
+            words(100, true),
+            "100 or more tool calls wait for your approval"
+        );
     }
 }

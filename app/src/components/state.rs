@@ -48,8 +48,7 @@ pub struct Chat {
     /// A word about what happened to the operator's last action ("Already retried in
     /// another tab — following the new run."), shown in the dock above the composer.
     pub notice: RwSignal<Option<String>>,
-    /// The page's list of calls waiting for the operator, looked at again on the events that
-    /// may change it.
+    /// The page's list of calls waiting for the operator, kept by this session's events.
     approvals: Option<super::approvals::Approvals>,
     /// Deltas heard since the last frame, applied together ([`Chat::flush_deltas`]).
     gathered: StoredValue<Vec<Delta>>,
@@ -231,8 +230,19 @@ impl Chat {
                 other
             }
         };
-        if let Some(a) = self.approvals.filter(|_| self.asks(&event)) {
-            a.refresh();
+        if let Some(a) = self.approvals {
+            match &event {
+                Event::ToolCall(t) if t.call.approval.is_some() => {
+                    if let Some(sid) = self
+                        .session
+                        .with_untracked(|s| s.as_ref().map(|s| s.id.clone()))
+                    {
+                        a.heard_call(&sid, t);
+                    }
+                }
+                Event::Run(r) => a.heard_run(r),
+                _ => {}
+            }
         }
         match event {
             Event::Message(m) => {
@@ -293,23 +303,6 @@ impl Chat {
                     s.update(|m| m.apply_tool_call(t.call));
                 }
             }
-        }
-    }
-
-    /// Whether `event` may change the calls waiting for the operator: a call's ask or its
-    /// decision, a run entering or leaving `awaiting_approval`, a session's new state.
-    fn asks(&self, event: &Event) -> bool {
-        match event {
-            Event::ToolCall(t) => t.call.approval.is_some(),
-            Event::Run(r) => {
-                r.status == RunStatus::AwaitingApproval
-                    || self.runs.with_untracked(|rs| {
-                        rs.iter()
-                            .any(|x| x.id == r.id && x.status == RunStatus::AwaitingApproval)
-                    })
-            }
-            Event::Session(_) => true,
-            _ => false,
         }
     }
 

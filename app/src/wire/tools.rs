@@ -232,12 +232,18 @@ pub struct WaitingCall {
     pub waiting_since: Millis,
 }
 
-/// `GET /approvals`: every call waiting, oldest first.
+/// `GET /approvals[?limit=&before=]`: the calls waiting, oldest first, a page at a time
+/// (100 by default, as `GET /sessions`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "openapi", derive(schemars::JsonSchema))]
 pub struct Approvals {
     pub approvals: Vec<WaitingCall>,
+    /// When more calls wait after this page: the `before` that asks for the next one (the
+    /// page's last call id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub next_before: Option<ToolCallId>,
 }
 
 /// A tool result longer than this is truncated, with a note saying so.

@@ -175,6 +175,14 @@ pub fn approvals_table(list: &app::wire::Approvals) -> String {
             arguments_shown(&w.call.arguments)
         ));
     }
+    if let Some(next) = &list.next_before {
+        let _ = write!(
+            out,
+            "\nMore calls wait than these {} (oldest first): decide these, or page on with \
+             GET /api/v1/approvals?before={next}",
+            list.approvals.len()
+        );
+    }
     out
 }
 

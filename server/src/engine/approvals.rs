@@ -14,7 +14,9 @@ use app::wire::{
 use std::time::Duration;
 
 /// The most waiting calls `GET /approvals` answers (oldest first).
-pub const MAX_APPROVALS_LISTED: i64 = 1000;
+pub const MAX_APPROVALS_LISTED: u64 = 1000;
+/// A page of `GET /approvals` when the client names no `limit` (as `GET /sessions`).
+pub const DEFAULT_APPROVALS_PAGE: u64 = 100;
 
 /// Approval waits' own state: how long a tool call waits for the operator's decision.
 pub(super) struct Waits {
@@ -244,13 +246,33 @@ impl Engine {
         );
     }
 
-    /// `GET /approvals`: every call waiting, oldest first.
-    pub async fn approvals(&self) -> Result<Approvals> {
+    /// `GET /approvals`: the calls waiting, oldest first, `limit` of them (1 to
+    /// [`MAX_APPROVALS_LISTED`], default [`DEFAULT_APPROVALS_PAGE`]) after call `before`
+    /// (the last of the previous page).
+    pub async fn approvals(
+        &self,
+        limit: Option<u64>,
+        before: Option<&ToolCallId>,
+    ) -> Result<Approvals> {
+        let limit = match limit {
+            None => DEFAULT_APPROVALS_PAGE,
+            Some(n) if (1..=MAX_APPROVALS_LISTED).contains(&n) => n,
+            Some(n) => {
+                return Err(Error::invalid(format!(
+                    "`limit` is {n}; use 1 to {MAX_APPROVALS_LISTED}"
+                )))
+            }
+        };
+        let asked = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+        let mut approvals = self.store().waiting_calls(None, before, asked).await?;
+        let more = approvals.len() > usize::try_from(limit).unwrap_or(usize::MAX);
+        approvals.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        let next_before = more
+            .then(|| approvals.last().map(|w| w.call.id.clone()))
+            .flatten();
         Ok(Approvals {
-            approvals: self
-                .store()
-                .waiting_calls(None, MAX_APPROVALS_LISTED)
-                .await?,
+            approvals,
+            next_before,
         })
     }
 
@@ -315,7 +337,7 @@ impl Engine {
     /// One pass of the approvals loop.
     pub(super) async fn approvals_pass(&self) -> Result<()> {
         let cutoff = self.approval_waits().cutoff(crate::clock::now_ms());
-        for w in self.store().waiting_calls(Some(cutoff), 100).await? {
+        for w in self.store().waiting_calls(Some(cutoff), None, 100).await? {
             let deciding = Deciding {
                 decision: Decision::TimedOut,
                 reason: None,

@@ -52,7 +52,7 @@ impl crate::tools::builtin::Commands for Engine {
         Engine::patch_session(self, session, patch).await
     }
     async fn approvals(&self) -> Result<app::wire::Approvals> {
-        Engine::approvals(self).await
+        Engine::approvals(self, None, None).await
     }
     async fn decide(
         &self,

@@ -38,7 +38,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::run::overlay_mirrored;
-pub use approvals::Deciding;
+pub use approvals::{Deciding, DEFAULT_APPROVALS_PAGE, MAX_APPROVALS_LISTED};
 pub use config::EngineConfig;
 pub use locks::{LOCK_WAIT, LOOP_LOCK_WAIT};
 

@@ -89,7 +89,12 @@ pub fn document() -> OpenApi {
     endpoint!(
         APPROVALS,
         200,
-        "Every tool call waiting for approval, oldest first (operator only)"
+        "The tool calls waiting for approval, oldest first, a page at a time (`next_before` asks for the next; operator only)",
+        ("limit", "How many, at most: 1 to 1000 (default 100)"),
+        (
+            "before",
+            "The next page: the previous page's `next_before` (its last call id)"
+        ),
     );
     endpoint!(
         PROVIDERS,

@@ -324,10 +324,12 @@ impl Store {
     }
 
     /// Every call waiting for a decision, oldest first (at most `limit`); with `asked_before`,
-    /// only those asked before then (the timeout's sweep).
+    /// only those asked before then (the timeout's sweep); with `after`, only those after that
+    /// call in this order (the next page).
     pub async fn waiting_calls(
         &self,
         asked_before: Option<i64>,
+        after: Option<&ToolCallId>,
         limit: i64,
     ) -> Result<Vec<WaitingCall>> {
         with_pool!(self, |pool| {
@@ -335,10 +337,13 @@ impl Store {
                 "SELECT * FROM tool_calls
                  WHERE status = 'awaiting_approval' AND decision IS NULL
                    AND (CAST($1 AS BIGINT) IS NULL OR asked_at < $1)
+                   AND (CAST($3 AS TEXT) IS NULL OR (asked_at, id) >
+                        ((SELECT asked_at FROM tool_calls WHERE id = $3), $3))
                  ORDER BY asked_at, id LIMIT $2",
             )
             .bind(asked_before)
             .bind(limit)
+            .bind(after.map(ToolCallId::as_str))
             .fetch_all(pool)
             .await?;
             Ok(rows
