@@ -694,7 +694,11 @@ async fn a_crash_while_waiting_leaves_it_waiting_and_allow_runs_it_once() {
     let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
     crashable.crash();
 
-    let server = TestServer::start(config(&dir, &fake.url)).await;
+    let mut c = config(&dir, &fake.url);
+    // The reconciler looks every 50 ms: it has looked several times before the decision.
+    c.reconcile_ms = 50;
+    let server = TestServer::start(c).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     // Never reconciled as interrupted: it still waits, on the new process.
     let waiting = server.run(&run).await;
     assert_eq!(waiting.status, RunStatus::AwaitingApproval, "{waiting:#?}");
@@ -1076,5 +1080,112 @@ async fn approvals_list_oldest_first_a_page_at_a_time() {
         let (status, body) = server.get(&format!("/approvals?{bad}")).await;
         assert_eq!(status, 422, "{bad}: {body}");
         assert_eq!(body["error"]["code"], "invalid_request", "{bad}: {body}");
+    }
+}
+
+/// "Always deny" (`reject_always`) is remembered: the model reads the refusal, and the next
+/// call of that tool in the session is denied without asking, the model told so.
+#[tokio::test]
+async fn always_deny_refuses_the_next_call_unasked_and_the_model_is_told() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-never"), &fake.url)).await;
+    let sid = server.create_session().await;
+    renames(&fake, "c1", "One", &["Understood."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    let (status, body) = decide(
+        &server,
+        &run,
+        &call.id,
+        json!({"decision": "reject_always", "reason": "keep the title"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.wait_run_end(&run).await.status, RunStatus::Completed);
+    let told = last_request(&fake);
+    let refusal = told
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .expect("the model reads the refusal");
+    assert!(
+        refusal["content"]
+            .as_str()
+            .unwrap()
+            .contains("keep the title"),
+        "{refusal}"
+    );
+    let grants = server.detail(&sid).await.session.tool_grants;
+    assert_eq!(grants.len(), 1, "{grants:?}");
+    assert_eq!(grants[0].decision.as_str(), "reject");
+
+    // The next call is denied unasked: nothing waits, nothing ran, the model is told.
+    renames(&fake, "c2", "Two", &["Fine."]);
+    let sent = server.send(&sid, "rename yourself again").await;
+    let ended = server.wait_run_end(&sent.run_id).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!(ended.tools_executed, 0);
+    let calls = calls_of(&server, &sid, &sent.run_id).await;
+    assert_eq!(calls[0].status, ToolCallStatus::Denied, "{calls:#?}");
+    assert!(calls[0].approval.is_none(), "it was never asked");
+    let told = last_request(&fake);
+    let refusal = told.iter().find(|m| m["role"] == "tool").unwrap();
+    assert!(
+        refusal["content"].as_str().unwrap().contains("declined"),
+        "{refusal}"
+    );
+    assert_eq!(title(&server, &sid).await, "test");
+}
+
+/// Sixteen decisions on one waiting call at once, five times over: exactly one is 200, the
+/// others 409 `approval.decided` carrying the decision that was taken, and the call runs once.
+/// A 2,000-character reason is taken whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_decisions_at_once_take_exactly_one() {
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-16"), &fake.url)).await;
+    let reason = "r".repeat(2000);
+    for round in 0..5 {
+        let sid = server.create_session().await;
+        renames(&fake, &format!("c{round}"), "Once", &["Done."]);
+        let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+        let path = format!("/runs/{run}/tool_calls/{}/decision", call.id);
+        let answers = futures::future::join_all((0..16).map(|i| {
+            let body = if i % 2 == 0 {
+                json!({"decision": "allow_once"})
+            } else {
+                json!({"decision": "reject_once", "reason": reason})
+            };
+            server.post(&path, body)
+        }))
+        .await;
+        let taken: Vec<&Value> = answers
+            .iter()
+            .filter(|(s, _)| *s == 200)
+            .map(|(_, b)| b)
+            .collect();
+        assert_eq!(taken.len(), 1, "round {round}: {answers:?}");
+        let decision = taken[0]["call"]["approval"]["decision"].clone();
+        for (status, body) in answers.iter().filter(|(s, _)| *s != 200) {
+            assert_eq!(*status, 409, "{body}");
+            assert_eq!(body["error"]["code"], "approval.decided", "{body}");
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains(decision.as_str().unwrap()),
+                "the refusal names the decision taken ({decision}): {body}"
+            );
+        }
+        let ended = server.wait_run_end(&run).await;
+        assert_eq!(ended.status, RunStatus::Completed);
+        let allowed = decision == "allow_once";
+        assert_eq!(ended.tools_executed, u32::from(allowed), "round {round}");
+        if !allowed {
+            let calls = calls_of(&server, &sid, &run).await;
+            assert_eq!(
+                calls[0].approval.as_ref().and_then(|a| a.reason.clone()),
+                Some(reason.clone()),
+                "the 2,000-character reason is kept whole"
+            );
+        }
     }
 }
