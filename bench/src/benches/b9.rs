@@ -86,18 +86,33 @@ async fn once(
         Some(grew <= RSS_BUDGET_KB && held.1 <= idle.1 && held.2 <= idle.2),
     );
 
-    // A restart with every run waiting: all still wait.
+    // A restart with every run waiting: all still wait, read once the server answers (not
+    // waited for), each run `awaiting_approval`.
     let server = server.restart(&fake.url, &extra).await?;
-    let after = until_waiting(&server, n).await?;
+    let after = waiting_now(&server).await?;
+    let mut still = 0;
+    for w in &after.approvals {
+        let v = server.get(&api::RUN.url(&[w.run_id.as_str()])).await?;
+        let d: RunDetail = serde_json::from_value(v).map_err(|e| format!("run: {e}"))?;
+        still += usize::from(d.run.status == RunStatus::AwaitingApproval);
+    }
     t.row(
         &bench,
-        "waiting before · after a restart",
+        "waiting before · after a restart (runs still waiting)",
         String::new(),
-        format!("{} · {}", waiting.approvals.len(), after.approvals.len()),
+        format!("{} · {} ({still})", waiting.approvals.len(), after.approvals.len()),
         String::new(),
-        &format!("{n} · {n}"),
-        Some(waiting.approvals.len() == n && after.approvals.len() == n),
+        &format!("{n} · {n} ({n})"),
+        Some(waiting.approvals.len() == n && after.approvals.len() == n && still == n),
     );
+    // Correctness, judged in `--smoke` too: a restart that lost or ended a wait fails B9.
+    if after.approvals.len() != n || still != n {
+        return Err(format!(
+            "after a restart {} of {n} calls wait and {still} runs are awaiting_approval",
+            after.approvals.len()
+        ));
+    }
+    let asked_before = fake.requests(&model);
 
     // Each decided: from the decision sent to the call's start recorded (just before the
     // tool is sent), on the one clock of this machine.
@@ -126,8 +141,17 @@ async fn once(
         }
         let call = detail.tool_calls.first().ok_or("no tool call")?;
         latencies.push(call.started_at.saturating_sub(*at).max(0));
-        ran_once += usize::from(detail.run.tools_executed == 1);
+        // Once: one call recorded, sent once, ended ok; one step after it.
+        ran_once += usize::from(
+            detail.tool_calls.len() == 1
+                && call.status == app::wire::ToolCallStatus::Ok
+                && detail.run.tools_executed == 1
+                && detail.run.steps == 2,
+        );
     }
+    // Each turn went on with exactly one request after its call: none sent twice.
+    let went_on = fake.requests(&model).saturating_sub(asked_before);
+    let ran_once = if went_on == n as u64 { ran_once } else { 0 };
     let p50 = percentile(&mut latencies, 50.0).unwrap_or(0);
     let p99 = percentile(&mut latencies, 99.0).unwrap_or(0);
     t.row(
@@ -135,11 +159,16 @@ async fn once(
         "decision → the call sent, p50 · p99 (after the restart)",
         String::new(),
         format!("{p50} ms · {p99} ms"),
-        format!("{ran_once} of {n} ran once"),
+        format!("{ran_once} of {n} ran once ({went_on} requests after)"),
         "p99 ≤ 50 ms; each once",
         Some(p99 <= 50 && ran_once == n),
     );
     server.stop().await;
+    if ran_once != n {
+        return Err(format!(
+            "{ran_once} of {n} decided calls ran once ({went_on} provider requests after them)"
+        ));
+    }
     Ok(())
 }
 
@@ -168,12 +197,30 @@ async fn until_ended(server: &Server, rid: &str, deadline: Instant) -> R<RunDeta
     }
 }
 
+/// Every call waiting for a decision now, all of `GET /approvals`' pages.
+async fn waiting_now(server: &Server) -> R<Approvals> {
+    let mut all = Approvals::default();
+    let mut before: Option<String> = None;
+    loop {
+        let mut url = format!("{}?limit=1000", api::APPROVALS.url(&[]));
+        if let Some(b) = &before {
+            url.push_str(&format!("&before={b}"));
+        }
+        let v = server.get(&url).await?;
+        let page: Approvals = serde_json::from_value(v).map_err(|e| format!("approvals: {e}"))?;
+        all.approvals.extend(page.approvals);
+        match page.next_before {
+            Some(next) => before = Some(next.to_string()),
+            None => return Ok(all),
+        }
+    }
+}
+
 /// Waits until `n` calls wait for a decision; answers them.
 async fn until_waiting(server: &Server, n: usize) -> R<Approvals> {
     let deadline = Instant::now() + Duration::from_secs(60 + n as u64 / 10);
     loop {
-        let v = server.get(&api::APPROVALS.url(&[])).await?;
-        let list: Approvals = serde_json::from_value(v).map_err(|e| format!("approvals: {e}"))?;
+        let list = waiting_now(server).await?;
         if list.approvals.len() >= n {
             return Ok(list);
         }
