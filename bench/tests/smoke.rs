@@ -16,7 +16,17 @@ fn every_benchmark_once_at_small_size() {
         "mulligan-bench --smoke failed ({}):\n{stdout}\n{stderr}",
         out.status
     );
-    for b in ["B1", "B2", "B3", "B4", "B5", "B6", "B8 parked", "B9 approvals", "B10 parse"] {
+    for b in [
+        "B1",
+        "B2",
+        "B3",
+        "B4",
+        "B5",
+        "B6",
+        "B8 parked",
+        "B9 approvals",
+        "B10 parse",
+    ] {
         assert!(stdout.contains(b), "{b} missing from the table:\n{stdout}");
     }
 }

@@ -100,7 +100,11 @@ async fn once(
         &bench,
         "waiting before · after a restart (runs still waiting)",
         String::new(),
-        format!("{} · {} ({still})", waiting.approvals.len(), after.approvals.len()),
+        format!(
+            "{} · {} ({still})",
+            waiting.approvals.len(),
+            after.approvals.len()
+        ),
         String::new(),
         &format!("{n} · {n} ({n})"),
         Some(waiting.approvals.len() == n && after.approvals.len() == n && still == n),
