@@ -17,7 +17,7 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    /// The database's answer: checked now when the last check is older than [`KEPT_FOR`]
+    /// The database's answer: checked now when the last check is older than `KEPT_FOR`
     /// (probes meanwhile wait for that one check and share its answer), else the last one.
     pub async fn check(&self, store: &Store) -> Result<(), Error> {
         let mut last = self.last.lock().await;
