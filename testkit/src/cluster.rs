@@ -6,9 +6,10 @@ use std::process::Command;
 /// Where Debian keeps the PostgreSQL 15 server binaries.
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 
+/// A cluster listening on a Unix socket in its own directory only: no TCP port to pick, so
+/// none another process can take between two starts.
 pub struct Cluster {
     dir: PathBuf,
-    pub port: u16,
 }
 
 /// Why a cluster of the test's own cannot run here (`None`: it can).
@@ -39,16 +40,12 @@ fn as_postgres(args: &[&str]) -> std::process::Output {
 }
 
 impl Cluster {
-    /// Makes and starts a cluster on a free port (trust auth for the `postgres` user).
+    /// Makes and starts a cluster on its own socket (trust auth for the `postgres` user).
     pub fn start(tag: &str) -> Cluster {
         if let Some(why) = cluster_unavailable() {
             panic!("a PostgreSQL cluster of the test's own cannot run here: {why}");
         }
         let dir = crate::temp_dir(&format!("pg-{tag}"));
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
         let chown = Command::new("chown")
             .args(["-R", "postgres:postgres"])
             .arg(&dir)
@@ -65,22 +62,24 @@ impl Cluster {
             "-D",
             data.to_str().unwrap(),
         ]);
-        let cluster = Cluster { dir, port };
+        let cluster = Cluster { dir };
         cluster.up();
         cluster
     }
 
-    /// The cluster's database URL.
+    /// The cluster's database URL: its socket, in its directory.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        format!(
+            "postgres://postgres@localhost/postgres?host={}",
+            self.dir.display()
+        )
     }
 
     /// Starts the (stopped) cluster and waits until it takes connections.
     pub fn up(&self) {
         let data = self.dir.join("data");
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            self.port,
+            "-k {} -c listen_addresses='' -c fsync=off",
             self.dir.display()
         );
         as_postgres(&[
