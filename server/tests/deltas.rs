@@ -93,6 +93,22 @@ async fn a_token_a_millisecond_goes_out_as_a_delta_a_window() {
         "{} deltas for 300 tokens a millisecond apart",
         deltas.len()
     );
+    // No text is held past its window: the longest gap between two deltas is about a
+    // window (33 ms; 99 ms once text is seen to come fast), far from the stream's length.
+    let gap = largest_gap(&deltas);
+    assert!(
+        gap <= Duration::from_millis(200),
+        "a gap of {gap:?} between deltas"
+    );
+}
+
+/// The longest time between two deltas heard one after the other.
+fn largest_gap(heard: &[Heard]) -> Duration {
+    heard
+        .windows(2)
+        .map(|w| w[1].at.duration_since(w[0].at))
+        .max()
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -122,6 +138,12 @@ async fn text_faster_than_it_is_read_goes_out_every_three_windows() {
         heard.len() as u128 <= allowed,
         "{} deltas in {lasted} ms of fast text (at most {allowed})",
         heard.len()
+    );
+    // Held at most three windows (99 ms) while fast, never the whole stream (≥ 1 s).
+    let gap = largest_gap(&heard);
+    assert!(
+        gap <= Duration::from_millis(300),
+        "a gap of {gap:?} between deltas"
     );
 }
 

@@ -193,12 +193,23 @@ async fn the_first_html_holds_the_list_and_the_open_session() {
     assert_eq!(status, 200);
     let shown = visible(&html);
     assert!(shown.contains("Not signed in"), "{shown}");
-    assert!(!shown.contains("rendered 0"), "{shown}");
-    assert!(!shown.contains("a question for the page"), "{shown}");
-    assert!(
-        !html.contains("a question for the page"),
-        "nor in the page's data"
-    );
+    // Nothing of the operator's anywhere in the HTML, shown or in the page's data: no
+    // title, prompt, reply, agent token hash or the operator's token.
+    for i in 0..titles.len() {
+        assert!(!html.contains(&format!("rendered {i}")), "a title: {html}");
+    }
+    for theirs in [
+        "a question for the page",
+        "the server wrote this reply",
+        "wrote this reply",
+        server.token.as_str(),
+    ] {
+        assert!(
+            !html.contains(theirs),
+            "{theirs:?} is in the signed-out page: {html}"
+        );
+    }
+    assert!(!html.contains("agent_token"), "{html}");
 
     // A session that is not there says so, in the page.
     let (_, html) = page(&server, "/s/s_0000", true).await;
