@@ -845,11 +845,18 @@ async fn nothing_reaches_a_real_tool_server_before_allow() {
     std::fs::create_dir_all(&files).unwrap();
     let files = files.canonicalize().unwrap();
     let mcp = dir.join("mcp.json");
+    // Everything Mulligan sends the server, recorded on its way in.
+    let sent_log = dir.join("to-server.jsonl");
+    let script = format!(
+        "tee -a '{}' | exec '{}' '{}'",
+        sent_log.display(),
+        common::node_bin("mcp-server-filesystem").display(),
+        files.display()
+    );
     // The default policy: `writes` (read-only tools run, the rest ask).
     std::fs::write(
         &mcp,
-        json!({"mcpServers": {"fs": {"command": common::node_bin("mcp-server-filesystem"), "args": [&files]}}})
-            .to_string(),
+        json!({"mcpServers": {"fs": {"command": "sh", "args": ["-c", script]}}}).to_string(),
     )
     .unwrap();
     let mut c = config(&dir, &fake.url);
@@ -886,16 +893,24 @@ async fn nothing_reaches_a_real_tool_server_before_allow() {
     assert_eq!(calls[0].tool, "list_directory");
     assert_eq!(calls[0].status, ToolCallStatus::Ok);
     assert!(calls[0].approval.is_none());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The server heard the listing (the recorder works), and nothing of the write.
+    let heard = std::fs::read_to_string(&sent_log).unwrap_or_default();
+    assert!(heard.contains("list_directory"), "{heard}");
     assert!(
-        !target.exists(),
-        "the write reached the server before Allow"
+        !heard.contains("write_file") && !target.exists(),
+        "the write reached the server before Allow: {heard}"
     );
     let (status, _) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
     assert_eq!(status, 200);
     let ended = server.wait_run_end(&run).await;
     assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "hello");
+    let heard = std::fs::read_to_string(&sent_log).unwrap();
+    let writes = heard
+        .lines()
+        .filter(|l| l.contains("tools/call") && l.contains("write_file"))
+        .count();
+    assert_eq!(writes, 1, "the write was sent once: {heard}");
     let code = ErrorCode::ApprovalDecided;
     let (status, body) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
     assert_eq!(
@@ -1188,4 +1203,205 @@ async fn sixteen_decisions_at_once_take_exactly_one() {
             );
         }
     }
+}
+
+/// The wait's events on SSE (CONTRACT §8): a `tool_call` when the call starts waiting and
+/// when it is decided, a `run` as the run enters and leaves `awaiting_approval`, a `session`
+/// saying it needs approval.
+#[tokio::test]
+async fn the_wait_and_its_decision_are_events() {
+    use app::wire::Event;
+    let fake = FakeProvider::start().await;
+    let server = TestServer::start(config(&temp_dir("approve-events"), &fake.url)).await;
+    let sid = server.create_session().await;
+    let mut sse = server.events(&sid, None).await;
+    renames(&fake, "c1", "Evented", &["Done."]);
+    let sent = server.send(&sid, "rename yourself").await;
+    let within = Duration::from_secs(10);
+    let (mut asked, mut parked, mut needs) = (None, false, false);
+    sse.until(within, |e| {
+        match e {
+            Event::ToolCall(t) if t.call.status == ToolCallStatus::AwaitingApproval => {
+                asked = Some(t.call.clone())
+            }
+            Event::Run(r) if r.status == RunStatus::AwaitingApproval => parked = true,
+            Event::Session(s) if s.status == SessionStatus::AwaitingApproval => needs = true,
+            _ => {}
+        }
+        asked.is_some() && parked && needs
+    })
+    .await;
+    let asked = asked.unwrap();
+    assert!(asked
+        .approval
+        .as_ref()
+        .is_some_and(|a| a.decision.is_none()));
+    let (status, _) = decide(
+        &server,
+        &sent.run_id,
+        &asked.id,
+        json!({"decision": "allow_once"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (mut decided, mut resumed) = (false, false);
+    sse.until(within, |e| {
+        match e {
+            Event::ToolCall(t) if t.call.id == asked.id => {
+                decided |= t
+                    .call
+                    .approval
+                    .as_ref()
+                    .is_some_and(|a| a.decision == Some(Decision::AllowOnce));
+            }
+            Event::Run(r) if r.id == sent.run_id && r.status == RunStatus::Running => {
+                resumed = true
+            }
+            _ => {}
+        }
+        decided && resumed
+    })
+    .await;
+    assert_eq!(
+        server.wait_run_end(&sent.run_id).await.status,
+        RunStatus::Completed
+    );
+}
+
+/// Waiting is not run time (`MULLIGAN_MAX_RUN_MS` does not count it), and neither Tier 2's
+/// nor a background retry arms on a waiting run: it is not a failure (CONTRACT §8).
+#[tokio::test]
+async fn a_wait_is_not_run_time_and_no_retry_arms_on_it() {
+    let fake = FakeProvider::start().await;
+    let mut c = config(&temp_dir("approve-max-run"), &fake.url);
+    c.max_run_ms = 1500;
+    let server = TestServer::start(c).await;
+    let (status, created) = server
+        .post(
+            "/sessions",
+            json!({"title": "test", "auto_retry": "background"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let sid = created["id"].as_str().unwrap().to_string();
+    renames(&fake, "c1", "Slow", &["Done."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    // Longer than the run's limit, waiting.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let detail = server.detail(&sid).await;
+    assert_eq!(server.run(&run).await.status, RunStatus::AwaitingApproval);
+    assert!(
+        detail.session.waiting_retry.is_none(),
+        "{:?}",
+        detail.session
+    );
+    let (status, _) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
+    assert_eq!(status, 200);
+    let ended = server.wait_run_end(&run).await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    assert_eq!(title(&server, &sid).await, "Slow");
+}
+
+/// A wait times out at its bound and not before, also across a restart: the call is
+/// `timed_out` (a rejection the model reads) by the next process, once its time came.
+#[tokio::test]
+async fn a_wait_times_out_at_its_bound_across_a_restart() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("approve-timeout-restart");
+    let mut c = config(&dir, &fake.url);
+    c.approval_timeout_ms = 3000;
+    let mut server = TestServer::start(c.clone()).await;
+    let sid = server.create_session().await;
+    renames(&fake, "c1", "Late", &["Noted."]);
+    let (run, call) = until_waiting(&server, &sid, "rename yourself").await;
+    let asked_at = call.approval.as_ref().unwrap().asked_at;
+    server.stop().await;
+    let server = TestServer::start(c).await;
+    // Well before the bound (3 s from the ask) it still waits.
+    let early =
+        Duration::from_millis(u64::try_from((asked_at + 1500 - common::now_ms()).max(0)).unwrap());
+    tokio::time::sleep(early).await;
+    assert_eq!(
+        server.run(&run).await.status,
+        RunStatus::AwaitingApproval,
+        "timed out before its bound"
+    );
+    let ended = server.wait_run_end(&run).await;
+    assert!(
+        common::now_ms() >= asked_at + 3000,
+        "ended before the bound"
+    );
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:#?}");
+    let calls = calls_of(&server, &sid, &run).await;
+    assert_eq!(
+        calls[0].approval.as_ref().and_then(|a| a.decision),
+        Some(Decision::TimedOut)
+    );
+    assert_eq!(title(&server, &sid).await, "test");
+}
+
+/// A tool source's `"approval"` and `"approval_tools"` from a real `mcpServers` file
+/// (CONTRACT §8): `always` makes even a read-only tool ask; a tool set to `never` runs
+/// unasked.
+#[tokio::test]
+async fn a_source_s_approval_and_approval_tools_come_from_its_config_file() {
+    let fake = FakeProvider::start().await;
+    let dir = temp_dir("approve-config");
+    let mcp = dir.join("mcp.json");
+    std::fs::write(
+        &mcp,
+        json!({"mcpServers": {"every": {
+            "command": common::node_bin("mcp-server-everything"),
+            "approval": "always",
+            "approval_tools": {"get-sum": "never"},
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let mut c = config(&dir, &fake.url);
+    c.mcp_config = Some(mcp);
+    let server = TestServer::start(c).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, tools) = server.get("/tools").await;
+        let ready = tools["servers"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["name"] == "every" && s["status"] == "ready")
+        });
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "every never became ready: {tools}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sid = server.create_session().await;
+    fake.push(Script::call(
+        "",
+        "s1",
+        "every__get-sum",
+        json!({"a": 2, "b": 3}),
+    ));
+    fake.push(Script::call(
+        "",
+        "e1",
+        "every__echo",
+        json!({"message": "hi"}),
+    ));
+    fake.push(Script::reply(&["Done."]));
+    let (run, call) = until_waiting(&server, &sid, "add, then echo").await;
+    let calls = calls_of(&server, &sid, &run).await;
+    assert_eq!(calls[0].tool, "get-sum");
+    assert_eq!(
+        calls[0].status,
+        ToolCallStatus::Ok,
+        "`never`: it ran unasked"
+    );
+    assert!(calls[0].approval.is_none());
+    assert_eq!(call.tool, "echo", "`always`: even a read-only echo asks");
+    let (status, _) = decide(&server, &run, &call.id, json!({"decision": "allow_once"})).await;
+    assert_eq!(status, 200);
+    assert_eq!(server.wait_run_end(&run).await.status, RunStatus::Completed);
 }
