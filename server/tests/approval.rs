@@ -333,6 +333,40 @@ async fn an_agent_token_never_decides() {
         calls[0].approval.as_ref().and_then(|a| a.by),
         Some(app::wire::DecidedBy::Mcp)
     );
+
+    // Nor on a call of one of its descendants, whose sessions its token otherwise acts on
+    // (scripted once the parent's turn took its own answer from the fake).
+    let (status, child) = server
+        .post("/sessions", json!({"title": "child", "parent_id": sid}))
+        .await;
+    assert_eq!(status, 201, "{child}");
+    let child = child["id"].as_str().unwrap().to_string();
+    renames(&fake, "call_c", "Child renamed", &["Done."]);
+    let (child_run, child_call) = until_waiting(&server, &child, "rename yourself").await;
+    let r = http
+        .post(server.url(&format!(
+            "/runs/{child_run}/tool_calls/{}/decision",
+            child_call.id
+        )))
+        .bearer_auth(&agent)
+        .json(&json!({"decision": "allow_once"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        403,
+        "a parent's agent decided its child's call"
+    );
+    let child_args =
+        json!({"run": child_run, "call": child_call.id.as_str(), "decision": "allow_once"});
+    let answer: Value = mcp(&agent, child_args).await.unwrap().json().await.unwrap();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(
+        server.run(&child_run).await.status,
+        RunStatus::AwaitingApproval,
+        "the child's call still waits"
+    );
 }
 
 #[tokio::test]
