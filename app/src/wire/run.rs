@@ -66,6 +66,10 @@ words! {
         InvalidRequest = "invalid_request",
         MaxSteps = "max_steps",
         ReplyTooLarge = "reply_too_large",
+        /// An ACP agent's process exited mid-turn (CONTRACT §9).
+        AgentExited = "agent_exited",
+        /// An ACP agent failed the turn for a reason of its own (CONTRACT §9).
+        AgentError = "agent_error",
     }
 }
 
@@ -83,6 +87,7 @@ impl RetryClass {
                 | RetryClass::Interrupted
                 | RetryClass::Timeout
                 | RetryClass::Internal
+                | RetryClass::AgentExited
         )
     }
 }

@@ -132,6 +132,13 @@ pub enum ProviderError {
     /// Not sent: a provider-wide cooldown holds this provider, endpoint, key and model until
     /// `until` (epoch ms); `class` is the class of the answer that advised the wait.
     CoolingDown { class: RetryClass, until: i64 },
+    /// An ACP agent failed the turn (CONTRACT §9), classified from what it sent
+    /// ([`crate::retry::agent_failure`]); `message` is the agent's own text.
+    Agent {
+        class: RetryClass,
+        message: String,
+        retry_after: Option<RetryAfter>,
+    },
 }
 
 /// A provider's advised wait.
@@ -190,6 +197,15 @@ impl ProviderError {
             ProviderError::Protocol { message } => ProviderError::Protocol {
                 message: clean(message),
             },
+            ProviderError::Agent {
+                class,
+                message,
+                retry_after,
+            } => ProviderError::Agent {
+                class,
+                message: clean(message),
+                retry_after,
+            },
             e @ (ProviderError::Stalled { .. }
             | ProviderError::NoCredentials
             | ProviderError::CoolingDown { .. }) => e,
@@ -224,6 +240,7 @@ impl std::fmt::Display for ProviderError {
                 write!(f, "the provider broke the stream protocol: {message}")
             }
             ProviderError::NoCredentials => write!(f, "no API key is configured for this provider"),
+            ProviderError::Agent { message, .. } => write!(f, "{message}"),
             ProviderError::CoolingDown { class, until } => {
                 write!(
                     f,

@@ -27,6 +27,7 @@ pub fn classify(err: &ProviderError, after_first_delta: bool, now_ms: i64) -> Re
         // A run a cooldown stopped fails as the answer that started the cooldown did.
         ProviderError::CoolingDown { class, .. } => class.clone(),
         ProviderError::NoCredentials => RetryClass::CredentialsUnresolved,
+        ProviderError::Agent { class, .. } => class.clone(),
         ProviderError::Transport { .. } if after_first_delta => RetryClass::StreamInterrupted,
         ProviderError::Transport { .. } => RetryClass::Network,
         ProviderError::StreamCut { .. } | ProviderError::Stalled { .. } => {
@@ -50,6 +51,10 @@ pub fn classify(err: &ProviderError, after_first_delta: bool, now_ms: i64) -> Re
     };
     let wait = match err {
         ProviderError::Status {
+            retry_after: Some(a),
+            ..
+        } if name.is_retryable() => Some(until(*a, now_ms)),
+        ProviderError::Agent {
             retry_after: Some(a),
             ..
         } if name.is_retryable() => Some(until(*a, now_ms)),

@@ -330,6 +330,8 @@ pub fn describe(class: &RetryClass) -> &'static str {
         RetryClass::InvalidRequest => "The provider refused the request.",
         RetryClass::MaxSteps => "The turn reached its step limit.",
         RetryClass::ReplyTooLarge => "The reply grew too large.",
+        RetryClass::AgentExited => "The agent's process exited mid-turn.",
+        RetryClass::AgentError => "The agent failed this turn.",
         _ => "The reply failed.",
     }
 }
@@ -353,6 +355,8 @@ pub fn label(class: &RetryClass) -> &'static str {
         RetryClass::InvalidRequest => "Request refused",
         RetryClass::MaxSteps => "Step limit reached",
         RetryClass::ReplyTooLarge => "Reply too large",
+        RetryClass::AgentExited => "Agent exited",
+        RetryClass::AgentError => "Agent error",
         _ => "Failed",
     }
 }
