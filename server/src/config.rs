@@ -139,6 +139,12 @@ pub struct Config {
         default_value_t = 86_400_000
     )]
     pub approval_timeout_ms: u64,
+    /// ACP agent processes running at once (CONTRACT §9); the longest idle stops to make room.
+    #[arg(long, env = "MULLIGAN_ACP_MAX_PROCESSES", default_value_t = 8)]
+    pub acp_max_processes: usize,
+    /// An ACP agent process idle this long is stopped (the next turn starts it again).
+    #[arg(long, env = "MULLIGAN_ACP_IDLE_MS", default_value_t = 600_000)]
+    pub acp_idle_ms: u64,
     /// Milliseconds between two deltas of the demo provider (its "human pace").
     #[arg(long, env = "MULLIGAN_DEMO_DELTA_MS", default_value_t = 40)]
     pub demo_delta_ms: u64,

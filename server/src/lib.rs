@@ -1,4 +1,5 @@
 //! Mulligan's server: configuration, store, run engine, providers and the HTTP surface.
+pub mod acp_client;
 pub mod approval;
 pub mod child_env;
 pub mod clock;

@@ -113,6 +113,7 @@ impl Engine {
                 hub,
                 provider: providers.send,
                 models: providers.models,
+                agents: providers.agents,
                 tools,
                 cfg: run,
                 stopping,

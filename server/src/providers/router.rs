@@ -11,6 +11,8 @@ use std::sync::Arc;
 pub struct Providers {
     pub send: Arc<dyn Provider>,
     pub models: Arc<Models>,
+    /// The catalogue's ACP agents (CONTRACT §9), which run their turns themselves.
+    pub agents: crate::acp_client::Agents,
 }
 
 pub struct Router {

@@ -3,8 +3,9 @@
 //! the environment, one HTTP client per provider, each behind its own cooldown gate.
 use super::models::Models;
 use super::router::{Providers, Router};
+use crate::acp_client::{AgentSpec, Agents, PoolLimits};
 use crate::config::{Config, ProviderKind};
-use crate::llm::catalogue::{Catalogue, Kind, ProviderEntry, DEMO};
+use crate::llm::catalogue::{AgentCommand, Catalogue, Kind, ProviderEntry, DEMO};
 use crate::llm::{anthropic, openai, redacted::Redacted, Provider};
 use crate::redact::Redactor;
 use crate::retry::{cooldown, gate::Gate};
@@ -29,7 +30,17 @@ impl Catalogued {
             .catalogue
             .providers()
             .flat_map(|(_, entry)| entry.headers.values().cloned());
-        self.keys.values().cloned().chain(headers)
+        // An agent's variables: written out, or taken from Mulligan's environment by name.
+        let agents = self
+            .catalogue
+            .providers()
+            .filter_map(|(_, entry)| entry.agent.as_ref())
+            .flat_map(|a| {
+                let from = a.env_from.values().filter_map(|v| std::env::var(v).ok());
+                a.env.values().cloned().chain(from).collect::<Vec<_>>()
+            })
+            .filter(|v| v.len() >= 8);
+        self.keys.values().cloned().chain(headers).chain(agents)
     }
 
     /// Whether the demo provider is one the operator runs: its endpoint is served then only.
@@ -103,6 +114,9 @@ pub fn providers(
     let mut gates: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
     let mut keys = BTreeMap::new();
     for (name, entry) in catalogued.catalogue.providers() {
+        if entry.kind == Kind::Acp {
+            continue; // an agent runs its turns itself (`acp_client`), not through a request
+        }
         let base = base_url(entry, addr);
         let api_key = catalogued.keys.get(name).cloned();
         let client = client(entry);
@@ -126,6 +140,7 @@ pub fn providers(
                 api_key.clone(),
                 limits,
             )),
+            Kind::Acp => continue,
         };
         let key = cooldown::Key::new(name, &base, api_key.as_deref(), "");
         let gate = Gate::new(
@@ -137,11 +152,13 @@ pub fn providers(
         gates.insert(name.to_string(), Arc::new(gate));
         keys.insert(name.to_string(), key);
     }
+    let agents = agents(config, &catalogued.catalogue);
     let models = Arc::new(Models::new(catalogued.catalogue, keys, cooldowns));
     let router = Router::new(models.clone(), gates);
     Providers {
         send: Arc::new(Redacted::new(Arc::new(router), redactor)),
         models,
+        agents,
     }
 }
 
@@ -162,6 +179,7 @@ fn base_url(entry: &ProviderEntry, addr: SocketAddr) -> String {
     match entry.kind {
         Kind::Openai => openai::DEFAULT_BASE_URL.to_string(),
         Kind::Anthropic => anthropic::DEFAULT_BASE_URL.to_string(),
+        Kind::Acp => String::new(),
     }
 }
 
@@ -205,6 +223,44 @@ pub fn only(send: Arc<dyn Provider>) -> Providers {
     Providers {
         send,
         models: Arc::new(models),
+        agents: Agents::new(BTreeMap::new(), PoolLimits::default()),
+    }
+}
+
+/// The catalogue's agents, each with its variables resolved (an `env_from` variable that is
+/// unset is left out, with a warning).
+fn agents(config: &Config, catalogue: &Catalogue) -> Agents {
+    let specs = catalogue
+        .providers()
+        .filter_map(|(name, entry)| Some((name, entry.agent.as_ref()?)))
+        .map(|(name, agent)| (name.to_string(), agent_spec(name, agent)))
+        .collect();
+    Agents::new(
+        specs,
+        PoolLimits {
+            max_processes: config.acp_max_processes.max(1),
+            idle: Duration::from_millis(config.acp_idle_ms.max(1)),
+        },
+    )
+}
+
+fn agent_spec(name: &str, agent: &AgentCommand) -> AgentSpec {
+    let mut env = agent.env.clone();
+    for (var, from) in &agent.env_from {
+        match std::env::var(from) {
+            Ok(value) if !value.is_empty() => {
+                env.insert(var.clone(), value);
+            }
+            _ => {
+                tracing::warn!(provider = name, variable = %from, "an agent's env_from variable is unset: the agent starts without {var}")
+            }
+        }
+    }
+    AgentSpec {
+        command: agent.command.clone(),
+        args: agent.args.clone(),
+        env,
+        cwd: agent.cwd.as_ref().map(std::path::PathBuf::from),
     }
 }
 

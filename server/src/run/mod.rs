@@ -1,4 +1,5 @@
 //! One run as a task that owns its run, reply, live text, tally and cancel ([`RunTask`]).
+mod agent;
 mod attempts;
 mod calls;
 mod compact;
@@ -35,6 +36,8 @@ pub struct RunContext {
     pub provider: Arc<dyn Provider>,
     /// The catalogue's models: fallback chains, cooldowns, which take tools.
     pub models: Arc<crate::providers::models::Models>,
+    /// The catalogue's ACP agents: a session on one runs its turns there (CONTRACT §9).
+    pub agents: crate::acp_client::Agents,
     pub tools: Toolbox,
     pub cfg: RunConfig,
     /// Saves streaming replies' text in batches.

@@ -34,7 +34,7 @@ fn delta_gap(window: Duration, sent: usize) -> Duration {
 }
 
 /// How one model step ended.
-enum Step {
+pub(super) enum Step {
     /// The step is complete; these are the tool calls it asked for (none: the turn is done).
     Asked(Vec<AssembledCall>),
     /// The run ends here.
@@ -56,6 +56,9 @@ impl RunTask {
     /// and record them and stream the next step with their results; until a step asks for
     /// none, or the turn reaches `MULLIGAN_MAX_STEPS`.
     pub(super) async fn stream(&mut self) -> End {
+        if let Some(provider) = self.agent_provider() {
+            return self.agent_turn(provider).await;
+        }
         let turn = match self.turn().await {
             Ok(t) => t,
             Err(e) => {
@@ -175,11 +178,23 @@ impl RunTask {
             Err(e) => return Step::Ended(End::Failed(e)),
         };
         self.active.live().steps = step;
+        let idle = self.ctx.cfg.stream_idle;
+        self.relay(opened.stream, opened.head, step, idle).await
+    }
+
+    /// Relays an opened stream (a model step's, or an agent turn's) as [`Self::relay_step`]
+    /// says; `idle`: the longest it may send nothing.
+    pub(super) async fn relay(
+        &mut self,
+        mut stream: crate::llm::DeltaStream,
+        head: Vec<StreamItem>,
+        step: u32,
+        idle: Duration,
+    ) -> Step {
         let cfg = &self.ctx.cfg;
-        let (idle, save_every, max_reply) = (cfg.stream_idle, cfg.save_every, cfg.max_reply_bytes);
+        let (save_every, max_reply) = (cfg.save_every, cfg.max_reply_bytes);
         let window = cfg.delta_window;
-        let mut stream = opened.stream;
-        let mut head = opened.head.into_iter();
+        let mut head = head.into_iter();
         let mut last_save = Instant::now();
         let mut unsaved = false;
         let mut asked = Vec::new();

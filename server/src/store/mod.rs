@@ -5,6 +5,7 @@
 //! `sessions`, `messages`, `runs` (with `run_reads`, `starts` and their `attempts`),
 //! `tool_calls`, `events` (the event log, `notify` its notifications) and `cooldowns`; `rows` maps rows to wire types,
 //! `script` sends a transaction's statements together (one trip on SQLite), `shared` holds what several PostgreSQL instances share (session locks, notifications).
+mod agent_sessions;
 mod approvals;
 mod attempts;
 mod cancels;
@@ -38,6 +39,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::Row;
 use std::str::FromStr;
 
+pub use agent_sessions::AgentSession;
 pub use approvals::{Decided, NewDecision, NotDecided};
 pub use ends::{EndBy, Finished, Outcome};
 pub use events::LoggedEvent;

@@ -1,6 +1,6 @@
 //! How a catalogue is made: from a `MULLIGAN_PROVIDERS` file (each entry checked, the error
 //! saying what to fix) or from the single-provider settings; the demo's entry and chain.
-use super::{valid_name, Catalogue, Kind, ModelRef, ModelSpec, ProviderEntry, DEMO};
+use super::{valid_name, AgentCommand, Catalogue, Kind, ModelRef, ModelSpec, ProviderEntry, DEMO};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -32,7 +32,82 @@ fn demo_entry() -> ProviderEntry {
             .collect(),
         open: false,
         demo: true,
+        agent: None,
     }
+}
+
+/// An entry of kind `acp`, as written: the agent's command and its models (`default`, the
+/// agent's own choice, when none are listed).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcpEntry {
+    #[allow(dead_code)]
+    kind: Kind,
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    env_from: BTreeMap<String, String>,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    models: Vec<ModelSpec>,
+}
+
+/// The entry of an `acp` provider named `name`, checked.
+fn acp_entry(name: &str, raw: serde_json::Value) -> Result<ProviderEntry, String> {
+    let AcpEntry {
+        command,
+        args,
+        env,
+        env_from,
+        cwd,
+        models,
+        ..
+    } = serde_json::from_value(raw).map_err(|e| format!("provider {name:?}: {e}"))?;
+    let agent = AgentCommand {
+        command,
+        args,
+        env,
+        env_from,
+        cwd,
+    };
+    if agent.command.trim().is_empty() {
+        return Err(format!("provider {name:?}: \"command\" is empty"));
+    }
+    for var in agent
+        .env
+        .keys()
+        .chain(agent.env_from.keys())
+        .chain(agent.env_from.values())
+    {
+        if var.is_empty() || var.contains('=') || var.contains('\0') {
+            return Err(format!(
+                "provider {name:?}: {var:?} is not a variable name (empty, or with '=' or NUL)"
+            ));
+        }
+    }
+    let models = if models.is_empty() {
+        vec![ModelSpec {
+            id: "default".into(),
+            context_tokens: None,
+            tools: true,
+        }]
+    } else {
+        models
+    };
+    Ok(ProviderEntry {
+        kind: Kind::Acp,
+        base_url: None,
+        api_key_env: None,
+        headers: BTreeMap::new(),
+        models,
+        open: false,
+        demo: false,
+        agent: Some(agent),
+    })
 }
 
 impl Catalogue {
@@ -57,8 +132,11 @@ impl Catalogue {
                 demo = true;
                 continue;
             }
-            let entry: ProviderEntry =
-                serde_json::from_value(raw).map_err(|e| format!("provider {name:?}: {e}"))?;
+            let entry: ProviderEntry = if raw.get("kind").and_then(|k| k.as_str()) == Some("acp") {
+                acp_entry(&name, raw)?
+            } else {
+                serde_json::from_value(raw).map_err(|e| format!("provider {name:?}: {e}"))?
+            };
             if entry.models.is_empty() {
                 return Err(format!("provider {name:?} lists no models"));
             }
@@ -156,6 +234,7 @@ impl Catalogue {
                         }],
                         open: true,
                         demo: false,
+                        agent: None,
                     },
                 );
                 ModelRef {

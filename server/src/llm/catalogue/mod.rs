@@ -20,6 +20,8 @@ pub const MAX_FALLBACKS: usize = 8;
 pub enum Kind {
     Openai,
     Anthropic,
+    /// An agent over the Agent Client Protocol (CONTRACT §9): its entry's `agent`.
+    Acp,
 }
 
 impl Kind {
@@ -27,6 +29,7 @@ impl Kind {
         match self {
             Kind::Openai => "openai",
             Kind::Anthropic => "anthropic",
+            Kind::Acp => "acp",
         }
     }
 }
@@ -68,6 +71,24 @@ pub struct ProviderEntry {
     /// Mulligan's own demo endpoint.
     #[serde(skip)]
     pub demo: bool,
+    /// Kind `acp`: how the agent is started.
+    #[serde(skip)]
+    pub agent: Option<AgentCommand>,
+}
+
+/// How an ACP agent is started (CONTRACT §9): its command, arguments, the variables it gets
+/// besides the clean environment (§6), and the directory its sessions work in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentCommand {
+    pub command: String,
+    pub args: Vec<String>,
+    /// Its own variables, written out; their values are secrets to the redactor.
+    pub env: BTreeMap<String, String>,
+    /// Its variables taken from Mulligan's environment by name (`{"ANTHROPIC_API_KEY":
+    /// "MULLIGAN_CLAUDE_KEY"}`), so no key is written in the file.
+    pub env_from: BTreeMap<String, String>,
+    /// Where its sessions work (`session/new`'s `cwd`); Mulligan's own directory if unset.
+    pub cwd: Option<String>,
 }
 
 /// A model as a session names it once resolved: `<provider>/<model>`.

@@ -137,3 +137,41 @@ fn a_file_has_the_demo_only_when_it_names_it() {
     let demo_only = Catalogue::parse(r#"{"providers": {"demo": {}}}"#).unwrap();
     assert_eq!(demo_only.default_model(), &r("demo/demo"));
 }
+
+#[test]
+fn an_acp_entry_names_its_agent_and_its_models() {
+    let c = Catalogue::parse(
+        r#"{"providers": {
+            "claude": {"kind": "acp", "command": "claude-agent-acp", "args": ["--x"],
+                       "env_from": {"ANTHROPIC_API_KEY": "MY_KEY"}, "cwd": "/srv/work"},
+            "codex": {"kind": "acp", "command": "codex-acp", "models": [{"id": "gpt-5"}]}
+        }}"#,
+    )
+    .unwrap();
+    let claude = c.provider("claude").unwrap();
+    assert_eq!(claude.kind, Kind::Acp);
+    let agent = claude.agent.as_ref().unwrap();
+    assert_eq!(agent.command, "claude-agent-acp");
+    assert_eq!(agent.args, ["--x"]);
+    assert_eq!(agent.env_from["ANTHROPIC_API_KEY"], "MY_KEY");
+    assert_eq!(agent.cwd.as_deref(), Some("/srv/work"));
+    // No models listed: the agent's own choice, `default`.
+    assert_eq!(c.resolve("claude/default").unwrap(), r("claude/default"));
+    assert_eq!(c.resolve("codex/gpt-5").unwrap(), r("codex/gpt-5"));
+    assert!(c.resolve("codex/default").is_err());
+}
+
+#[test]
+fn a_bad_acp_entry_says_what_to_fix() {
+    let bad = |entry: &str| {
+        Catalogue::parse(&format!(r#"{{"providers": {{"a": {entry}}}}}"#)).unwrap_err()
+    };
+    assert!(bad(r#"{"kind": "acp"}"#).contains("command"));
+    assert!(bad(r#"{"kind": "acp", "command": " "}"#).contains("empty"));
+    assert!(bad(r#"{"kind": "acp", "command": "x", "base_url": "http://h"}"#).contains("base_url"));
+    assert!(bad(r#"{"kind": "acp", "command": "x", "env": {"A=B": "1"}}"#).contains("variable"));
+    // An HTTP provider does not take an agent's fields.
+    assert!(
+        bad(r#"{"kind": "openai", "command": "x", "models": [{"id": "m"}]}"#).contains("command")
+    );
+}

@@ -1,0 +1,276 @@
+"""Turns on ACP agents (CONTRACT §9) through the built binary and the HTTP API: a scriptable
+agent on the official Python SDK (`scripted_agent.py`) as the session's engine, with every
+recovery Mulligan has (retry now, resend or continuation, a fresh process, a restart).
+
+The binary is $MULLIGAN_BIN, else target/release/mulligan, else target/debug/mulligan.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = Path(__file__).resolve().parent / "scripted_agent.py"
+MODEL = "scripted/default"
+
+
+def binary() -> str:
+    if os.environ.get("MULLIGAN_BIN"):
+        return os.environ["MULLIGAN_BIN"]
+    release = ROOT / "target" / "release" / "mulligan"
+    return str(release if release.exists() else ROOT / "target" / "debug" / "mulligan")
+
+
+class Server:
+    """One `mulligan serve` with the scripted agent in its catalogue; restartable on its data."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.state = tmp / "agent"
+        self.data = tmp / "data"
+        self.data.mkdir()
+        providers = {
+            "providers": {
+                "scripted": {
+                    "kind": "acp",
+                    "command": sys.executable,
+                    "args": [str(AGENT)],
+                    "env": {"AGENT_STATE": str(self.state)},
+                    "cwd": str(tmp),
+                },
+                "demo": {},
+            },
+            "default_model": MODEL,
+        }
+        (tmp / "providers.json").write_text(json.dumps(providers))
+        self.proc = None
+        self.start()
+
+    def start(self):
+        env = {
+            **os.environ,
+            "MULLIGAN_BIND": "127.0.0.1:0",
+            "MULLIGAN_DATA_DIR": str(self.data),
+            "MULLIGAN_PROVIDERS": str(self.tmp / "providers.json"),
+            "MULLIGAN_TOKEN": "tok-acp-tests-0123456789abcdefghijklmnopqrstu",
+            "MULLIGAN_DELTA_WINDOW_MS": "0",
+            "MULLIGAN_TIER2_BASE_MS": "600000",
+            "RUST_LOG": "warn",
+            "MULLIGAN_SITE_OPTIONAL": "true",
+        }
+        env.pop("MULLIGAN_DATABASE_URL", None)
+        self.proc = subprocess.Popen([binary(), "serve"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        found: dict = {}
+
+        def read():
+            for line in self.proc.stdout:
+                m = re.search(r"open (http://\S+)/\?token=(\S+)", line)
+                if m and not found:
+                    found["base"] = m.group(1)
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not found and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not found:
+            self.proc.kill()
+            pytest.fail(f"{binary()} serve printed no URL (exit {self.proc.poll()})")
+        self.base = found["base"]
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def api(self, method: str, path: str, body=None):
+        req = urllib.request.Request(
+            f"{self.base}/api/v1{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": "Bearer tok-acp-tests-0123456789abcdefghijklmnopqrstu", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def session(self, **settings) -> str:
+        status, created = self.api("POST", "/sessions", {"title": "agent", "model": MODEL, **settings})
+        assert status == 201, created
+        return created["id"]
+
+    def send(self, sid: str, content: str) -> dict:
+        status, receipt = self.api("POST", f"/sessions/{sid}/messages", {"content": content})
+        assert status == 202, receipt
+        return receipt
+
+    def wait_run(self, sid: str, run_id: str, statuses: set, timeout: float = 30) -> tuple:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _, detail = self.api("GET", f"/sessions/{sid}")
+            run = next((r for r in detail["runs"] if r["id"] == run_id), None)
+            if run and run["status"] in statuses:
+                return run, detail
+            time.sleep(0.05)
+        raise AssertionError(f"run {run_id} never reached {statuses}: {run}")
+
+    def reply(self, detail: dict, run: dict) -> str:
+        return next(m["content"] for m in detail["messages"] if m["id"] == run["reply_message_id"])
+
+    def turn(self, sid: str, content: str, statuses=frozenset({"completed"})) -> tuple:
+        receipt = self.send(sid, content)
+        run, detail = self.wait_run(sid, receipt["run_id"], set(statuses) | {"completed", "failed", "cancelled"})
+        assert run["status"] in statuses, run
+        return run, self.reply(detail, run)
+
+    def log(self) -> list:
+        path = self.state / "log.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture()
+def server():
+    with tempfile.TemporaryDirectory(prefix="mulligan-acp-") as tmp:
+        s = Server(Path(tmp))
+        yield s
+        s.stop()
+
+
+def test_a_turn_streams_and_the_session_remembers(server):
+    sid = server.session()
+    _, reply = server.turn(sid, "hello there")
+    assert reply == "echo: hello there (turn 1)"
+    _, reply = server.turn(sid, "and again")
+    # The same agent session, in the same process: it counts on.
+    assert reply == "echo: and again (turn 2)"
+    news = [e for e in server.log() if e["method"] == "session/new"]
+    assert len(news) == 1, news
+    assert len({e["pid"] for e in server.log()}) == 1
+
+
+def test_the_agent_gets_no_secret_of_mulligans(server):
+    sid = server.session()
+    _, reply = server.turn(sid, "env")
+    names = reply.removeprefix("env: ").split()
+    assert "AGENT_STATE" in names and "PATH" in names
+    leaked = [n for n in names if n.startswith("MULLIGAN_")]
+    assert not leaked, leaked
+
+
+def test_an_overloaded_agent_fails_retryable_and_a_retry_resends_in_a_fresh_process(server):
+    sid = server.session()
+    run, _ = server.turn(sid, "overloaded 1", statuses={"failed"})
+    assert run["retry"]["retry_class"] == "overloaded" and run["retry"]["retryable"], run
+    assert "API Error: 529" in run["error_message"], run
+    status, retried = server.api("POST", f"/sessions/{sid}/retry")
+    assert status == 200 and retried["kind"] == "resend", retried
+    run, detail = server.wait_run(sid, retried["run_id"], {"completed", "failed"})
+    assert run["status"] == "completed", run
+    assert server.reply(detail, run) == "recovered after 1"
+    # The retry ran in a new process that loaded the agent session, not in the failed one.
+    log = server.log()
+    prompts = [e for e in log if e["method"] == "session/prompt"]
+    assert [p["prompt"] for p in prompts] == ["overloaded 1", "overloaded 1"], prompts
+    assert prompts[0]["pid"] != prompts[1]["pid"]
+    loads = [e for e in log if e["method"] == "session/load"]
+    assert loads and loads[-1]["session"] == prompts[0]["session"] and loads[-1]["pid"] == prompts[1]["pid"]
+
+
+def test_text_before_the_failure_makes_the_retry_a_continuation(server):
+    sid = server.session()
+    run, reply = server.turn(sid, "partial 1", statuses={"failed"})
+    assert reply == "half of it ", reply
+    status, retried = server.api("POST", f"/sessions/{sid}/retry")
+    assert status == 200 and retried["kind"] == "continuation", retried
+    run, detail = server.wait_run(sid, retried["run_id"], {"completed", "failed"})
+    assert run["status"] == "completed" and server.reply(detail, run) == "continued", run
+    prompts = [e["prompt"] for e in server.log() if e["method"] == "session/prompt"]
+    assert prompts[0] == "partial 1" and "cut off by overloaded" in prompts[1], prompts
+
+
+def test_an_agent_that_exits_mid_turn_fails_agent_exited_and_comes_back(server):
+    sid = server.session()
+    run, reply = server.turn(sid, "exit", statuses={"failed"})
+    assert run["retry"]["retry_class"] == "agent_exited" and run["retry"]["retryable"], run
+    assert "status 3" in run["error_message"], run
+    assert reply == "bye ", reply
+    _, reply = server.turn(sid, "hello")
+    assert reply.startswith("echo: hello"), reply
+
+
+def test_cancel_stops_the_agents_turn(server):
+    sid = server.session()
+    receipt = server.send(sid, "slow 100")
+    run_id = receipt["run_id"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        _, detail = server.api("GET", f"/sessions/{sid}")
+        reply = next((m for m in detail["messages"] if m["role"] == "agent"), None)
+        if reply and "w2" in reply["content"]:
+            break
+        time.sleep(0.05)
+    status, run = server.api("POST", f"/sessions/{sid}/runs/{run_id}/cancel")
+    assert status == 200 and run["status"] == "cancelled", run
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if any(e["method"] == "ended" and e["stop"] == "cancelled" for e in server.log()):
+            break
+        time.sleep(0.05)
+    log = server.log()
+    assert any(e["method"] == "session/cancel" for e in log), log
+    assert any(e["method"] == "ended" and e["stop"] == "cancelled" for e in log), log
+    # The session goes on with the next prompt.
+    _, reply = server.turn(sid, "next")
+    assert reply.startswith("echo: next"), reply
+
+
+def test_a_restart_reopens_the_agent_session(server):
+    sid = server.session()
+    server.turn(sid, "before")
+    server.stop()
+    server.start()
+    _, reply = server.turn(sid, "after")
+    assert reply == "echo: after (turn 2)", reply
+    loads = [e for e in server.log() if e["method"] == "session/load"]
+    assert len(loads) == 1, loads
+
+
+def test_permissions_follow_the_sessions_approval_mode(server):
+    target = server.tmp / "written.txt"
+    sid = server.session()
+    _, reply = server.turn(sid, f"write {target}")
+    assert reply == "not allowed" and not target.exists()
+    status, _ = server.api("PATCH", f"/sessions/{sid}", {"approval": "trust"})
+    assert status == 200
+    _, reply = server.turn(sid, f"write {target}")
+    assert reply == "wrote it" and target.read_text() == "hello"
+    chosen = [e["chosen"] for e in server.log() if e["method"] == "permission"]
+    assert chosen == ["reject", "allow"], chosen
+
+
+def test_regenerate_from_an_earlier_message_starts_a_new_agent_session(server):
+    sid = server.session()
+    server.turn(sid, "first")
+    server.turn(sid, "second")
+    _, detail = server.api("GET", f"/sessions/{sid}")
+    first = next(m for m in detail["messages"] if m["role"] == "operator")
+    status, receipt = server.api("POST", f"/sessions/{sid}/messages/{first['id']}/regenerate", {"manual": True})
+    assert status == 202, receipt
+    run, detail = server.wait_run(sid, receipt["run_id"], {"completed", "failed"})
+    # A new agent session, which has not seen the superseded turns.
+    assert server.reply(detail, run) == "echo: first (turn 1)", run
+    news = [e for e in server.log() if e["method"] == "session/new"]
+    assert len(news) == 2, news

@@ -1,0 +1,510 @@
+//! ACP agents as a session's engine (CONTRACT §9), the client side: a bounded pool of agent
+//! processes, one per Mulligan session that runs on an agent, each turn one
+//! `session/prompt` whose updates come out as a provider stream's items.
+mod lines;
+mod process;
+
+use crate::llm::{DeltaStream, ProviderError, StreamItem};
+use crate::retry::agent_failure;
+use agent_client_protocol::v1::schema::{
+    CancelNotification, ContentBlock, LoadSessionRequest, NewSessionRequest, PromptRequest,
+    StopReason, TextContent,
+};
+use app::wire::RetryClass;
+use futures::future::BoxFuture;
+use process::{AgentProcess, Route};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+/// How long an agent has after `session/cancel` to end its turn before its process is stopped.
+pub const CANCEL_WITHIN: Duration = Duration::from_secs(5);
+/// How long opening an agent session (`session/new`, `session/load`) may take.
+const OPEN_WITHIN: Duration = Duration::from_secs(60);
+/// A turn's items buffered between the agent and the run.
+const TURN_BUFFER: usize = 256;
+
+/// How one agent is started, resolved from its catalogue entry: its command, arguments, the
+/// variables it gets beside the clean environment (values resolved: secrets), its directory.
+#[derive(Clone, Debug)]
+pub struct AgentSpec {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+}
+
+/// The pool's bounds (CONTRACT §9: `MULLIGAN_ACP_MAX_PROCESSES`, `MULLIGAN_ACP_IDLE_MS`).
+#[derive(Clone, Copy, Debug)]
+pub struct PoolLimits {
+    pub max_processes: usize,
+    pub idle: Duration,
+}
+
+impl Default for PoolLimits {
+    fn default() -> Self {
+        PoolLimits {
+            max_processes: 8,
+            idle: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A permission the agent asks for, as the operator is asked it.
+#[derive(Clone, Debug)]
+pub struct Ask {
+    pub tool_call_id: String,
+    pub title: String,
+    pub input: Option<serde_json::Value>,
+}
+
+/// How a permission is answered: the agent's option of that kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    AllowOnce,
+    AllowAlways,
+    RejectOnce,
+    RejectAlways,
+    Cancelled,
+}
+
+/// Who decides a turn's permissions (the run, by CONTRACT §8).
+pub trait Permissions: Send + Sync + 'static {
+    fn decide(&self, ask: Ask) -> BoxFuture<'static, Verdict>;
+}
+
+/// One item of an agent's turn, as the process hears it.
+#[derive(Debug)]
+enum TurnItem {
+    Text(String),
+    Thought,
+    Tool,
+    Heard,
+    End(Result<StopReason, ProviderError>),
+}
+
+/// A turn to run on an agent.
+pub struct TurnRequest {
+    /// The catalogue entry's name.
+    pub provider: String,
+    /// The Mulligan session it runs for.
+    pub session: String,
+    /// The agent session recorded for this Mulligan session, to load when no process holds it.
+    pub recorded: Option<String>,
+    /// Start a new agent session even if one is open or recorded (Regenerate: the agent's
+    /// memory holds turns that were superseded).
+    pub new_session: bool,
+    /// The prompt's text.
+    pub prompt: String,
+    /// The conversation before the prompt, sent ahead of it when the agent session is new.
+    pub history: Option<String>,
+    pub permissions: Arc<dyn Permissions>,
+}
+
+/// How a turn ended, readable once its stream is done.
+#[derive(Clone, Debug, Default)]
+pub struct Ending(Arc<Mutex<Option<StopReason>>>);
+
+impl Ending {
+    /// The agent's stop reason as the contract's word (`end_turn`, `max_tokens`,
+    /// `max_turn_requests`, `refusal`, `cancelled`), once the turn answered.
+    pub fn stop_reason(&self) -> Option<&'static str> {
+        let stop = self.0.lock().ok().and_then(|s| *s)?;
+        Some(match stop {
+            StopReason::EndTurn => "end_turn",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::MaxTurnRequests => "max_turn_requests",
+            StopReason::Refusal => "refusal",
+            StopReason::Cancelled => "cancelled",
+            _ => "other",
+        })
+    }
+}
+
+/// An agent turn once its prompt is sent.
+pub struct OpenedTurn {
+    /// The turn's text and liveness as a provider stream's items (`Done` when the agent
+    /// answered the prompt). Dropped before its end: the turn is cancelled with
+    /// `session/cancel`, and the process stopped after [`CANCEL_WITHIN`].
+    pub stream: DeltaStream,
+    /// The agent session it runs in (to record for `session/load` after a restart).
+    pub agent_session: String,
+    /// Whether that session is new (not loaded or kept open).
+    pub new_session: bool,
+    pub ending: Ending,
+}
+
+/// The pool of agent processes: at most `max_processes`, the longest idle stopped to make room,
+/// and each one idle past `idle` stopped.
+#[derive(Clone)]
+pub struct Agents {
+    inner: Arc<Pool>,
+}
+
+struct Pool {
+    specs: BTreeMap<String, AgentSpec>,
+    limits: PoolLimits,
+    slots: Arc<Semaphore>,
+    procs: Mutex<HashMap<(String, String), Arc<AgentProcess>>>,
+    reaper: std::sync::Once,
+}
+
+/// An agent's JSON-RPC error as the run's failure (classified as CONTRACT §9 says).
+fn failure(e: &agent_client_protocol::Error) -> ProviderError {
+    let (class, retry_after) =
+        agent_failure::classify(i32::from(e.code), &e.message, e.data.as_ref());
+    let message = crate::llm::limits::truncate(&e.message, 2000).to_string();
+    ProviderError::Agent {
+        class,
+        message: if message.is_empty() {
+            format!("the agent answered error {}", i32::from(e.code))
+        } else {
+            message
+        },
+        retry_after,
+    }
+}
+
+fn refused(message: String) -> ProviderError {
+    ProviderError::Agent {
+        class: RetryClass::AgentError,
+        message,
+        retry_after: None,
+    }
+}
+
+impl Agents {
+    pub fn new(specs: BTreeMap<String, AgentSpec>, limits: PoolLimits) -> Agents {
+        let max = limits.max_processes.max(1);
+        Agents {
+            inner: Arc::new(Pool {
+                specs,
+                limits,
+                slots: Arc::new(Semaphore::new(max)),
+                procs: Mutex::new(HashMap::new()),
+                reaper: std::sync::Once::new(),
+            }),
+        }
+    }
+
+    /// Whether `provider` names an agent.
+    pub fn has(&self, provider: &str) -> bool {
+        self.inner.specs.contains_key(provider)
+    }
+
+    /// How many agent processes are running.
+    pub fn running(&self) -> usize {
+        self.inner.procs.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    /// Stops every agent process (the server is stopping).
+    pub fn stop_all(&self) {
+        let procs: Vec<_> = match self.inner.procs.lock() {
+            Ok(mut p) => p.drain().map(|(_, p)| p).collect(),
+            Err(_) => return,
+        };
+        for p in procs {
+            p.stop();
+        }
+    }
+
+    /// Runs a turn: the session's process (started, and its agent session loaded or made,
+    /// when none holds it), then `session/prompt`.
+    pub async fn prompt(&self, req: TurnRequest) -> Result<OpenedTurn, ProviderError> {
+        let spec = self
+            .inner
+            .specs
+            .get(&req.provider)
+            .ok_or_else(|| refused(format!("no agent {:?} in the catalogue", req.provider)))?
+            .clone();
+        self.start_reaper();
+        let key = (req.provider.clone(), req.session.clone());
+        let (proc, busy) = loop {
+            let proc = self.process(&key, &spec).await?;
+            let busy = tokio::select! {
+                busy = proc.busy.clone().lock_owned() => busy,
+                () = proc.gone.cancelled() => {
+                    self.forget(&key, &proc);
+                    continue;
+                }
+            };
+            if proc.gone.is_cancelled() {
+                self.forget(&key, &proc);
+                continue;
+            }
+            break (proc, busy);
+        };
+        let open = proc.session.lock().ok().and_then(|s| s.clone());
+        let (agent_session, new_session) = match open {
+            Some(s) if !req.new_session => (s, false),
+            _ => match self.open_session(&proc, &spec, &req).await {
+                Ok(opened) => opened,
+                Err(e) => {
+                    proc.stop();
+                    self.forget(&key, &proc);
+                    return Err(e);
+                }
+            },
+        };
+        if let Ok(mut s) = proc.session.lock() {
+            *s = Some(agent_session.clone());
+        }
+        let text = match (&req.history, new_session) {
+            (Some(h), true) if !h.trim().is_empty() => format!(
+                "Earlier in this conversation (for context; it is not a new request):\n\n{h}\n\n---\n\n{}",
+                req.prompt
+            ),
+            _ => req.prompt.clone(),
+        };
+        let (tx, rx) = mpsc::channel(TURN_BUFFER);
+        proc.route(Route {
+            session: agent_session.clone(),
+            tx: tx.clone(),
+            permissions: req.permissions.clone(),
+        });
+        let finished = CancellationToken::new();
+        let ending = Ending::default();
+        {
+            let (proc, finished, ending) = (proc.clone(), finished.clone(), ending.clone());
+            let (pool, key) = (self.clone(), key.clone());
+            let prompt = PromptRequest::new(
+                agent_session.clone(),
+                vec![ContentBlock::Text(TextContent::new(text))],
+            );
+            tokio::spawn(async move {
+                let _busy = busy;
+                let answered = tokio::select! {
+                    a = proc.cx.send_request(prompt).block_task() => a.map_err(|e| failure(&e)),
+                    () = proc.gone.cancelled() => Err(proc.exit_error().await),
+                };
+                proc.unroute();
+                let end = match answered {
+                    Ok(answer) => {
+                        if let Ok(mut e) = ending.0.lock() {
+                            *e = Some(answer.stop_reason);
+                        }
+                        Ok(answer.stop_reason)
+                    }
+                    Err(e) => {
+                        // An agent may answer the next prompt out of step after a failed
+                        // one: the retry reopens the session in a fresh process.
+                        proc.stop();
+                        pool.forget(&key, &proc);
+                        Err(e)
+                    }
+                };
+                let _ = tx.send(TurnItem::End(end)).await;
+                finished.cancel();
+            });
+        }
+        let guard = CancelOnDrop {
+            proc: proc.clone(),
+            session: agent_session.clone(),
+            finished,
+            pool: self.clone(),
+            key,
+        };
+        let stream = futures::stream::unfold((rx, Some(guard)), |(mut rx, mut guard)| async move {
+            guard.as_ref()?;
+            let item = match rx.recv().await {
+                Some(TurnItem::Text(t)) => Ok(StreamItem::Delta(t)),
+                Some(TurnItem::Thought | TurnItem::Tool | TurnItem::Heard) => Ok(StreamItem::Heard),
+                Some(TurnItem::End(Ok(_))) => {
+                    if let Some(g) = guard.take() {
+                        g.finished.cancel();
+                    }
+                    Ok(StreamItem::Done)
+                }
+                Some(TurnItem::End(Err(e))) => {
+                    if let Some(g) = guard.take() {
+                        g.finished.cancel();
+                    }
+                    Err(e)
+                }
+                None => return None,
+            };
+            Some((item, (rx, guard)))
+        });
+        Ok(OpenedTurn {
+            stream: Box::pin(stream),
+            agent_session,
+            new_session,
+            ending,
+        })
+    }
+
+    /// Loads the recorded agent session when the agent can, else makes a new one.
+    async fn open_session(
+        &self,
+        proc: &AgentProcess,
+        spec: &AgentSpec,
+        req: &TurnRequest,
+    ) -> Result<(String, bool), ProviderError> {
+        let cwd = match &spec.cwd {
+            Some(c) => c.clone(),
+            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        };
+        if let (Some(recorded), true, false) = (&req.recorded, proc.load_session, req.new_session) {
+            let load = LoadSessionRequest::new(recorded.clone(), cwd.clone());
+            let loaded = tokio::select! {
+                l = tokio::time::timeout(OPEN_WITHIN, proc.cx.send_request(load).block_task()) => l,
+                () = proc.gone.cancelled() => return Err(proc.exit_error().await),
+            };
+            match loaded {
+                Ok(Ok(_)) => return Ok((recorded.clone(), false)),
+                Ok(Err(e)) => {
+                    tracing::info!(error = %e.message, "the agent did not load its session: a new one is made");
+                }
+                Err(_) => {
+                    return Err(refused(format!(
+                        "the agent did not load its session within {} s",
+                        OPEN_WITHIN.as_secs()
+                    )))
+                }
+            }
+        }
+        let made = tokio::select! {
+            m = tokio::time::timeout(OPEN_WITHIN, proc.cx.send_request(NewSessionRequest::new(cwd)).block_task()) => m,
+            () = proc.gone.cancelled() => return Err(proc.exit_error().await),
+        };
+        match made {
+            Ok(Ok(made)) => Ok((made.session_id.0.to_string(), true)),
+            Ok(Err(e)) => Err(failure(&e)),
+            Err(_) => Err(refused(format!(
+                "the agent did not open a session within {} s",
+                OPEN_WITHIN.as_secs()
+            ))),
+        }
+    }
+
+    /// The process of `key`, started when there is none (making room in the pool first).
+    async fn process(
+        &self,
+        key: &(String, String),
+        spec: &AgentSpec,
+    ) -> Result<Arc<AgentProcess>, ProviderError> {
+        if let Some(p) = self
+            .inner
+            .procs
+            .lock()
+            .ok()
+            .and_then(|p| p.get(key).cloned())
+        {
+            if !p.gone.is_cancelled() {
+                return Ok(p);
+            }
+            self.forget(key, &p);
+        }
+        let slot = match self.inner.slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                self.evict_idlest();
+                self.inner
+                    .slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| refused("the agent pool is closed".into()))?
+            }
+        };
+        let proc = AgentProcess::start(spec, slot).await?;
+        if let Ok(mut procs) = self.inner.procs.lock() {
+            procs.insert(key.clone(), proc.clone());
+        }
+        Ok(proc)
+    }
+
+    /// Drops `proc` from the pool if it is still `key`'s.
+    fn forget(&self, key: &(String, String), proc: &Arc<AgentProcess>) {
+        if let Ok(mut procs) = self.inner.procs.lock() {
+            if procs.get(key).is_some_and(|p| Arc::ptr_eq(p, proc)) {
+                procs.remove(key);
+            }
+        }
+    }
+
+    /// Stops the process idle the longest (none running a turn): a new one needs its slot.
+    fn evict_idlest(&self) {
+        let Ok(mut procs) = self.inner.procs.lock() else {
+            return;
+        };
+        let idlest = procs
+            .iter()
+            .filter(|(_, p)| p.busy.try_lock().is_ok())
+            .max_by_key(|(_, p)| p.idle_for())
+            .map(|(k, _)| k.clone());
+        if let Some(p) = idlest.and_then(|k| procs.remove(&k)) {
+            p.stop();
+        }
+    }
+
+    /// Stops, every so often, the processes idle past the limit.
+    fn start_reaper(&self) {
+        self.inner.reaper.call_once(|| {
+            let pool = Arc::downgrade(&self.inner);
+            let every = (self.inner.limits.idle / 2)
+                .clamp(Duration::from_millis(50), Duration::from_secs(30));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let Some(pool) = pool.upgrade() else { return };
+                    let idle = pool.limits.idle;
+                    let Ok(mut procs) = pool.procs.lock() else {
+                        return;
+                    };
+                    procs.retain(|_, p| {
+                        let stale = p.gone.is_cancelled()
+                            || (p.idle_for() >= idle && p.busy.try_lock().is_ok());
+                        if stale {
+                            p.stop();
+                        }
+                        !stale
+                    });
+                }
+            });
+        });
+    }
+}
+
+/// Cancels a turn whose stream is dropped before its end: `session/cancel`, then the
+/// process stopped if the agent has not ended the turn within [`CANCEL_WITHIN`].
+struct CancelOnDrop {
+    proc: Arc<AgentProcess>,
+    session: String,
+    finished: CancellationToken,
+    pool: Agents,
+    key: (String, String),
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.finished.is_cancelled() {
+            return;
+        }
+        let _ = self
+            .proc
+            .cx
+            .send_notification(CancelNotification::new(self.session.clone()));
+        let (proc, finished, pool, key) = (
+            self.proc.clone(),
+            self.finished.clone(),
+            self.pool.clone(),
+            self.key.clone(),
+        );
+        tokio::spawn(async move {
+            if tokio::time::timeout(CANCEL_WITHIN, finished.cancelled())
+                .await
+                .is_err()
+            {
+                tracing::info!(
+                    "the agent did not end a cancelled turn within 5 s: its process is stopped"
+                );
+                proc.stop();
+                pool.forget(&key, &proc);
+            }
+        });
+    }
+}

@@ -1,0 +1,354 @@
+//! One agent process (CONTRACT §9): started through [`crate::child_env`], spoken to over ACP,
+//! holding one Mulligan session's agent session and running one turn at a time; its exit
+//! fails the turn it was running.
+use super::{lines, AgentSpec, Ask, Permissions, TurnItem, Verdict};
+use crate::llm::ProviderError;
+use agent_client_protocol::v1::schema::{
+    ClientCapabilities, ContentBlock, InitializeRequest, PermissionOptionKind,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    SelectedPermissionOutcome, SessionNotification, SessionUpdate,
+};
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::{Agent, Client};
+use app::wire::RetryClass;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio_util::sync::CancellationToken;
+
+/// How long an agent has to answer `initialize`.
+const INITIALIZE_WITHIN: Duration = Duration::from_secs(60);
+/// How much of an agent's stderr is kept to say why it exited.
+const STDERR_TAIL: usize = 2048;
+
+/// Where the running turn's items go, and who decides its permissions.
+pub(super) struct Route {
+    pub session: String,
+    pub tx: mpsc::Sender<TurnItem>,
+    pub permissions: Arc<dyn Permissions>,
+}
+
+/// A running agent process and its connection.
+pub(super) struct AgentProcess {
+    pub cx: ConnectionTo<Agent>,
+    pub load_session: bool,
+    /// The agent session open in this process (none until one is made or loaded).
+    pub session: Mutex<Option<String>>,
+    /// Held by the turn running here: one at a time.
+    pub busy: Arc<tokio::sync::Mutex<()>>,
+    pub last_used: Mutex<Instant>,
+    route: Arc<Mutex<Option<Route>>>,
+    /// Cancelled once the process is gone (exited, killed, its connection closed).
+    pub gone: CancellationToken,
+    /// Cancel to stop the process.
+    kill: CancellationToken,
+    exit: Arc<Mutex<Option<String>>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        self.kill.cancel();
+    }
+}
+
+fn refused(class: RetryClass, message: String) -> ProviderError {
+    ProviderError::Agent {
+        class,
+        message,
+        retry_after: None,
+    }
+}
+
+impl AgentProcess {
+    /// Starts the agent and initializes it.
+    pub async fn start(
+        spec: &AgentSpec,
+        slot: OwnedSemaphorePermit,
+    ) -> Result<Arc<AgentProcess>, ProviderError> {
+        let mut cmd = crate::child_env::command(&spec.command, spec.env.iter());
+        cmd.args(&spec.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(cwd) = &spec.cwd {
+            cmd.current_dir(cwd);
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            refused(
+                RetryClass::AgentError,
+                format!(
+                    "could not start the agent {:?}: {e}; check its \"command\" in MULLIGAN_PROVIDERS",
+                    spec.command
+                ),
+            )
+        })?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(refused(
+                RetryClass::AgentExited,
+                "the agent's stdio was not opened".into(),
+            ));
+        };
+        let gone = CancellationToken::new();
+        let kill = CancellationToken::new();
+        let exit = Arc::new(Mutex::new(None));
+        let tail = Arc::new(Mutex::new(String::new()));
+        tokio::spawn(keep_tail(stderr, tail.clone()));
+        {
+            let (gone, kill, exit) = (gone.clone(), kill.clone(), exit.clone());
+            tokio::spawn(async move {
+                let status = tokio::select! {
+                    status = child.wait() => status.ok(),
+                    () = kill.cancelled() => {
+                        let _ = child.start_kill();
+                        child.wait().await.ok()
+                    }
+                };
+                let said = tail
+                    .lock()
+                    .map(|t| t.trim().to_string())
+                    .unwrap_or_default();
+                let how = match status.and_then(|s| s.code()) {
+                    Some(code) => format!("exited with status {code}"),
+                    None => "was stopped".to_string(),
+                };
+                let text = if said.is_empty() {
+                    format!("the agent's process {how}")
+                } else {
+                    format!("the agent's process {how}: {said}")
+                };
+                if let Ok(mut e) = exit.lock() {
+                    *e = Some(text);
+                }
+                gone.cancel();
+            });
+        }
+        let route: Arc<Mutex<Option<Route>>> = Arc::new(Mutex::new(None));
+        let (cx_tx, cx_rx) = tokio::sync::oneshot::channel();
+        let connection = {
+            let (on_update, on_ask) = (route.clone(), route.clone());
+            let until = gone.clone();
+            Client
+                .v1()
+                .on_receive_notification(
+                    async move |n: SessionNotification, _cx| {
+                        relay(&on_update, n).await;
+                        Ok(())
+                    },
+                    agent_client_protocol::on_receive_notification!(),
+                )
+                .on_receive_request(
+                    async move |ask: RequestPermissionRequest, responder, _cx| {
+                        let permissions = on_ask.lock().ok().and_then(|r| {
+                            r.as_ref()
+                                .filter(|r| r.session == ask.session_id.0.as_ref())
+                                .map(|r| r.permissions.clone())
+                        });
+                        // Decided apart from the connection's loop, so a question that waits
+                        // for the operator holds up no other message.
+                        tokio::spawn(async move {
+                            let verdict = match permissions {
+                                Some(p) => p.decide(ask_of(&ask)).await,
+                                None => Verdict::Cancelled,
+                            };
+                            let _ = responder.respond(answer(&ask, verdict));
+                        });
+                        Ok(())
+                    },
+                    agent_client_protocol::on_receive_request!(),
+                )
+                .connect_with(
+                    lines::transport(stdin, stdout),
+                    async move |cx: ConnectionTo<Agent>| {
+                        let _ = cx_tx.send(cx);
+                        until.cancelled().await;
+                        Ok(())
+                    },
+                )
+        };
+        {
+            let gone = gone.clone();
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "an agent's connection ended");
+                }
+                gone.cancel();
+            });
+        }
+        let cx = tokio::select! {
+            cx = cx_rx => cx.map_err(|_| refused(RetryClass::AgentExited, "the agent's connection closed before it opened".into()))?,
+            () = gone.cancelled() => return Err(exited(&exit).await),
+        };
+        let init = InitializeRequest::new(agent_client_protocol::schema::ProtocolVersion::V1)
+            .client_capabilities(ClientCapabilities::new());
+        let answered = tokio::select! {
+            a = tokio::time::timeout(INITIALIZE_WITHIN, cx.send_request(init).block_task()) => a,
+            () = gone.cancelled() => return Err(exited(&exit).await),
+        };
+        let init = match answered {
+            Ok(Ok(init)) => init,
+            Ok(Err(e)) => {
+                kill.cancel();
+                return Err(super::failure(&e));
+            }
+            Err(_) => {
+                kill.cancel();
+                return Err(refused(
+                    RetryClass::AgentExited,
+                    format!(
+                        "the agent did not answer initialize within {} s",
+                        INITIALIZE_WITHIN.as_secs()
+                    ),
+                ));
+            }
+        };
+        Ok(Arc::new(AgentProcess {
+            cx,
+            load_session: init.agent_capabilities.load_session,
+            session: Mutex::new(None),
+            busy: Arc::new(tokio::sync::Mutex::new(())),
+            last_used: Mutex::new(Instant::now()),
+            route,
+            gone,
+            kill,
+            exit,
+            _slot: slot,
+        }))
+    }
+
+    /// Sends the items of `session`'s updates to `route` until [`Self::unroute`].
+    pub fn route(&self, route: Route) {
+        if let Ok(mut r) = self.route.lock() {
+            *r = Some(route);
+        }
+    }
+
+    pub fn unroute(&self) {
+        if let Ok(mut r) = self.route.lock() {
+            *r = None;
+        }
+        if let Ok(mut at) = self.last_used.lock() {
+            *at = Instant::now();
+        }
+    }
+
+    /// Stops the process.
+    pub fn stop(&self) {
+        self.kill.cancel();
+    }
+
+    /// Why the process is gone, once it is (waiting a moment for its exit to be read).
+    pub async fn exit_error(&self) -> ProviderError {
+        exited(&self.exit).await
+    }
+
+    pub fn idle_for(&self) -> Duration {
+        self.last_used
+            .lock()
+            .map(|at| at.elapsed())
+            .unwrap_or_default()
+    }
+}
+
+/// The error of a process that is gone: its exit status and the end of its stderr.
+async fn exited(exit: &Mutex<Option<String>>) -> ProviderError {
+    for _ in 0..50 {
+        if let Some(text) = exit.lock().ok().and_then(|e| e.clone()) {
+            return refused(RetryClass::AgentExited, text);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    refused(
+        RetryClass::AgentExited,
+        "the agent's connection closed".into(),
+    )
+}
+
+/// Keeps the last [`STDERR_TAIL`] bytes of the agent's stderr (bounded lines, read to the end).
+async fn keep_tail(stderr: tokio::process::ChildStderr, tail: Arc<Mutex<String>>) {
+    use futures::StreamExt;
+    use tokio_util::codec::{FramedRead, LinesCodec};
+    let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(STDERR_TAIL));
+    while let Some(line) = lines.next().await {
+        let Ok(line) = line else { continue };
+        if let Ok(mut t) = tail.lock() {
+            t.push_str(&line);
+            t.push('\n');
+            if t.len() > STDERR_TAIL {
+                let mut cut = t.len() - STDERR_TAIL;
+                while !t.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                t.drain(..cut);
+            }
+        }
+    }
+}
+
+/// An update of the running turn's session, as the turn's item.
+async fn relay(route: &Mutex<Option<Route>>, n: SessionNotification) {
+    let tx = match route.lock() {
+        Ok(r) => match r.as_ref() {
+            Some(r) if r.session == n.session_id.0.as_ref() => r.tx.clone(),
+            _ => return, // a replay of `session/load`, or an update after its turn
+        },
+        Err(_) => return,
+    };
+    let item = match n.update {
+        SessionUpdate::AgentMessageChunk(chunk) => match chunk.content {
+            ContentBlock::Text(t) => TurnItem::Text(t.text),
+            _ => TurnItem::Heard,
+        },
+        SessionUpdate::AgentThoughtChunk(_) => TurnItem::Thought,
+        SessionUpdate::ToolCall(_) | SessionUpdate::ToolCallUpdate(_) => TurnItem::Tool,
+        _ => TurnItem::Heard,
+    };
+    // Backpressure: a turn that reads slowly holds the agent's next message, never drops it.
+    let _ = tx.send(item).await;
+}
+
+/// What the operator is asked, from the agent's request.
+fn ask_of(req: &RequestPermissionRequest) -> Ask {
+    let call = &req.tool_call;
+    Ask {
+        tool_call_id: call.tool_call_id.0.to_string(),
+        title: call.fields.title.clone().unwrap_or_default(),
+        input: call.fields.raw_input.clone(),
+    }
+}
+
+/// The agent's option of the verdict's kind (an `always` verdict takes a `once` option when
+/// the agent offers no `always` one, and back); none: the request is cancelled.
+fn answer(req: &RequestPermissionRequest, verdict: Verdict) -> RequestPermissionResponse {
+    let kinds: &[PermissionOptionKind] = match verdict {
+        Verdict::AllowOnce => &[
+            PermissionOptionKind::AllowOnce,
+            PermissionOptionKind::AllowAlways,
+        ],
+        Verdict::AllowAlways => &[
+            PermissionOptionKind::AllowAlways,
+            PermissionOptionKind::AllowOnce,
+        ],
+        Verdict::RejectOnce => &[
+            PermissionOptionKind::RejectOnce,
+            PermissionOptionKind::RejectAlways,
+        ],
+        Verdict::RejectAlways => &[
+            PermissionOptionKind::RejectAlways,
+            PermissionOptionKind::RejectOnce,
+        ],
+        Verdict::Cancelled => &[],
+    };
+    let chosen = kinds
+        .iter()
+        .find_map(|k| req.options.iter().find(|o| o.kind == *k))
+        .map(|o| o.option_id.clone());
+    RequestPermissionResponse::new(match chosen {
+        Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
+        None => RequestPermissionOutcome::Cancelled,
+    })
+}

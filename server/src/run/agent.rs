@@ -1,0 +1,172 @@
+//! A run on an ACP agent (CONTRACT §9): one `session/prompt` in the session's agent session,
+//! its text relayed through the same windowed deltas and saver as a model step's, its
+//! permissions decided in §8's order, the agent's stop reason as the run's end.
+use super::turn::Step;
+use super::{End, RunTask};
+use crate::acp_client::{Ask, Permissions, TurnRequest, Verdict};
+use crate::llm::limits;
+use crate::store::Store;
+use app::wire::{ApprovalMode, RetryClass, Role, RunKind, SessionId};
+use futures::future::BoxFuture;
+use std::sync::Arc;
+
+/// The most of the earlier conversation sent ahead of a prompt to a new agent session.
+const MAX_HISTORY_BYTES: usize = 200_000;
+
+impl RunTask {
+    /// The agent the session's model names, if it names one.
+    pub(super) fn agent_provider(&self) -> Option<String> {
+        let model = self
+            .ctx
+            .models
+            .catalogue()
+            .resolve(&self.session.model)
+            .ok()?;
+        self.ctx
+            .agents
+            .has(&model.provider)
+            .then_some(model.provider)
+    }
+
+    /// The turn on the agent `provider`: its prompt is the run's anchor (the operator's
+    /// message, or a retry's continuation); a Regenerate from an earlier message than the
+    /// agent last saw opens a new agent session, with the conversation before it sent ahead.
+    pub(super) async fn agent_turn(&mut self, provider: String) -> End {
+        if let Some(limit) = self.ctx.cfg.spend_limit_tokens {
+            let spent = u64::try_from(self.session.tokens_used).unwrap_or(0);
+            if spent >= limit {
+                return End::Refused {
+                    class: RetryClass::SpendLimitExceeded,
+                    message: format!(
+                        "this session has used {spent} tokens of its {limit}-token budget: raise MULLIGAN_SPEND_LIMIT_TOKENS or start a new session"
+                    ),
+                };
+            }
+        }
+        let store = self.ctx.store.clone();
+        let run = self.run.clone();
+        let read = async {
+            let history = store.history(&run.anchor_message_id).await?;
+            let recorded = store.agent_session(&run.session_id, &provider).await?;
+            crate::error::Result::Ok((history, recorded))
+        };
+        let (mut history, recorded) = match read.await {
+            Ok(read) => read,
+            Err(e) => {
+                let e: crate::error::Error = e;
+                return End::Refused {
+                    class: RetryClass::ServerError,
+                    message: limits::error_text(&e.to_string()),
+                };
+            }
+        };
+        let Some(prompt) = history.pop().filter(|m| m.role == Role::Operator) else {
+            return End::Refused {
+                class: RetryClass::InvalidRequest,
+                message: "this turn has no operator message to send the agent".into(),
+            };
+        };
+        let new_session = run.kind == RunKind::Regenerate
+            && recorded
+                .as_ref()
+                .is_some_and(|r| r.last_message_id.as_deref() != Some(prompt.id.as_str()));
+        let request = TurnRequest {
+            provider: provider.clone(),
+            session: run.session_id.to_string(),
+            recorded: recorded.map(|r| r.agent_session),
+            new_session,
+            prompt: prompt.content.clone(),
+            history: earlier(&history),
+            permissions: Arc::new(SessionPermissions {
+                store: store.clone(),
+                session: run.session_id.clone(),
+            }),
+        };
+        let opened = match self.ctx.agents.prompt(request).await {
+            Ok(opened) => opened,
+            Err(e) => {
+                let reason = limits::error_text(&e.to_string());
+                if let Err(e) = store.attempt_failed(&run.id, 1, &reason, None).await {
+                    tracing::warn!(error = %e, "could not record an attempt");
+                }
+                return End::Failed(e);
+            }
+        };
+        if let Err(e) = store
+            .record_agent_session(
+                &run.session_id,
+                &provider,
+                &opened.agent_session,
+                &prompt.id,
+            )
+            .await
+        {
+            // Only a restart's `session/load` needs it: the turn goes on.
+            tracing::warn!(error = %e, "could not record the agent session");
+        }
+        self.active.live().steps = 1;
+        // An agent's own tools may run a long time without a word: the run's limit bounds it.
+        let idle = self.ctx.cfg.max_run;
+        match self.relay(opened.stream, Vec::new(), 1, idle).await {
+            Step::Ended(end) => end,
+            Step::Asked(_) => match opened.ending.stop_reason() {
+                Some("cancelled") => End::Cancelled,
+                _ => End::Completed,
+            },
+        }
+    }
+}
+
+/// The conversation before the prompt, as text for a new agent session (the latest part when
+/// it is long); none when there is none.
+fn earlier(history: &[crate::store::HistoryEntry]) -> Option<String> {
+    if history.is_empty() {
+        return None;
+    }
+    let mut text = String::new();
+    for m in history {
+        let who = match m.role {
+            Role::Operator => "Operator",
+            Role::Agent => "Agent",
+        };
+        text.push_str(&format!("{who}:\n{}\n\n", m.content));
+    }
+    if text.len() > MAX_HISTORY_BYTES {
+        let mut cut = text.len() - MAX_HISTORY_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        text.drain(..cut);
+    }
+    Some(text.trim_end().to_string())
+}
+
+/// An agent's permission requests, decided by the session's approval mode, read when each
+/// is asked (CONTRACT §8): `trust` allows. Asking the operator for them is not built yet: a
+/// request that would ask is rejected once, and the agent is told so.
+struct SessionPermissions {
+    store: Store,
+    session: SessionId,
+}
+
+impl Permissions for SessionPermissions {
+    fn decide(&self, ask: Ask) -> BoxFuture<'static, Verdict> {
+        let (store, session) = (self.store.clone(), self.session.clone());
+        Box::pin(async move {
+            let mode = match store.approval_settings(&session).await {
+                Ok((mode, _)) => mode,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the session's approval mode: the agent's request is rejected");
+                    return Verdict::RejectOnce;
+                }
+            };
+            match mode {
+                ApprovalMode::Trust => Verdict::AllowOnce,
+                _ => {
+                    tracing::info!(tool_call = %ask.tool_call_id, title = %ask.title, "an agent asked permission; the session does not trust it: rejected");
+                    Verdict::RejectOnce
+                }
+            }
+        })
+    }
+}
