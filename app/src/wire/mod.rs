@@ -67,6 +67,8 @@ mod tests {
                 "invalid_request",
                 "max_steps",
                 "reply_too_large",
+                "agent_exited",
+                "agent_error",
             ],
         );
         pin(
@@ -177,7 +179,8 @@ mod tests {
                 "stream_interrupted",
                 "interrupted",
                 "timeout",
-                "internal"
+                "internal",
+                "agent_exited"
             ]
         );
     }
