@@ -156,7 +156,8 @@ class Scripted(Agent):
             log(method="permission", session=session_id, chosen=chosen)
             if chosen in ("allow", "always"):
                 Path(path).write_text("hello")
-                await self.conn.session_update(session_id, update_tool_call("call-1", status="completed"))
+                await self.conn.session_update(session_id, update_tool_call("call-1", status="completed",
+                                                                                     raw_output="wrote 5 bytes"))
                 reply = "wrote it"
             else:
                 await self.conn.session_update(session_id, update_tool_call("call-1", status="failed"))

@@ -136,6 +136,13 @@ class Server:
         assert run["status"] in statuses, run
         return run, self.reply(detail, run)
 
+    def calls(self, sid: str, run: dict) -> list:
+        """The reply's tool calls as (tool, status, result)."""
+        _, detail = self.api("GET", f"/sessions/{sid}")
+        msg = next(m for m in detail["messages"] if m["id"] == run["reply_message_id"])
+        return [(p["call"]["tool"], p["call"]["status"], p["call"].get("result"))
+                for p in msg.get("parts") or [] if p["type"] == "tool_call"]
+
     def log(self) -> list:
         path = self.state / "log.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -251,12 +258,19 @@ def test_a_restart_reopens_the_agent_session(server):
 def test_permissions_follow_the_sessions_approval_mode(server):
     target = server.tmp / "written.txt"
     sid = server.session()
-    _, reply = server.turn(sid, f"write {target}")
+    run, reply = server.turn(sid, f"write {target}")
     assert reply == "not allowed" and not target.exists()
+    assert server.calls(sid, run) == [("Write " + str(target), "error", None)]
     status, _ = server.api("PATCH", f"/sessions/{sid}", {"approval": "trust"})
     assert status == 200
-    _, reply = server.turn(sid, f"write {target}")
+    run, reply = server.turn(sid, f"write {target}")
     assert reply == "wrote it" and target.read_text() == "hello"
+    # The agent's call is the run's: shown with its input and output, counted by the run.
+    _, detail = server.api("GET", f"/sessions/{sid}")
+    msg = next(m for m in detail["messages"] if m["id"] == run["reply_message_id"])
+    call = next(p["call"] for p in msg["parts"] if p["type"] == "tool_call")
+    assert call["arguments"] == {"file_path": str(target), "content": "hello"}, call
+    assert server.calls(sid, run) == [("Write " + str(target), "ok", "wrote 5 bytes")]
     chosen = [e["chosen"] for e in server.log() if e["method"] == "permission"]
     assert chosen == ["reject", "allow"], chosen
 

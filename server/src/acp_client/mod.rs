@@ -81,7 +81,7 @@ pub trait Permissions: Send + Sync + 'static {
 enum TurnItem {
     Text(String),
     Thought,
-    Tool,
+    Call(crate::llm::AgentCall),
     Heard,
     End(Result<StopReason, ProviderError>),
 }
@@ -311,7 +311,8 @@ impl Agents {
             guard.as_ref()?;
             let item = match rx.recv().await {
                 Some(TurnItem::Text(t)) => Ok(StreamItem::Delta(t)),
-                Some(TurnItem::Thought | TurnItem::Tool | TurnItem::Heard) => Ok(StreamItem::Heard),
+                Some(TurnItem::Call(call)) => Ok(StreamItem::AgentCall(call)),
+                Some(TurnItem::Thought | TurnItem::Heard) => Ok(StreamItem::Heard),
                 Some(TurnItem::End(Ok(_))) => {
                     if let Some(g) = guard.take() {
                         g.finished.cancel();

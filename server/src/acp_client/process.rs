@@ -2,11 +2,11 @@
 //! holding one Mulligan session's agent session and running one turn at a time; its exit
 //! fails the turn it was running.
 use super::{lines, AgentSpec, Ask, Permissions, TurnItem, Verdict};
-use crate::llm::ProviderError;
+use crate::llm::{AgentCall, ProviderError};
 use agent_client_protocol::v1::schema::{
     ClientCapabilities, ContentBlock, InitializeRequest, PermissionOptionKind,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    SelectedPermissionOutcome, SessionNotification, SessionUpdate,
+    SelectedPermissionOutcome, SessionNotification, SessionUpdate, ToolCallContent, ToolCallStatus,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, Client};
@@ -304,11 +304,66 @@ async fn relay(route: &Mutex<Option<Route>>, n: SessionNotification) {
             _ => TurnItem::Heard,
         },
         SessionUpdate::AgentThoughtChunk(_) => TurnItem::Thought,
-        SessionUpdate::ToolCall(_) | SessionUpdate::ToolCallUpdate(_) => TurnItem::Tool,
+        SessionUpdate::ToolCall(c) => TurnItem::Call(AgentCall {
+            id: c.tool_call_id.0.to_string(),
+            title: Some(c.title),
+            input: c.raw_input,
+            ended_ok: ended(Some(c.status)),
+            output: output(Some(&c.content), c.raw_output.as_ref()),
+        }),
+        SessionUpdate::ToolCallUpdate(u) => TurnItem::Call(AgentCall {
+            id: u.tool_call_id.0.to_string(),
+            output: output(u.fields.content.as_ref(), u.fields.raw_output.as_ref()),
+            title: u.fields.title,
+            input: u.fields.raw_input,
+            ended_ok: ended(u.fields.status),
+        }),
         _ => TurnItem::Heard,
     };
     // Backpressure: a turn that reads slowly holds the agent's next message, never drops it.
     let _ = tx.send(item).await;
+}
+
+/// Whether a tool call's status says it ended, and how.
+fn ended(status: Option<ToolCallStatus>) -> Option<bool> {
+    match status? {
+        ToolCallStatus::Completed => Some(true),
+        ToolCallStatus::Failed => Some(false),
+        _ => None,
+    }
+}
+
+/// A tool call's output as text: its text content, a diff's path, else its raw output.
+fn output(
+    content: Option<&Vec<ToolCallContent>>,
+    raw: Option<&serde_json::Value>,
+) -> Option<String> {
+    let mut text = String::new();
+    for c in content.into_iter().flatten() {
+        match c {
+            ToolCallContent::Content(c) => {
+                if let ContentBlock::Text(t) = &c.content {
+                    text.push_str(&t.text);
+                    text.push('\n');
+                }
+            }
+            ToolCallContent::Diff(d) => {
+                text.push_str(&format!("edited {}\n", d.path.display()));
+            }
+            _ => {}
+        }
+        if text.len() > app::wire::MAX_TOOL_RESULT_BYTES {
+            break;
+        }
+    }
+    if text.is_empty() {
+        text = match raw? {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+    }
+    let text = text.trim_end();
+    (!text.is_empty()).then(|| text.to_string())
 }
 
 /// What the operator is asked, from the agent's request.

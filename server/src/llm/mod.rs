@@ -97,9 +97,25 @@ pub enum StreamItem {
     ToolCalls(Vec<tool_calls::AssembledCall>),
     /// The provider said the reply is complete.
     Done,
+    /// An ACP agent's tool call, as it starts or changes (CONTRACT §9): the agent runs it.
+    AgentCall(AgentCall),
     /// Bytes arrived that complete no other item (a keep-alive ping or comment, a thinking
     /// delta, a tool call's argument fragment): the stream is alive (CONTRACT §6).
     Heard,
+}
+
+/// A tool call an ACP agent runs itself, as one `tool_call` or `tool_call_update` tells it:
+/// what is unset did not change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentCall {
+    /// The agent's id for it.
+    pub id: String,
+    pub title: Option<String>,
+    pub input: Option<serde_json::Value>,
+    /// `Some(true)`: it ended well; `Some(false)`: it failed; `None`: it runs.
+    pub ended_ok: Option<bool>,
+    /// Its output as text, when the update carries some.
+    pub output: Option<String>,
 }
 
 /// Why opening or reading a provider stream failed, with what the classifier needs.

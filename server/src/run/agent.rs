@@ -4,14 +4,22 @@
 use super::turn::Step;
 use super::{End, RunTask};
 use crate::acp_client::{Ask, Permissions, TurnRequest, Verdict};
-use crate::llm::limits;
-use crate::store::Store;
-use app::wire::{ApprovalMode, RetryClass, Role, RunKind, SessionId};
+use crate::clock::{new_id, now_ms};
+use crate::llm::{limits, AgentCall};
+use crate::store::{NewToolCall, Store};
+use crate::tools::bounded_result;
+use app::wire::{
+    ApprovalMode, RetryClass, Role, RunKind, SessionId, ToolCall, ToolCallId, ToolCallStatus,
+};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
 /// The most of the earlier conversation sent ahead of a prompt to a new agent session.
 const MAX_HISTORY_BYTES: usize = 200_000;
+/// The most characters of an agent's tool call title kept as its `tool`.
+const MAX_TITLE_CHARS: usize = 200;
+/// The most characters of an agent's id for a tool call kept.
+const MAX_AGENT_CALL_ID: usize = 128;
 
 impl RunTask {
     /// The agent the session's model names, if it names one.
@@ -115,6 +123,101 @@ impl RunTask {
             },
         }
     }
+}
+
+impl RunTask {
+    /// Records and shows a tool call the agent runs itself, as it starts or changes: the
+    /// agent's tool calls are the run's (CONTRACT §9). A call the store cannot record ends
+    /// the turn, as a model step's does.
+    pub(super) async fn agent_call(&mut self, seen: AgentCall, step: u32) -> Result<(), End> {
+        let unrecorded = |what: &str, e: crate::store::StoreError| End::Refused {
+            class: RetryClass::ServerError,
+            message: limits::error_text(&format!("could not record a tool call's {what}: {e}")),
+        };
+        let key = seen.id.chars().take(MAX_AGENT_CALL_ID).collect::<String>();
+        if !self.tally.agent_calls.contains_key(&key) {
+            self.tally.calls = self.tally.calls.saturating_add(1);
+            let call = ToolCall {
+                id: ToolCallId::new(new_id("tc")),
+                step,
+                server: self.agent_name(),
+                tool: title(seen.title.as_deref()),
+                arguments: seen.input.clone().unwrap_or_else(|| serde_json::json!({})),
+                status: ToolCallStatus::Running,
+                result: None,
+                started_at: now_ms(),
+                finished_at: None,
+                approval: None,
+                annotations: None,
+            };
+            let text_offset = self.active.live().text.len();
+            let new = NewToolCall {
+                run_id: &self.run.id,
+                message_id: &self.reply.id,
+                session_id: &self.run.session_id,
+                ord: self.tally.calls,
+                provider_id: &key,
+                call: &call,
+                text_offset,
+            };
+            self.active.live().tool_calls += 1; // before: a failed write may still have landed
+            self.ctx
+                .store
+                .tool_call_started(&new)
+                .await
+                .map_err(|e| unrecorded("start", e))?;
+            self.announce_call(&call);
+            self.tally.agent_calls.insert(key.clone(), call);
+        }
+        let Some(call) = self.tally.agent_calls.get_mut(&key) else {
+            return Ok(());
+        };
+        if call.status != ToolCallStatus::Running {
+            return Ok(()); // an update after its end changes nothing recorded
+        }
+        if let Some(t) = seen.title.as_deref() {
+            call.tool = title(Some(t));
+        }
+        if let Some(input) = seen.input {
+            call.arguments = input;
+        }
+        if let Some(out) = seen.output.as_deref() {
+            call.result = Some(bounded_result(out));
+        }
+        let Some(ok) = seen.ended_ok else {
+            return Ok(());
+        };
+        call.status = if ok {
+            ToolCallStatus::Ok
+        } else {
+            ToolCallStatus::Error
+        };
+        call.finished_at = Some(now_ms());
+        let call = call.clone();
+        self.ctx
+            .store
+            .tool_call_ended(&call, &self.run.id, false)
+            .await
+            .map_err(|e| unrecorded("end", e))?;
+        self.announce_call(&call);
+        Ok(())
+    }
+
+    /// The agent's name, as its calls' `server`.
+    fn agent_name(&self) -> String {
+        self.ctx
+            .models
+            .catalogue()
+            .resolve(&self.session.model)
+            .map(|m| m.provider)
+            .unwrap_or_else(|_| "agent".into())
+    }
+}
+
+/// A call's title as its `tool`: the agent's words, bounded; `tool` when it gave none.
+fn title(t: Option<&str>) -> String {
+    let t = t.map(str::trim).filter(|t| !t.is_empty()).unwrap_or("tool");
+    t.chars().take(MAX_TITLE_CHARS).collect()
 }
 
 /// The conversation before the prompt, as text for a new agent session (the latest part when

@@ -144,7 +144,7 @@ impl RunTask {
             if let Err(e) = self.ctx.store.tool_call_started(&new).await {
                 return Executed::Unrecorded(format!("could not record a tool call's start: {e}"));
             }
-            self.announce(&call);
+            self.announce_call(&call);
             if call.status == ToolCallStatus::Running && verdict == Verdict::Run {
                 let (Some(o), Some(map)) = (found.as_ref(), arguments) else {
                     unreachable!("executable calls have a tool and arguments")
@@ -226,7 +226,7 @@ impl RunTask {
                 "could not record a tool call's end: {e}"
             )));
         }
-        self.announce(call);
+        self.announce_call(call);
         Ok(status != ToolCallStatus::Cancelled)
     }
 
@@ -269,7 +269,7 @@ impl RunTask {
                     )))
                 }
             }
-            self.announce(call);
+            self.announce_call(call);
             // The server and tool it was recorded (and decided) with, never another found
             // again by its sanitized name: names can collide after the 64-character cut.
             let name = model_name(&call.server, &call.tool);
@@ -300,7 +300,7 @@ impl RunTask {
                             "could not record a tool call's end: {e}"
                         )));
                     }
-                    self.announce(call);
+                    self.announce_call(call);
                 }
             }
         }
@@ -361,7 +361,7 @@ impl RunTask {
     }
 
     /// Announces a call's start or end to the session's subscribers.
-    fn announce(&self, call: &ToolCall) {
+    pub(super) fn announce_call(&self, call: &ToolCall) {
         self.publish(Event::ToolCall(ToolCallEvent {
             run_id: self.run.id.clone(),
             message_id: self.reply.id.clone(),

@@ -110,6 +110,8 @@ struct Tally {
     served: Vec<app::wire::Served>,
     /// The models whose outage the step being opened probes.
     probing: Vec<String>,
+    /// An ACP agent's tool calls in this run, by the agent's id for them (CONTRACT §9).
+    agent_calls: std::collections::HashMap<String, app::wire::ToolCall>,
 }
 
 /// How a run's stream ended, before it is recorded.

@@ -273,6 +273,12 @@ impl RunTask {
                         .saturating_add(limits::tokens(total_tokens));
                 }
                 Some(Ok(StreamItem::ToolCalls(calls))) => asked = calls,
+                Some(Ok(StreamItem::AgentCall(call))) => {
+                    self.send_held(step); // the text before the call is the call's offset
+                    if let Err(end) = self.agent_call(call, step).await {
+                        return Step::Ended(end);
+                    }
+                }
                 Some(Ok(StreamItem::Heard)) => {}
                 Some(Ok(StreamItem::Done)) | None => {
                     self.send_held(step);
