@@ -365,7 +365,7 @@ mod tests {
 
     #[test]
     fn a_waiting_call_s_arguments_are_whole_or_say_what_is_left_out() {
-        let short = arguments_shown(&json!({"path": "/srv/a", "n": 1}));
+        let short = arguments_shown(&json!({"n": 1, "path": "/srv/a"}));
         assert_eq!(short, "  {\n    \"n\": 1,\n    \"path\": \"/srv/a\"\n  }");
         let long = arguments_shown(&json!({"content": "x".repeat(10_000)}));
         let n = serde_json::to_string_pretty(&json!({"content": "x".repeat(10_000)}))
