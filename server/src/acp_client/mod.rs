@@ -3,6 +3,7 @@
 //! `session/prompt` whose updates come out as a provider stream's items.
 mod lines;
 mod process;
+mod translate;
 
 use crate::llm::{DeltaStream, ProviderError, StreamItem};
 use crate::retry::agent_failure;

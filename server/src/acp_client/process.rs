@@ -1,12 +1,10 @@
 //! One agent process (CONTRACT §9): started through [`crate::child_env`], spoken to over ACP,
 //! holding one Mulligan session's agent session and running one turn at a time; its exit
 //! fails the turn it was running.
-use super::{lines, AgentSpec, Ask, Permissions, TurnItem, Verdict};
-use crate::llm::{AgentCall, ProviderError};
+use super::{lines, translate, AgentSpec, Permissions, TurnItem, Verdict};
+use crate::llm::ProviderError;
 use agent_client_protocol::v1::schema::{
-    ClientCapabilities, ContentBlock, InitializeRequest, PermissionOptionKind,
-    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    SelectedPermissionOutcome, SessionNotification, SessionUpdate, ToolCallContent, ToolCallStatus,
+    ClientCapabilities, InitializeRequest, RequestPermissionRequest, SessionNotification,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, Client};
@@ -152,10 +150,10 @@ impl AgentProcess {
                         // for the operator holds up no other message.
                         tokio::spawn(async move {
                             let verdict = match permissions {
-                                Some(p) => p.decide(ask_of(&ask)).await,
+                                Some(p) => p.decide(translate::ask_of(&ask)).await,
                                 None => Verdict::Cancelled,
                             };
-                            let _ = responder.respond(answer(&ask, verdict));
+                            let _ = responder.respond(translate::answer(&ask, verdict));
                         });
                         Ok(())
                     },
@@ -298,112 +296,7 @@ async fn relay(route: &Mutex<Option<Route>>, n: SessionNotification) {
         },
         Err(_) => return,
     };
-    let item = match n.update {
-        SessionUpdate::AgentMessageChunk(chunk) => match chunk.content {
-            ContentBlock::Text(t) => TurnItem::Text(t.text),
-            _ => TurnItem::Heard,
-        },
-        SessionUpdate::AgentThoughtChunk(_) => TurnItem::Thought,
-        SessionUpdate::ToolCall(c) => TurnItem::Call(AgentCall {
-            id: c.tool_call_id.0.to_string(),
-            title: Some(c.title),
-            input: c.raw_input,
-            ended_ok: ended(Some(c.status)),
-            output: output(Some(&c.content), c.raw_output.as_ref()),
-        }),
-        SessionUpdate::ToolCallUpdate(u) => TurnItem::Call(AgentCall {
-            id: u.tool_call_id.0.to_string(),
-            output: output(u.fields.content.as_ref(), u.fields.raw_output.as_ref()),
-            title: u.fields.title,
-            input: u.fields.raw_input,
-            ended_ok: ended(u.fields.status),
-        }),
-        _ => TurnItem::Heard,
-    };
+    let item = translate::item_of(n.update);
     // Backpressure: a turn that reads slowly holds the agent's next message, never drops it.
     let _ = tx.send(item).await;
-}
-
-/// Whether a tool call's status says it ended, and how.
-fn ended(status: Option<ToolCallStatus>) -> Option<bool> {
-    match status? {
-        ToolCallStatus::Completed => Some(true),
-        ToolCallStatus::Failed => Some(false),
-        _ => None,
-    }
-}
-
-/// A tool call's output as text: its text content, a diff's path, else its raw output.
-fn output(
-    content: Option<&Vec<ToolCallContent>>,
-    raw: Option<&serde_json::Value>,
-) -> Option<String> {
-    let mut text = String::new();
-    for c in content.into_iter().flatten() {
-        match c {
-            ToolCallContent::Content(c) => {
-                if let ContentBlock::Text(t) = &c.content {
-                    text.push_str(&t.text);
-                    text.push('\n');
-                }
-            }
-            ToolCallContent::Diff(d) => {
-                text.push_str(&format!("edited {}\n", d.path.display()));
-            }
-            _ => {}
-        }
-        if text.len() > app::wire::MAX_TOOL_RESULT_BYTES {
-            break;
-        }
-    }
-    if text.is_empty() {
-        text = match raw? {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-    }
-    let text = text.trim_end();
-    (!text.is_empty()).then(|| text.to_string())
-}
-
-/// What the operator is asked, from the agent's request.
-fn ask_of(req: &RequestPermissionRequest) -> Ask {
-    let call = &req.tool_call;
-    Ask {
-        tool_call_id: call.tool_call_id.0.to_string(),
-        title: call.fields.title.clone().unwrap_or_default(),
-        input: call.fields.raw_input.clone(),
-    }
-}
-
-/// The agent's option of the verdict's kind (an `always` verdict takes a `once` option when
-/// the agent offers no `always` one, and back); none: the request is cancelled.
-fn answer(req: &RequestPermissionRequest, verdict: Verdict) -> RequestPermissionResponse {
-    let kinds: &[PermissionOptionKind] = match verdict {
-        Verdict::AllowOnce => &[
-            PermissionOptionKind::AllowOnce,
-            PermissionOptionKind::AllowAlways,
-        ],
-        Verdict::AllowAlways => &[
-            PermissionOptionKind::AllowAlways,
-            PermissionOptionKind::AllowOnce,
-        ],
-        Verdict::RejectOnce => &[
-            PermissionOptionKind::RejectOnce,
-            PermissionOptionKind::RejectAlways,
-        ],
-        Verdict::RejectAlways => &[
-            PermissionOptionKind::RejectAlways,
-            PermissionOptionKind::RejectOnce,
-        ],
-        Verdict::Cancelled => &[],
-    };
-    let chosen = kinds
-        .iter()
-        .find_map(|k| req.options.iter().find(|o| o.kind == *k))
-        .map(|o| o.option_id.clone());
-    RequestPermissionResponse::new(match chosen {
-        Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
-        None => RequestPermissionOutcome::Cancelled,
-    })
 }
