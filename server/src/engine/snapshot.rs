@@ -23,6 +23,10 @@ impl Engine {
         let last_event_id = self.hub().last_id();
         let store = self.store();
         let session = store.session(sid).await?.session;
+        // Runs before messages: a run read as ended has its reply's final text in the later
+        // read (both are written in one transaction), so no reader sees an ended run beside
+        // a reply that has not caught up.
+        let runs = store.runs(sid).await?;
         let mut messages: Vec<_> = store
             .messages(sid, include_superseded)
             .await?
@@ -30,7 +34,6 @@ impl Engine {
             .map(|m| self.overlay_live(m))
             .collect();
         store.with_parts(sid, &mut messages).await?;
-        let runs = store.runs(sid).await?;
         Ok(SessionDetail {
             session,
             messages,

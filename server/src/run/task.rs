@@ -119,10 +119,13 @@ impl RunTask {
         } else {
             end
         };
+        // Copied, not taken: until its end is recorded the run is still live, and a reader of
+        // the session is shown this text, never an empty reply.
         let (content, opened) = {
-            let mut live = active.live();
-            let mut text = std::mem::take(&mut live.text);
-            text.push_str(&std::mem::take(&mut live.held));
+            let live = active.live();
+            let mut text = String::with_capacity(live.text.len() + live.held.len());
+            text.push_str(&live.text);
+            text.push_str(&live.held);
             (text, live.steps > 0)
         };
         // What the provider reported, but never less than the reply's own size suggests (a
