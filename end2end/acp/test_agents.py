@@ -211,11 +211,11 @@ def test_text_before_the_failure_makes_the_retry_a_continuation(server):
 def test_an_agent_that_exits_mid_turn_fails_agent_exited_and_comes_back(server):
     sid = server.session()
     run, reply = server.turn(sid, "exit", statuses={"failed"})
-    assert run["retry"]["retry_class"] == "agent_exited" and run["retry"]["retryable"], run
+    assert run["retry"]["retry_class"] == "agent_exited" and run["retry"]["retryable"], run["error_message"]
     assert "status 3" in run["error_message"], run
     assert reply == "bye ", reply
     _, reply = server.turn(sid, "hello")
-    assert reply.startswith("echo: hello"), reply
+    assert reply.startswith("echo: hello"), json.dumps([reply, server.log()])
 
 
 def test_cancel_stops_the_agents_turn(server):

@@ -277,9 +277,28 @@ impl Agents {
             );
             tokio::spawn(async move {
                 let _busy = busy;
-                let answered = tokio::select! {
-                    a = proc.cx.send_request(prompt).block_task() => a.map_err(|e| failure(&e)),
-                    () = proc.gone.cancelled() => Err(proc.exit_error().await),
+                // The answer is taken in the connection's order, after every update the
+                // agent sent before it: an unordered wait could see `end_turn` first and
+                // drop the reply's last chunks.
+                let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+                let registered =
+                    proc.cx
+                        .prepare_request(prompt)
+                        .on_receiving_result(move |result| async move {
+                            let _ = answer_tx.send(result);
+                            Ok(())
+                        });
+                let answered = match registered {
+                    Err(e) => Err(proc.failure(&e).await),
+                    Ok(()) => tokio::select! {
+                        biased;
+                        a = answer_rx => match a {
+                            Ok(Ok(answer)) => Ok(answer),
+                            Ok(Err(e)) => Err(proc.failure(&e).await),
+                            Err(_) => Err(proc.exit_error().await),
+                        },
+                        () = proc.gone.cancelled() => Err(proc.exit_error().await),
+                    },
                 };
                 proc.unroute();
                 let end = match answered {
@@ -374,7 +393,7 @@ impl Agents {
         };
         match made {
             Ok(Ok(made)) => Ok((made.session_id.0.to_string(), true)),
-            Ok(Err(e)) => Err(failure(&e)),
+            Ok(Err(e)) => Err(proc.failure(&e).await),
             Err(_) => Err(refused(format!(
                 "the agent did not open a session within {} s",
                 OPEN_WITHIN.as_secs()

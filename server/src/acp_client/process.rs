@@ -191,7 +191,7 @@ impl AgentProcess {
             Ok(Ok(init)) => init,
             Ok(Err(e)) => {
                 kill.cancel();
-                return Err(super::failure(&e));
+                return Err(failure(&e, &exit).await);
             }
             Err(_) => {
                 kill.cancel();
@@ -244,12 +244,29 @@ impl AgentProcess {
         exited(&self.exit).await
     }
 
+    /// A request's error as the run's failure: the process's exit when the error only says
+    /// its connection closed (that can arrive before the exit is seen).
+    pub async fn failure(&self, e: &agent_client_protocol::Error) -> ProviderError {
+        failure(e, &self.exit).await
+    }
+
     pub fn idle_for(&self) -> Duration {
         self.last_used
             .lock()
             .map(|at| at.elapsed())
             .unwrap_or_default()
     }
+}
+
+/// A request's error: the agent's own (classified), or the exit of a process whose
+/// connection closed under the request.
+async fn failure(e: &agent_client_protocol::Error, exit: &Mutex<Option<String>>) -> ProviderError {
+    if agent_client_protocol::is_incoming_transport_closed(e)
+        || agent_client_protocol::is_connection_terminated(e)
+    {
+        return exited(exit).await;
+    }
+    super::failure(e)
 }
 
 /// The error of a process that is gone: its exit status and the end of its stderr.
