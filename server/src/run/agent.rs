@@ -123,9 +123,7 @@ impl RunTask {
             },
         }
     }
-}
 
-impl RunTask {
     /// Records and shows a tool call the agent runs itself, as it starts or changes: the
     /// agent's tool calls are the run's (CONTRACT §9). A call the store cannot record ends
     /// the turn, as a model step's does.
@@ -140,7 +138,7 @@ impl RunTask {
             let call = ToolCall {
                 id: ToolCallId::new(new_id("tc")),
                 step,
-                server: self.agent_name(),
+                server: self.agent_provider().unwrap_or_else(|| "agent".into()),
                 tool: title(seen.title.as_deref()),
                 arguments: seen.input.clone().unwrap_or_else(|| serde_json::json!({})),
                 status: ToolCallStatus::Running,
@@ -150,6 +148,8 @@ impl RunTask {
                 approval: None,
                 annotations: None,
             };
+            // The text before the call goes out first: its length is the call's offset.
+            self.send_held(step);
             let text_offset = self.active.live().text.len();
             let new = NewToolCall {
                 run_id: &self.run.id,
@@ -201,16 +201,6 @@ impl RunTask {
             .map_err(|e| unrecorded("end", e))?;
         self.announce_call(&call);
         Ok(())
-    }
-
-    /// The agent's name, as its calls' `server`.
-    fn agent_name(&self) -> String {
-        self.ctx
-            .models
-            .catalogue()
-            .resolve(&self.session.model)
-            .map(|m| m.provider)
-            .unwrap_or_else(|_| "agent".into())
     }
 }
 

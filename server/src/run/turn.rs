@@ -274,7 +274,6 @@ impl RunTask {
                 }
                 Some(Ok(StreamItem::ToolCalls(calls))) => asked = calls,
                 Some(Ok(StreamItem::AgentCall(call))) => {
-                    self.send_held(step); // the text before the call is the call's offset
                     if let Err(end) = self.agent_call(call, step).await {
                         return Step::Ended(end);
                     }
@@ -303,9 +302,9 @@ impl RunTask {
         }
     }
 
-    /// Sends the held text as the reply's next delta (nothing if none is held).
-    /// Sends the held text as one delta; how many bytes it held.
-    fn send_held(&self, step: u32) -> usize {
+    /// Sends the held text as the reply's next delta (nothing if none is held); how many
+    /// bytes it held.
+    pub(super) fn send_held(&self, step: u32) -> usize {
         let (text, seq) = {
             let mut live = self.active.live();
             if live.held.is_empty() {
