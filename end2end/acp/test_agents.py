@@ -255,14 +255,73 @@ def test_a_restart_reopens_the_agent_session(server):
     assert len(loads) == 1, loads
 
 
-def test_permissions_follow_the_sessions_approval_mode(server):
+def waiting_call(server, run_id: str, timeout: float = 20) -> dict:
+    """The run's call listed by `GET /approvals`, once it waits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, listed = server.api("GET", "/approvals")
+        assert status == 200, listed
+        waiting = [w for w in listed["approvals"] if w["run_id"] == run_id]
+        if waiting:
+            return waiting[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no call of run {run_id} waited for approval")
+
+
+def chosen(server) -> list:
+    return [e["chosen"] for e in server.log() if e["method"] == "permission"]
+
+
+def test_an_agents_permission_request_waits_for_the_operators_decision(server):
     target = server.tmp / "written.txt"
     sid = server.session()
+    # Under the default policy the agent's request asks the operator, and nothing is written
+    # while it waits; the run and the session say so.
+    receipt = server.send(sid, f"write {target}")
+    run_id = receipt["run_id"]
+    waiting = waiting_call(server, run_id)
+    call = waiting["call"]
+    assert (call["server"], call["tool"], call["status"]) == ("scripted", f"Write {target}", "awaiting_approval"), call
+    assert call["arguments"] == {"file_path": str(target), "content": "hello"}, call
+    run, detail = server.wait_run(sid, run_id, {"awaiting_approval"})
+    assert detail["session"]["status"] == "awaiting_approval", detail["session"]
+    _, shown = server.api("GET", f"/runs/{run_id}")
+    assert shown["run"]["status"] == "awaiting_approval", shown["run"]
+    assert not target.exists() and chosen(server) == []
+    # Rejected: the agent is answered with its reject option and the call is denied.
+    status, decided = server.api("POST", f"/runs/{run_id}/tool_calls/{call['id']}/decision",
+                                 {"decision": "reject_once", "reason": "not that file"})
+    assert status == 200 and decided["call"]["status"] == "denied", decided
+    run, detail = server.wait_run(sid, run_id, {"completed", "failed"})
+    assert run["status"] == "completed" and server.reply(detail, run) == "not allowed", run
+    assert not target.exists()
+    assert [c[:2] for c in server.calls(sid, run)] == [(f"Write {target}", "denied")]
+    # A second decision on it is refused with the first.
+    status, refused = server.api("POST", f"/runs/{run_id}/tool_calls/{call['id']}/decision",
+                                 {"decision": "allow_once"})
+    assert status == 409 and refused["error"]["code"] == "approval.decided", refused
+
+    # Allowed always: the agent gets its "always" option, the call runs, and the session
+    # remembers the grant, so the same call next turn runs without asking.
+    receipt = server.send(sid, f"write {target}")
+    call = waiting_call(server, receipt["run_id"])["call"]
+    status, decided = server.api("POST", f"/runs/{receipt['run_id']}/tool_calls/{call['id']}/decision",
+                                 {"decision": "allow_always"})
+    assert status == 200, decided
+    run, detail = server.wait_run(sid, receipt["run_id"], {"completed", "failed"})
+    assert server.reply(detail, run) == "wrote it" and target.read_text() == "hello", run
+    assert server.calls(sid, run) == [(f"Write {target}", "ok", "wrote 5 bytes")]
+    grants = detail["session"]["tool_grants"]
+    assert grants == [{"server": "scripted", "tool": f"Write {target}", "decision": "allow"}], grants
+    target.unlink()
     run, reply = server.turn(sid, f"write {target}")
-    assert reply == "not allowed" and not target.exists()
-    assert server.calls(sid, run) == [("Write " + str(target), "error", None)]
-    status, _ = server.api("PATCH", f"/sessions/{sid}", {"approval": "trust"})
-    assert status == 200
+    assert reply == "wrote it" and target.exists()
+    assert chosen(server) == ["reject", "always", "allow"], chosen(server)
+
+
+def test_trust_answers_an_agents_request_at_once(server):
+    target = server.tmp / "trusted.txt"
+    sid = server.session(approval="trust")
     run, reply = server.turn(sid, f"write {target}")
     assert reply == "wrote it" and target.read_text() == "hello"
     # The agent's call is the run's: shown with its input and output, counted by the run.
@@ -270,9 +329,45 @@ def test_permissions_follow_the_sessions_approval_mode(server):
     msg = next(m for m in detail["messages"] if m["id"] == run["reply_message_id"])
     call = next(p["call"] for p in msg["parts"] if p["type"] == "tool_call")
     assert call["arguments"] == {"file_path": str(target), "content": "hello"}, call
-    assert server.calls(sid, run) == [("Write " + str(target), "ok", "wrote 5 bytes")]
-    chosen = [e["chosen"] for e in server.log() if e["method"] == "permission"]
-    assert chosen == ["reject", "allow"], chosen
+    assert server.calls(sid, run) == [(f"Write {target}", "ok", "wrote 5 bytes")]
+    assert chosen(server) == ["allow"], chosen(server)
+
+
+def test_a_cancel_ends_a_run_whose_agent_waits_for_a_decision(server):
+    target = server.tmp / "never.txt"
+    sid = server.session()
+    receipt = server.send(sid, f"write {target}")
+    call = waiting_call(server, receipt["run_id"])["call"]
+    status, run = server.api("POST", f"/sessions/{sid}/runs/{receipt['run_id']}/cancel")
+    assert status == 200 and run["status"] == "cancelled", run
+    assert [c[:2] for c in server.calls(sid, run)] == [(f"Write {target}", "cancelled")]
+    status, refused = server.api("POST", f"/runs/{receipt['run_id']}/tool_calls/{call['id']}/decision",
+                                 {"decision": "allow_once"})
+    assert status == 409, refused
+    _, listed = server.api("GET", "/approvals")
+    assert listed["approvals"] == [], listed
+    # The agent's question was withdrawn (answered cancelled), and nothing was written.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and chosen(server) != [None]:
+        time.sleep(0.05)
+    assert chosen(server) == [None] and not target.exists()
+    _, reply = server.turn(sid, "next")
+    assert reply.startswith("echo: next"), reply
+
+
+def test_a_restart_while_an_agent_waits_interrupts_its_run(server):
+    target = server.tmp / "later.txt"
+    sid = server.session()
+    receipt = server.send(sid, f"write {target}")
+    waiting_call(server, receipt["run_id"])
+    server.stop()
+    server.start()
+    run, _ = server.wait_run(sid, receipt["run_id"], {"failed", "completed", "cancelled"})
+    assert run["status"] == "failed" and run["retry"]["retry_class"] == "interrupted", run
+    assert server.calls(sid, run)[0][1] != "awaiting_approval"
+    _, listed = server.api("GET", "/approvals")
+    assert listed["approvals"] == [], listed
+    assert not target.exists()
 
 
 def test_regenerate_from_an_earlier_message_starts_a_new_agent_session(server):

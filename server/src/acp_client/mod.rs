@@ -14,7 +14,6 @@ use agent_client_protocol::v1::schema::{
     StopReason, TextContent,
 };
 use app::wire::RetryClass;
-use futures::future::BoxFuture;
 use process::{AgentProcess, Route};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -40,35 +39,13 @@ pub struct AgentSpec {
     pub cwd: Option<PathBuf>,
 }
 
-/// A permission the agent asks for, as the operator is asked it.
-#[derive(Clone, Debug)]
-pub struct Ask {
-    pub tool_call_id: String,
-    pub title: String,
-    pub input: Option<serde_json::Value>,
-}
-
-/// How a permission is answered: the agent's option of that kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    AllowOnce,
-    AllowAlways,
-    RejectOnce,
-    RejectAlways,
-    Cancelled,
-}
-
-/// Who decides a turn's permissions (the run, by CONTRACT §8).
-pub trait Permissions: Send + Sync + 'static {
-    fn decide(&self, ask: Ask) -> BoxFuture<'static, Verdict>;
-}
-
 /// One item of an agent's turn, as the process hears it.
 #[derive(Debug)]
 enum TurnItem {
     Text(String),
     Thought,
     Call(crate::llm::AgentCall),
+    Ask(crate::llm::AgentAsk),
     Heard,
     End(Result<StopReason, ProviderError>),
 }
@@ -88,7 +65,6 @@ pub struct TurnRequest {
     pub prompt: String,
     /// The conversation before the prompt, sent ahead of it when the agent session is new.
     pub history: Option<String>,
-    pub permissions: Arc<dyn Permissions>,
 }
 
 /// How a turn ended, readable once its stream is done.
@@ -198,7 +174,6 @@ impl Agents {
         proc.route(Route {
             session: agent_session.clone(),
             tx: tx.clone(),
-            permissions: req.permissions.clone(),
         });
         let finished = CancellationToken::new();
         let ending = Ending::default();
@@ -266,6 +241,7 @@ impl Agents {
             let item = match rx.recv().await {
                 Some(TurnItem::Text(t)) => Ok(StreamItem::Delta(t)),
                 Some(TurnItem::Call(call)) => Ok(StreamItem::AgentCall(call)),
+                Some(TurnItem::Ask(ask)) => Ok(StreamItem::AgentAsk(ask)),
                 Some(TurnItem::Thought | TurnItem::Heard) => Ok(StreamItem::Heard),
                 Some(TurnItem::End(Ok(_))) => {
                     if let Some(g) = guard.take() {

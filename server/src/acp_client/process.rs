@@ -1,7 +1,7 @@
 //! One agent process (CONTRACT §9): started through [`crate::child_env`], spoken to over ACP,
 //! holding one Mulligan session's agent session and running one turn at a time; its exit
 //! fails the turn it was running.
-use super::{lines, translate, AgentSpec, Permissions, TurnItem, Verdict};
+use super::{lines, translate, AgentSpec, TurnItem};
 use crate::llm::ProviderError;
 use agent_client_protocol::v1::schema::{
     ClientCapabilities, InitializeRequest, RequestPermissionRequest, SessionNotification,
@@ -20,11 +20,10 @@ const INITIALIZE_WITHIN: Duration = Duration::from_secs(60);
 /// How much of an agent's stderr is kept to say why it exited.
 const STDERR_TAIL: usize = 2048;
 
-/// Where the running turn's items go, and who decides its permissions.
+/// Where the running turn's items go (its permission requests too: the run decides them).
 pub(super) struct Route {
     pub session: String,
     pub tx: mpsc::Sender<TurnItem>,
-    pub permissions: Arc<dyn Permissions>,
 }
 
 /// A running agent process and its connection.
@@ -141,19 +140,22 @@ impl AgentProcess {
                 )
                 .on_receive_request(
                     async move |ask: RequestPermissionRequest, responder, _cx| {
-                        let permissions = on_ask.lock().ok().and_then(|r| {
+                        let tx = on_ask.lock().ok().and_then(|r| {
                             r.as_ref()
                                 .filter(|r| r.session == ask.session_id.0.as_ref())
-                                .map(|r| r.permissions.clone())
+                                .map(|r| r.tx.clone())
                         });
-                        // Decided apart from the connection's loop, so a question that waits
-                        // for the operator holds up no other message.
+                        let (item, answer) = crate::llm::AgentAsk::new(translate::ask_of(&ask));
+                        // Sent in the connection's order (after the updates before it); the
+                        // answer is awaited apart from the connection's loop, so a question
+                        // that waits for the operator holds up no other message.
+                        let heard = match tx {
+                            Some(tx) => tx.send(TurnItem::Ask(item)).await.is_ok(),
+                            None => false, // no turn runs: nobody to ask
+                        };
                         tokio::spawn(async move {
-                            let verdict = match permissions {
-                                Some(p) => p.decide(translate::ask_of(&ask)).await,
-                                None => Verdict::Cancelled,
-                            };
-                            let _ = responder.respond(translate::answer(&ask, verdict));
+                            let decision = if heard { answer.await.ok() } else { None };
+                            let _ = responder.respond(translate::answer(&ask, decision));
                         });
                         Ok(())
                     },

@@ -1,12 +1,13 @@
 //! What ACP's messages mean to a turn, and back: a `session/update` as the turn's item, a
 //! permission request as the operator's question, a verdict as the agent's option. Pure.
-use super::{Ask, TurnItem, Verdict};
+use super::TurnItem;
 use crate::llm::AgentCall;
 use agent_client_protocol::v1::schema::{
     ContentBlock, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
     RequestPermissionResponse, SelectedPermissionOutcome, SessionUpdate, ToolCallContent,
     ToolCallStatus,
 };
+use app::wire::Decision;
 use std::fmt::Write as _;
 
 /// A session update as the running turn's item.
@@ -77,40 +78,44 @@ fn output(
     (!text.is_empty()).then(|| text.to_string())
 }
 
-/// What the operator is asked, from the agent's request.
-pub(super) fn ask_of(req: &RequestPermissionRequest) -> Ask {
+/// The call the agent asks about, as the run records it (what the request leaves unset
+/// did not change).
+pub(super) fn ask_of(req: &RequestPermissionRequest) -> AgentCall {
     let call = &req.tool_call;
-    Ask {
-        tool_call_id: call.tool_call_id.0.to_string(),
-        title: call.fields.title.clone().unwrap_or_default(),
+    AgentCall {
+        id: call.tool_call_id.0.to_string(),
+        title: call.fields.title.clone(),
         input: call.fields.raw_input.clone(),
+        ended_ok: None,
+        output: None,
     }
 }
 
-/// The agent's option of the verdict's kind (an `always` verdict takes a `once` option when
-/// the agent offers no `always` one, and back); none: the request is cancelled.
+/// The agent's option of the decision's kind (an `always` decision takes a `once` option
+/// when the agent offers no `always` one, and back; a timeout rejects once); no decision:
+/// the request is cancelled.
 pub(super) fn answer(
     req: &RequestPermissionRequest,
-    verdict: Verdict,
+    decision: Option<Decision>,
 ) -> RequestPermissionResponse {
-    let kinds: &[PermissionOptionKind] = match verdict {
-        Verdict::AllowOnce => &[
+    let kinds: &[PermissionOptionKind] = match decision {
+        Some(Decision::AllowOnce) => &[
             PermissionOptionKind::AllowOnce,
             PermissionOptionKind::AllowAlways,
         ],
-        Verdict::AllowAlways => &[
+        Some(Decision::AllowAlways) => &[
             PermissionOptionKind::AllowAlways,
             PermissionOptionKind::AllowOnce,
         ],
-        Verdict::RejectOnce => &[
+        Some(Decision::RejectOnce | Decision::TimedOut) => &[
             PermissionOptionKind::RejectOnce,
             PermissionOptionKind::RejectAlways,
         ],
-        Verdict::RejectAlways => &[
+        Some(Decision::RejectAlways) => &[
             PermissionOptionKind::RejectAlways,
             PermissionOptionKind::RejectOnce,
         ],
-        Verdict::Cancelled => &[],
+        None => &[],
     };
     let chosen = kinds
         .iter()
@@ -208,13 +213,27 @@ mod tests {
             PermissionOptionKind::AllowAlways,
             PermissionOptionKind::RejectOnce,
         ]);
-        assert_eq!(chosen(&all, Verdict::AllowAlways).as_deref(), Some("o1"));
-        assert_eq!(chosen(&all, Verdict::AllowOnce).as_deref(), Some("o0"));
+        assert_eq!(
+            chosen(&all, Some(Decision::AllowAlways)).as_deref(),
+            Some("o1")
+        );
+        assert_eq!(
+            chosen(&all, Some(Decision::AllowOnce)).as_deref(),
+            Some("o0")
+        );
         // No reject_always offered: the nearest, reject_once.
-        assert_eq!(chosen(&all, Verdict::RejectAlways).as_deref(), Some("o2"));
-        assert_eq!(chosen(&all, Verdict::Cancelled), None);
+        assert_eq!(
+            chosen(&all, Some(Decision::RejectAlways)).as_deref(),
+            Some("o2")
+        );
+        assert_eq!(
+            chosen(&all, Some(Decision::TimedOut)).as_deref(),
+            Some("o2"),
+            "a wait that timed out rejects once"
+        );
+        assert_eq!(chosen(&all, None), None);
         // Nothing of the kind at all: the request is cancelled, never another kind chosen.
         let allow_only = ask(&[PermissionOptionKind::AllowOnce]);
-        assert_eq!(chosen(&allow_only, Verdict::RejectOnce), None);
+        assert_eq!(chosen(&allow_only, Some(Decision::RejectOnce)), None);
     }
 }

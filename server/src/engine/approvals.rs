@@ -210,6 +210,8 @@ impl Engine {
         // announcement that fails is caught up by the page's next read; a resume that fails
         // is the approvals loop's on its next pass (it resumes runs decided, not resumed).
         self.announce_call(&session_id, run_id, &call);
+        // An agent's question waits in its running run, which reads the call again now.
+        self.context().decided.notify_waiters();
         if call_is_grant(d.decision) {
             if let Err(e) = self.publish_session(&session_id).await {
                 tracing::warn!(session_id = %session_id, error = %e, "could not announce the session's grants");

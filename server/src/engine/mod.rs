@@ -117,6 +117,7 @@ impl Engine {
                 tools,
                 cfg: run,
                 stopping,
+                decided: Default::default(),
             }),
         };
         Engine {

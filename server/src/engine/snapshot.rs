@@ -4,7 +4,7 @@
 use super::Engine;
 use crate::error::Result;
 use crate::store::SessionPage;
-use app::wire::{RunDetail, RunId, SessionDetail, SessionId, SessionList};
+use app::wire::{Part, RunDetail, RunId, RunStatus, SessionDetail, SessionId, SessionList};
 
 impl Engine {
     /// A page of sessions, newest first.
@@ -34,6 +34,21 @@ impl Engine {
             .map(|m| self.overlay_live(m))
             .collect();
         store.with_parts(sid, &mut messages).await?;
+        let mut runs = runs;
+        for run in runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
+            let reply = messages
+                .iter()
+                .find(|m| Some(&m.id) == run.reply_message_id.as_ref());
+            let calls = reply
+                .and_then(|m| m.parts.as_deref())
+                .into_iter()
+                .flatten()
+                .filter_map(|p| match p {
+                    Part::ToolCall { call } => Some(call),
+                    Part::Text { .. } => None,
+                });
+            crate::run::shown(run, calls);
+        }
         Ok(SessionDetail {
             session,
             messages,
@@ -67,6 +82,8 @@ impl Engine {
                 .collect(),
             None => Vec::new(),
         };
+        let mut run = run;
+        crate::run::shown(&mut run, &tool_calls);
         Ok(RunDetail {
             run,
             attempts,

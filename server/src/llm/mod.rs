@@ -12,7 +12,7 @@ pub mod tool_calls;
 pub use limits::Limits;
 pub use offered::Offered;
 
-use app::wire::RetryClass;
+use app::wire::{Decision, RetryClass};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use std::time::Duration;
@@ -99,6 +99,8 @@ pub enum StreamItem {
     Done,
     /// An ACP agent's tool call, as it starts or changes (CONTRACT §9): the agent runs it.
     AgentCall(AgentCall),
+    /// An ACP agent asks permission before one of its tool calls (CONTRACT §9).
+    AgentAsk(AgentAsk),
     /// Bytes arrived that complete no other item (a keep-alive ping or comment, a thinking
     /// delta, a tool call's argument fragment): the stream is alive (CONTRACT §6).
     Heard,
@@ -116,6 +118,40 @@ pub struct AgentCall {
     pub ended_ok: Option<bool>,
     /// Its output as text, when the update carries some.
     pub output: Option<String>,
+}
+
+/// An ACP agent's `session/request_permission`: the call it asks about, and where the
+/// operator's decision goes (once). Dropped unanswered, the agent's request is cancelled.
+#[derive(Clone, Debug)]
+pub struct AgentAsk {
+    pub call: AgentCall,
+    answer: std::sync::Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<Decision>>>>,
+}
+
+impl AgentAsk {
+    /// An ask about `call`, and where its answer arrives.
+    pub fn new(call: AgentCall) -> (AgentAsk, tokio::sync::oneshot::Receiver<Decision>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let ask = AgentAsk {
+            call,
+            answer: std::sync::Arc::new(std::sync::Mutex::new(Some(tx))),
+        };
+        (ask, rx)
+    }
+
+    /// Answers the agent (the first answer counts).
+    pub fn answer(&self, decision: Decision) {
+        let tx = self.answer.lock().ok().and_then(|mut a| a.take());
+        if let Some(tx) = tx {
+            let _ = tx.send(decision);
+        }
+    }
+}
+
+impl PartialEq for AgentAsk {
+    fn eq(&self, other: &AgentAsk) -> bool {
+        self.call == other.call && std::sync::Arc::ptr_eq(&self.answer, &other.answer)
+    }
 }
 
 /// Why opening or reading a provider stream failed, with what the classifier needs.

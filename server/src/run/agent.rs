@@ -3,16 +3,17 @@
 //! permissions decided in §8's order, the agent's stop reason as the run's end.
 use super::turn::Step;
 use super::{End, RunTask};
-use crate::acp_client::{Ask, Permissions, TurnRequest, Verdict};
+use crate::acp_client::TurnRequest;
+use crate::approval::{self, Rule, SourceRule, Verdict};
 use crate::clock::{new_id, now_ms};
-use crate::llm::{limits, AgentCall};
-use crate::store::{NewToolCall, Store};
+use crate::llm::{limits, AgentAsk, AgentCall};
+use crate::store::NewToolCall;
 use crate::tools::bounded_result;
 use app::wire::{
-    ApprovalMode, RetryClass, Role, RunKind, SessionId, ToolCall, ToolCallId, ToolCallStatus,
+    Approval, Decision, Event, RetryClass, Role, RunKind, RunStatus, ToolAnnotations, ToolCall,
+    ToolCallId, ToolCallStatus,
 };
-use futures::future::BoxFuture;
-use std::sync::Arc;
+use std::time::Duration;
 
 /// The most of the earlier conversation sent ahead of a prompt to a new agent session.
 const MAX_HISTORY_BYTES: usize = 200_000;
@@ -20,6 +21,29 @@ const MAX_HISTORY_BYTES: usize = 200_000;
 const MAX_TITLE_CHARS: usize = 200;
 /// The most characters of an agent's id for a tool call kept.
 const MAX_AGENT_CALL_ID: usize = 128;
+/// How often a question waiting in a run reads its call again when no decision recorded
+/// here woke it (one recorded by another instance).
+const ASK_POLL: Duration = Duration::from_secs(1);
+
+/// The agent's id for a call, as the run keys it.
+fn agent_key(id: &str) -> String {
+    id.chars().take(MAX_AGENT_CALL_ID).collect()
+}
+
+/// A run as its readers are shown it: `running` in the store while an agent's question
+/// waits in it (the run's task holds the question), `awaiting_approval` to its readers, as
+/// any run with a call waiting (CONTRACT §8).
+pub fn shown<'a>(run: &mut app::wire::Run, calls: impl IntoIterator<Item = &'a ToolCall>) {
+    if run.status == RunStatus::Running && calls.into_iter().any(undecided) {
+        run.status = RunStatus::AwaitingApproval;
+    }
+}
+
+/// Whether a recorded call waits for the operator still.
+fn undecided(call: &ToolCall) -> bool {
+    call.status == ToolCallStatus::AwaitingApproval
+        && call.approval.as_ref().is_none_or(|a| a.decision.is_none())
+}
 
 impl RunTask {
     /// The agent the session's model names, if it names one.
@@ -85,10 +109,6 @@ impl RunTask {
             new_session,
             prompt: prompt.content.clone(),
             history: earlier(&history),
-            permissions: Arc::new(SessionPermissions {
-                store: store.clone(),
-                session: run.session_id.clone(),
-            }),
         };
         let opened = match self.ctx.agents.prompt(request).await {
             Ok(opened) => opened,
@@ -132,7 +152,7 @@ impl RunTask {
             class: RetryClass::ServerError,
             message: limits::error_text(&format!("could not record a tool call's {what}: {e}")),
         };
-        let key = seen.id.chars().take(MAX_AGENT_CALL_ID).collect::<String>();
+        let key = agent_key(&seen.id);
         if !self.tally.agent_calls.contains_key(&key) {
             self.tally.calls = self.tally.calls.saturating_add(1);
             let call = ToolCall {
@@ -202,6 +222,143 @@ impl RunTask {
         self.announce_call(&call);
         Ok(())
     }
+
+    /// The agent asks before running a call (`session/request_permission`): §8's order
+    /// decides (a reject grant denies, `ask_all` asks, `trust` or an allow grant runs; else
+    /// the agent's asking means ask), and a call that asks waits here, recorded
+    /// `awaiting_approval` and decided on any surface, while the agent holds its question.
+    /// The agent is answered with the decision.
+    pub(super) async fn agent_ask(&mut self, ask: AgentAsk, step: u32) -> Result<(), End> {
+        let unrecorded = |what: &str, e: crate::store::StoreError| End::Refused {
+            class: RetryClass::ServerError,
+            message: limits::error_text(&format!("could not record a tool call's {what}: {e}")),
+        };
+        self.agent_call(ask.call.clone(), step).await?;
+        let key = agent_key(&ask.call.id);
+        let Some(call) = self.tally.agent_calls.get(&key).cloned() else {
+            ask.answer(Decision::RejectOnce);
+            return Ok(());
+        };
+        if call.status != ToolCallStatus::Running {
+            ask.answer(Decision::RejectOnce); // it ended: nothing is left to allow
+            return Ok(());
+        }
+        let (mode, grants) = match self.ctx.store.approval_settings(&self.run.session_id).await {
+            Ok(settings) => settings,
+            Err(e) => {
+                tracing::warn!(run_id = %self.run.id, error = %e, "cannot read the session's approval settings: the agent's request is rejected");
+                ask.answer(Decision::RejectOnce);
+                return Ok(());
+            }
+        };
+        let asks = SourceRule {
+            rule: Rule::Always,
+            tools: Vec::new(),
+        };
+        let annotations = ToolAnnotations::default();
+        match approval::verdict(mode, &grants, &asks, &call.server, &call.tool, &annotations) {
+            Verdict::Run => {
+                ask.answer(Decision::AllowOnce);
+                return Ok(());
+            }
+            Verdict::Deny => {
+                let mut call = call;
+                call.status = ToolCallStatus::Denied;
+                call.result = Some(bounded_result(&approval::declined_text(None, false)));
+                call.finished_at = Some(now_ms());
+                self.ctx
+                    .store
+                    .tool_call_ended(&call, &self.run.id, false)
+                    .await
+                    .map_err(|e| unrecorded("end", e))?;
+                self.announce_call(&call);
+                self.tally.agent_calls.insert(key, call);
+                ask.answer(Decision::RejectOnce);
+                return Ok(());
+            }
+            Verdict::Ask => {}
+        }
+        let asked_at = self
+            .ctx
+            .store
+            .agent_call_asks(&call.id)
+            .await
+            .map_err(|e| unrecorded("question", e))?;
+        let mut call = call;
+        call.status = ToolCallStatus::AwaitingApproval;
+        call.approval = Some(Approval {
+            asked_at,
+            decision: None,
+            reason: None,
+            decided_at: None,
+            by: None,
+            from: None,
+        });
+        self.tally.agent_calls.insert(key.clone(), call.clone());
+        self.announce_call(&call);
+        self.announce_status(RunStatus::AwaitingApproval).await;
+        tracing::info!(run_id = %self.run.id, call = %call.id, "the agent asks the operator before a tool call");
+        let waited = self.active.waited.clone();
+        waited.begin();
+        let began = std::time::Instant::now();
+        let decided = self.wait_for_decision(&call.id).await;
+        waited.end(began.elapsed());
+        let decision = decided
+            .approval
+            .as_ref()
+            .and_then(|a| a.decision)
+            .unwrap_or(Decision::RejectOnce);
+        let mut call = decided;
+        if decision.allows() {
+            self.ctx
+                .store
+                .agent_call_allowed(&call.id)
+                .await
+                .map_err(|e| unrecorded("start", e))?;
+            call.status = ToolCallStatus::Running;
+            self.announce_call(&call);
+        }
+        self.tally.agent_calls.insert(key, call);
+        self.announce_status(RunStatus::Running).await;
+        ask.answer(decision);
+        Ok(())
+    }
+
+    /// The call as recorded once it is decided (or no longer waits): woken by a decision
+    /// recorded here, else read again every [`ASK_POLL`].
+    async fn wait_for_decision(&self, id: &ToolCallId) -> ToolCall {
+        let decided = self.ctx.decided.clone();
+        loop {
+            let woken = decided.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            match self.ctx.store.tool_call(id).await {
+                Ok(recorded) if !undecided(&recorded.call) => return recorded.call,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(run_id = %self.run.id, error = %e, "could not read a waiting call; reading it again");
+                }
+            }
+            tokio::select! {
+                () = &mut woken => {}
+                () = tokio::time::sleep(ASK_POLL) => {}
+            }
+        }
+    }
+
+    /// Shows the run as `status` (waiting for approval while a call of it waits, running
+    /// again after) and its session with it, as the session's lists read it.
+    async fn announce_status(&self, status: RunStatus) {
+        let mut run = self.run.clone();
+        run.status = status;
+        self.publish(Event::Run(run));
+        match self.ctx.store.session(&self.run.session_id).await {
+            Ok(s) => self.publish(Event::Session(s.session)),
+            Err(e) => {
+                tracing::warn!(run_id = %self.run.id, error = %e, "could not announce the session")
+            }
+        }
+    }
 }
 
 /// A call's title as its `tool`: the agent's words, bounded; `tool` when it gave none.
@@ -232,34 +389,4 @@ fn earlier(history: &[crate::store::HistoryEntry]) -> Option<String> {
         text.drain(..cut);
     }
     Some(text.trim_end().to_string())
-}
-
-/// An agent's permission requests, decided by the session's approval mode, read when each
-/// is asked (CONTRACT §8): `trust` allows. Asking the operator for them is not built yet: a
-/// request that would ask is rejected once, and the agent is told so.
-struct SessionPermissions {
-    store: Store,
-    session: SessionId,
-}
-
-impl Permissions for SessionPermissions {
-    fn decide(&self, ask: Ask) -> BoxFuture<'static, Verdict> {
-        let (store, session) = (self.store.clone(), self.session.clone());
-        Box::pin(async move {
-            let mode = match store.approval_settings(&session).await {
-                Ok((mode, _)) => mode,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the session's approval mode: the agent's request is rejected");
-                    return Verdict::RejectOnce;
-                }
-            };
-            match mode {
-                ApprovalMode::Trust => Verdict::AllowOnce,
-                _ => {
-                    tracing::info!(tool_call = %ask.tool_call_id, title = %ask.title, "an agent asked permission; the session does not trust it: rejected");
-                    Verdict::RejectOnce
-                }
-            }
-        })
-    }
 }

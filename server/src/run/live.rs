@@ -11,6 +11,43 @@ pub struct Active {
     pub cancel: CancellationToken,
     pub live: Arc<Mutex<Live>>,
     pub ended: Arc<tokio::sync::Notify>,
+    /// How long it waited for the operator while it ran (an agent's question): not run time.
+    pub waited: Arc<Waited>,
+}
+
+/// Time a running run spent waiting for the operator's decision (CONTRACT §8: waiting is not
+/// counted against `MULLIGAN_MAX_RUN_MS`).
+#[derive(Default)]
+pub struct Waited {
+    total_ms: std::sync::atomic::AtomicU64,
+    waiting: std::sync::atomic::AtomicBool,
+}
+
+impl Waited {
+    /// A wait begins.
+    pub fn begin(&self) {
+        self.waiting
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// A wait that took `took` ends.
+    pub fn end(&self, took: std::time::Duration) {
+        let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        self.total_ms
+            .fetch_add(ms, std::sync::atomic::Ordering::AcqRel);
+        self.waiting
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The waits that ended, and whether one is on.
+    pub fn read(&self) -> (std::time::Duration, bool) {
+        (
+            std::time::Duration::from_millis(
+                self.total_ms.load(std::sync::atomic::Ordering::Acquire),
+            ),
+            self.waiting.load(std::sync::atomic::Ordering::Acquire),
+        )
+    }
 }
 
 impl Active {

@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-pub use live::{overlay_mirrored, Active, Live};
+pub use agent::shown;
+pub use live::{overlay_mirrored, Active, Live, Waited};
 pub use saver::{Save, Saver};
 
 /// What every run works with (and nothing more of the engine): built once by the engine
@@ -44,6 +45,9 @@ pub struct RunContext {
     pub saver: Saver,
     /// Cancelled when the server stops: a run then ends `interrupted`.
     pub stopping: CancellationToken,
+    /// Woken by each decision recorded here: an ACP agent's question waiting in a run reads
+    /// its call again (CONTRACT §9).
+    pub decided: Arc<tokio::sync::Notify>,
 }
 
 /// A run's settings, taken from the server's configuration.

@@ -100,7 +100,23 @@ impl RunTask {
         // token is shared by every run: polling it takes its lock).
         let cancelled = WhenWoken::new(active.cancel.cancelled());
         let stopping = WhenWoken::new(ctx.stopping.cancelled());
-        let limit = WhenWoken::new(tokio::time::sleep(max_run));
+        let waited = active.waited.clone();
+        let began = tokio::time::Instant::now();
+        let limit = WhenWoken::new(async move {
+            // The limit moves on by the time spent waiting for the operator, and never
+            // falls during such a wait.
+            let mut due = began + max_run;
+            loop {
+                tokio::time::sleep_until(due).await;
+                let (spent_waiting, waiting) = waited.read();
+                let now = tokio::time::Instant::now();
+                let limit = began + max_run + spent_waiting;
+                if !waiting && now >= limit {
+                    break;
+                }
+                due = limit.max(now + std::time::Duration::from_secs(1));
+            }
+        });
         let end = tokio::select! {
             biased;
             _ = cancelled => End::Cancelled,

@@ -278,6 +278,15 @@ impl RunTask {
                         return Step::Ended(end);
                     }
                 }
+                Some(Ok(StreamItem::AgentAsk(ask))) => {
+                    self.send_held(step);
+                    if let Err(end) = self.agent_ask(ask, step).await {
+                        return Step::Ended(end);
+                    }
+                    // Waiting for the operator is not the agent going quiet.
+                    heard = Instant::now();
+                    stall.get_mut().reset(heard + idle);
+                }
                 Some(Ok(StreamItem::Heard)) => {}
                 Some(Ok(StreamItem::Done)) | None => {
                     self.send_held(step);

@@ -5,6 +5,7 @@
 //! `sessions`, `messages`, `runs` (with `run_reads`, `starts` and their `attempts`),
 //! `tool_calls`, `events` (the event log, `notify` its notifications) and `cooldowns`; `rows` maps rows to wire types,
 //! `script` sends a transaction's statements together (one trip on SQLite), `shared` holds what several PostgreSQL instances share (session locks, notifications).
+mod agent_asks;
 mod agent_sessions;
 mod approvals;
 mod attempts;

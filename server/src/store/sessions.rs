@@ -30,8 +30,10 @@ pub(super) fn session_select() -> String {
         "SELECT s.*,
             EXISTS (SELECT 1 FROM runs a WHERE a.session_id = s.id
                     AND a.status IN ('queued','running','awaiting_approval') AND a.held_by IS NULL) AS busy,
-            EXISTS (SELECT 1 FROM runs w WHERE w.session_id = s.id
-                    AND w.status = 'awaiting_approval') AS awaiting,
+            (EXISTS (SELECT 1 FROM runs w WHERE w.session_id = s.id
+                     AND w.status = 'awaiting_approval')
+             OR EXISTS (SELECT 1 FROM tool_calls q WHERE q.session_id = s.id
+                        AND q.status = 'awaiting_approval' AND q.decision IS NULL)) AS awaiting,
             {}
          FROM sessions s
          LEFT JOIN runs lr ON lr.id =

@@ -1,0 +1,69 @@
+//! An ACP agent's permission request (CONTRACT §9) as a call awaiting approval: asked while
+//! its run goes on running here (the question lives in the agent's process), decided as any
+//! call is ([`Store::decide`]), and running again once allowed.
+use super::{with_writer, Pool, Result, Store, StoreError};
+use crate::clock::now_ms;
+use app::wire::ToolCallId;
+
+/// The call ($2) starts waiting at $1, only while it runs.
+const ASK: &str = "UPDATE tool_calls SET status = 'awaiting_approval', asked_at = $1
+     WHERE id = $2 AND status = 'running'";
+/// The call ($1) allowed runs again.
+const ALLOWED: &str = "UPDATE tool_calls SET status = 'running'
+     WHERE id = $1 AND status = 'awaiting_approval'
+       AND decision IN ('allow_once', 'allow_always')";
+
+/// `sql` only while the call's run is `running` under a live lease (fencing), where
+/// instances share the database.
+fn fenced(store: &Store, sql: &str) -> String {
+    if store.is_shared() {
+        format!(
+            "{sql} AND EXISTS (SELECT 1 FROM runs r
+                 WHERE r.id = tool_calls.run_id AND r.status = 'running' AND {})",
+            super::shared::lease_live("r")
+        )
+    } else {
+        sql.to_string()
+    }
+}
+
+impl Store {
+    /// Records that the agent asks before running call `call`: `awaiting_approval`, asked
+    /// now. Answers when it was asked.
+    pub async fn agent_call_asks(&self, call: &ToolCallId) -> Result<i64> {
+        let sql = fenced(self, ASK);
+        let now = now_ms();
+        with_writer!(self, |pool| {
+            let n = sqlx::query(&sql)
+                .bind(now)
+                .bind(call.as_str())
+                .execute(pool)
+                .await?
+                .rows_affected();
+            if n == 0 {
+                return Err(StoreError::conflict(
+                    "this tool call no longer runs here: its run ended or its lease lapsed",
+                ));
+            }
+            Ok(now)
+        })
+    }
+
+    /// Records that agent call `call`, allowed, runs.
+    pub async fn agent_call_allowed(&self, call: &ToolCallId) -> Result<()> {
+        let sql = fenced(self, ALLOWED);
+        with_writer!(self, |pool| {
+            let n = sqlx::query(&sql)
+                .bind(call.as_str())
+                .execute(pool)
+                .await?
+                .rows_affected();
+            if n == 0 {
+                return Err(StoreError::conflict(
+                    "this tool call was not allowed, or its run no longer runs here",
+                ));
+            }
+            Ok(())
+        })
+    }
+}
