@@ -255,6 +255,25 @@ pub fn ApprovalCard(
             </p>
         }
     });
+    // An agent's question lives in its process (CONTRACT §9): said on the card.
+    let catalogue = super::catalogue::use_catalogue();
+    Effect::new(move |_| {
+        if let Some(c) = catalogue {
+            c.load_once();
+        }
+    });
+    let held = {
+        let server = server.clone();
+        move || {
+            catalogue.is_some_and(|c| c.is_agent(&server)).then(|| {
+                view! {
+                    <p class="hint approval-held">
+                        "The agent holds this question while it waits: closing the tab loses nothing, but if Mulligan restarts, the run is interrupted and its retry may ask again."
+                    </p>
+                }
+            })
+        }
+    };
     let name = format!("{server}/{tool}");
     let always = format!("Always allow {tool} here");
     let group = format!("Approve {name}?");
@@ -270,6 +289,7 @@ pub fn ApprovalCard(
                 <pre>{shown}</pre>
                 {note}
             </details>
+            {held}
             <div class="approval-actions">
                 <button type="button" class="approve" data-testid="approve-once"
                     disabled=move || busy.get()

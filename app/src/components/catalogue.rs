@@ -41,6 +41,17 @@ impl Catalogue {
         });
     }
 
+    /// Whether the catalogue says `provider` is an ACP agent (CONTRACT §9).
+    pub fn is_agent(&self, provider: &str) -> bool {
+        self.list.with(|l| {
+            l.as_ref().is_some_and(|l| {
+                l.models
+                    .iter()
+                    .any(|m| m.provider == provider && m.kind == "acp")
+            })
+        })
+    }
+
     /// Whether the catalogue says `model` (an id, or a bare model name) is sent no tools.
     pub fn tools_off(&self, model: &str) -> bool {
         self.list.with(|l| {
