@@ -10,6 +10,7 @@ world for Mulligan's agent-turn tests: what it does follows the prompt's words.
 - `exit`: streams a word, then the process exits with status 3
 - `write PATH`: asks permission for an edit, writes PATH only if allowed
 - `env`: answers the names of its environment's variables
+- `usage N`: reports its context at N/2, N, then N/4 tokens (`usage_update`)
 
 Every method it is sent is logged to $AGENT_STATE/log.jsonl with its pid.
 """
@@ -36,7 +37,7 @@ from acp import (
     update_tool_call,
     update_user_message_text,
 )
-from acp.schema import AgentCapabilities, PermissionOption
+from acp.schema import AgentCapabilities, PermissionOption, UsageUpdate
 
 STATE = Path(os.environ.get("AGENT_STATE", "/tmp/scripted-agent"))
 OVERLOADED = 'API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
@@ -162,6 +163,11 @@ class Scripted(Agent):
             else:
                 await self.conn.session_update(session_id, update_tool_call("call-1", status="failed"))
                 reply = "not allowed"
+        elif words[:1] == ["usage"] and len(words) > 1:
+            # The context as it grows, then as compacted: the turn counts its most.
+            for used in (int(words[1]) // 2, int(words[1]), int(words[1]) // 4):
+                await self.conn.session_update(session_id, UsageUpdate(session_update="usage_update", used=used, size=200000))
+            reply = f"counted {words[1]}"
         elif words[:1] == ["env"]:
             reply = "env: " + " ".join(sorted(os.environ))
         else:

@@ -34,8 +34,9 @@ def binary() -> str:
 class Server:
     """One `mulligan serve` with the scripted agent in its catalogue; restartable on its data."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, env=None):
         self.tmp = tmp
+        self.env = env or {}
         self.state = tmp / "agent"
         self.data = tmp / "data"
         self.data.mkdir()
@@ -67,6 +68,7 @@ class Server:
             "MULLIGAN_TIER2_BASE_MS": "600000",
             "RUST_LOG": "warn",
             "MULLIGAN_SITE_OPTIONAL": "true",
+            **self.env,
         }
         env.pop("MULLIGAN_DATABASE_URL", None)
         self.proc = subprocess.Popen([binary(), "serve"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
@@ -368,6 +370,21 @@ def test_a_restart_while_an_agent_waits_interrupts_its_run(server):
     _, listed = server.api("GET", "/approvals")
     assert listed["approvals"] == [], listed
     assert not target.exists()
+
+
+def test_an_agents_usage_counts_to_the_spend_limit():
+    with tempfile.TemporaryDirectory(prefix="mulligan-acp-") as tmp:
+        server = Server(Path(tmp), env={"MULLIGAN_SPEND_LIMIT_TOKENS": "4000"})
+        try:
+            sid = server.session()
+            run, reply = server.turn(sid, "usage 5000")
+            assert reply == "counted 5000"
+            # Past the budget the next turn is refused before the agent is asked.
+            run, _ = server.turn(sid, "hello", statuses={"failed"})
+            assert run["retry"]["retry_class"] == "spend_limit_exceeded", run
+            assert not any(e.get("prompt") == "hello" for e in server.log() if e["method"] == "session/prompt")
+        finally:
+            server.stop()
 
 
 def test_regenerate_from_an_earlier_message_starts_a_new_agent_session(server):

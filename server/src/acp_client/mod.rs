@@ -46,6 +46,8 @@ enum TurnItem {
     Thought,
     Call(crate::llm::AgentCall),
     Ask(crate::llm::AgentAsk),
+    /// The tokens in the agent session's context (`usage_update`'s `used`).
+    Usage(u64),
     Heard,
     End(Result<StopReason, ProviderError>),
 }
@@ -236,29 +238,42 @@ impl Agents {
             pool: self.clone(),
             key,
         };
-        let stream = futures::stream::unfold((rx, Some(guard)), |(mut rx, mut guard)| async move {
-            guard.as_ref()?;
-            let item = match rx.recv().await {
-                Some(TurnItem::Text(t)) => Ok(StreamItem::Delta(t)),
-                Some(TurnItem::Call(call)) => Ok(StreamItem::AgentCall(call)),
-                Some(TurnItem::Ask(ask)) => Ok(StreamItem::AgentAsk(ask)),
-                Some(TurnItem::Thought | TurnItem::Heard) => Ok(StreamItem::Heard),
-                Some(TurnItem::End(Ok(_))) => {
-                    if let Some(g) = guard.take() {
-                        g.finished.cancel();
+        // A turn's tokens: the most its context held (what its last model call sent, at
+        // least), counted as it grows.
+        let stream = futures::stream::unfold(
+            (rx, Some(guard), 0u64),
+            |(mut rx, mut guard, mut peak)| async move {
+                guard.as_ref()?;
+                let item = match rx.recv().await {
+                    Some(TurnItem::Usage(used)) if used > peak => {
+                        let grown = used - peak;
+                        peak = used;
+                        Ok(StreamItem::Usage {
+                            total_tokens: grown,
+                        })
                     }
-                    Ok(StreamItem::Done)
-                }
-                Some(TurnItem::End(Err(e))) => {
-                    if let Some(g) = guard.take() {
-                        g.finished.cancel();
+                    Some(TurnItem::Usage(_)) => Ok(StreamItem::Heard),
+                    Some(TurnItem::Text(t)) => Ok(StreamItem::Delta(t)),
+                    Some(TurnItem::Call(call)) => Ok(StreamItem::AgentCall(call)),
+                    Some(TurnItem::Ask(ask)) => Ok(StreamItem::AgentAsk(ask)),
+                    Some(TurnItem::Thought | TurnItem::Heard) => Ok(StreamItem::Heard),
+                    Some(TurnItem::End(Ok(_))) => {
+                        if let Some(g) = guard.take() {
+                            g.finished.cancel();
+                        }
+                        Ok(StreamItem::Done)
                     }
-                    Err(e)
-                }
-                None => return None,
-            };
-            Some((item, (rx, guard)))
-        });
+                    Some(TurnItem::End(Err(e))) => {
+                        if let Some(g) = guard.take() {
+                            g.finished.cancel();
+                        }
+                        Err(e)
+                    }
+                    None => return None,
+                };
+                Some((item, (rx, guard, peak)))
+            },
+        );
         Ok(OpenedTurn {
             stream: Box::pin(stream),
             agent_session,

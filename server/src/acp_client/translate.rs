@@ -18,6 +18,7 @@ pub(super) fn item_of(update: SessionUpdate) -> TurnItem {
             _ => TurnItem::Heard,
         },
         SessionUpdate::AgentThoughtChunk(_) => TurnItem::Thought,
+        SessionUpdate::UsageUpdate(u) => TurnItem::Usage(u.used),
         SessionUpdate::ToolCall(c) => TurnItem::Call(AgentCall {
             id: c.tool_call_id.0.to_string(),
             title: Some(c.title),
