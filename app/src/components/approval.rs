@@ -255,25 +255,15 @@ pub fn ApprovalCard(
             </p>
         }
     });
-    // An agent's question lives in its process (CONTRACT §9): said on the card.
+    // An agent's question lives in its process (CONTRACT §9). The catalogue is read by the
+    // sidebar's new-session form.
     let catalogue = super::catalogue::use_catalogue();
-    Effect::new(move |_| {
-        if let Some(c) = catalogue {
-            c.load_once();
+    let agent = catalogue.is_some_and(|c| c.is_agent(&server));
+    let held = agent.then(|| {
+        view! {
+            <p class="hint">"The agent holds this question: a Mulligan restart interrupts the run, and its retry may ask again."</p>
         }
     });
-    let held = {
-        let server = server.clone();
-        move || {
-            catalogue.is_some_and(|c| c.is_agent(&server)).then(|| {
-                view! {
-                    <p class="hint approval-held">
-                        "The agent holds this question while it waits: closing the tab loses nothing, but if Mulligan restarts, the run is interrupted and its retry may ask again."
-                    </p>
-                }
-            })
-        }
-    };
     let name = format!("{server}/{tool}");
     let always = format!("Always allow {tool} here");
     let group = format!("Approve {name}?");
