@@ -1,7 +1,7 @@
 //! A run on an ACP agent (CONTRACT §9): one `session/prompt` in the session's agent session,
 //! its text relayed through the same windowed deltas and saver as a model step's, its
 //! permissions decided in §8's order, the agent's stop reason as the run's end.
-use super::turn::Step;
+use super::relay::Step;
 use super::{End, RunTask};
 use crate::acp_client::TurnRequest;
 use crate::approval::{self, Rule, SourceRule, Verdict};

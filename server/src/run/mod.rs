@@ -7,6 +7,7 @@ mod conversation;
 mod live;
 mod outages;
 mod prepare;
+mod relay;
 mod saver;
 mod task;
 mod turn;
