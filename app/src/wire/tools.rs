@@ -189,6 +189,20 @@ pub struct Approval {
     pub from: Option<String>,
 }
 
+impl Approval {
+    /// A question asked at `asked_at`, not decided yet.
+    pub fn asked(asked_at: Millis) -> Approval {
+        Approval {
+            asked_at,
+            decision: None,
+            reason: None,
+            decided_at: None,
+            by: None,
+            from: None,
+        }
+    }
+}
+
 /// The longest reason a decision may carry, in characters.
 pub const MAX_DECISION_REASON_CHARS: usize = 2000;
 

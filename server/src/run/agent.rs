@@ -148,10 +148,6 @@ impl RunTask {
     /// agent's tool calls are the run's (CONTRACT §9). A call the store cannot record ends
     /// the turn, as a model step's does.
     pub(super) async fn agent_call(&mut self, seen: AgentCall, step: u32) -> Result<(), End> {
-        let unrecorded = |what: &str, e: crate::store::StoreError| End::Refused {
-            class: RetryClass::ServerError,
-            message: limits::error_text(&format!("could not record a tool call's {what}: {e}")),
-        };
         let key = agent_key(&seen.id);
         if !self.tally.agent_calls.contains_key(&key) {
             self.tally.calls = self.tally.calls.saturating_add(1);
@@ -207,19 +203,25 @@ impl RunTask {
         let Some(ok) = seen.ended_ok else {
             return Ok(());
         };
+        let mut call = call.clone();
         call.status = if ok {
             ToolCallStatus::Ok
         } else {
             ToolCallStatus::Error
         };
+        self.end_agent_call(key, call).await
+    }
+
+    /// Records an agent call's end (at now, as `call` says it ended) and shows it.
+    async fn end_agent_call(&mut self, key: String, mut call: ToolCall) -> Result<(), End> {
         call.finished_at = Some(now_ms());
-        let call = call.clone();
         self.ctx
             .store
             .tool_call_ended(&call, &self.run.id, false)
             .await
             .map_err(|e| unrecorded("end", e))?;
         self.announce_call(&call);
+        self.tally.agent_calls.insert(key, call);
         Ok(())
     }
 
@@ -229,10 +231,6 @@ impl RunTask {
     /// `awaiting_approval` and decided on any surface, while the agent holds its question.
     /// The agent is answered with the decision.
     pub(super) async fn agent_ask(&mut self, ask: AgentAsk, step: u32) -> Result<(), End> {
-        let unrecorded = |what: &str, e: crate::store::StoreError| End::Refused {
-            class: RetryClass::ServerError,
-            message: limits::error_text(&format!("could not record a tool call's {what}: {e}")),
-        };
         self.agent_call(ask.call.clone(), step).await?;
         let key = agent_key(&ask.call.id);
         let Some(call) = self.tally.agent_calls.get(&key).cloned() else {
@@ -265,14 +263,7 @@ impl RunTask {
                 let mut call = call;
                 call.status = ToolCallStatus::Denied;
                 call.result = Some(bounded_result(&approval::declined_text(None, false)));
-                call.finished_at = Some(now_ms());
-                self.ctx
-                    .store
-                    .tool_call_ended(&call, &self.run.id, false)
-                    .await
-                    .map_err(|e| unrecorded("end", e))?;
-                self.announce_call(&call);
-                self.tally.agent_calls.insert(key, call);
+                self.end_agent_call(key, call).await?;
                 ask.answer(Decision::RejectOnce);
                 return Ok(());
             }
@@ -286,14 +277,7 @@ impl RunTask {
             .map_err(|e| unrecorded("question", e))?;
         let mut call = call;
         call.status = ToolCallStatus::AwaitingApproval;
-        call.approval = Some(Approval {
-            asked_at,
-            decision: None,
-            reason: None,
-            decided_at: None,
-            by: None,
-            from: None,
-        });
+        call.approval = Some(Approval::asked(asked_at));
         self.tally.agent_calls.insert(key.clone(), call.clone());
         self.announce_call(&call);
         self.announce_status(RunStatus::AwaitingApproval).await;
@@ -310,7 +294,8 @@ impl RunTask {
             .unwrap_or(Decision::RejectOnce);
         let mut call = decided;
         if decision.allows() {
-            self.ctx
+            call.started_at = self
+                .ctx
                 .store
                 .agent_call_allowed(&call.id)
                 .await
@@ -358,6 +343,14 @@ impl RunTask {
                 tracing::warn!(run_id = %self.run.id, error = %e, "could not announce the session")
             }
         }
+    }
+}
+
+/// A run ended by a tool call's `what` (start, end, question) the store could not record.
+fn unrecorded(what: &str, e: crate::store::StoreError) -> End {
+    End::Refused {
+        class: RetryClass::ServerError,
+        message: limits::error_text(&format!("could not record a tool call's {what}: {e}")),
     }
 }
 

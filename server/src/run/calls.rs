@@ -174,14 +174,7 @@ impl RunTask {
             if p.call.status == ToolCallStatus::Running {
                 p.call.status = match p.verdict {
                     Verdict::Ask => {
-                        p.call.approval = Some(Approval {
-                            asked_at,
-                            decision: None,
-                            reason: None,
-                            decided_at: None,
-                            by: None,
-                            from: None,
-                        });
+                        p.call.approval = Some(Approval::asked(asked_at));
                         ToolCallStatus::AwaitingApproval
                     }
                     _ => ToolCallStatus::Queued,

@@ -8,30 +8,46 @@ use app::wire::ToolCallId;
 /// The call ($2) starts waiting at $1, only while it runs.
 const ASK: &str = "UPDATE tool_calls SET status = 'awaiting_approval', asked_at = $1
      WHERE id = $2 AND status = 'running'";
-/// The call ($1) allowed runs again.
-const ALLOWED: &str = "UPDATE tool_calls SET status = 'running'
-     WHERE id = $1 AND status = 'awaiting_approval'
+/// The call ($2) allowed runs from $1 (its time counts from its decision, as a model's
+/// allowed call's does from its sending).
+const ALLOWED: &str = "UPDATE tool_calls SET status = 'running', started_at = $1
+     WHERE id = $2 AND status = 'awaiting_approval'
        AND decision IN ('allow_once', 'allow_always')";
-
-/// `sql` only while the call's run is `running` under a live lease (fencing), where
-/// instances share the database.
-fn fenced(store: &Store, sql: &str) -> String {
-    if store.is_shared() {
-        format!(
-            "{sql} AND EXISTS (SELECT 1 FROM runs r
-                 WHERE r.id = tool_calls.run_id AND r.status = 'running' AND {})",
-            super::shared::lease_live("r")
-        )
-    } else {
-        sql.to_string()
-    }
-}
 
 impl Store {
     /// Records that the agent asks before running call `call`: `awaiting_approval`, asked
     /// now. Answers when it was asked.
     pub async fn agent_call_asks(&self, call: &ToolCallId) -> Result<i64> {
-        let sql = fenced(self, ASK);
+        self.agent_call_now(
+            ASK,
+            call,
+            "this tool call no longer runs here: its run ended or its lease lapsed",
+        )
+        .await
+    }
+
+    /// Records that agent call `call`, allowed, runs from now. Answers since when.
+    pub async fn agent_call_allowed(&self, call: &ToolCallId) -> Result<i64> {
+        self.agent_call_now(
+            ALLOWED,
+            call,
+            "this tool call was not allowed, or its run no longer runs here",
+        )
+        .await
+    }
+
+    /// Runs `sql` ($1 now, $2 the call) on the call while its run is `running` under a live
+    /// lease (fencing, where instances share the database); `refused` when it changed nothing.
+    async fn agent_call_now(&self, sql: &str, call: &ToolCallId, refused: &str) -> Result<i64> {
+        let sql = if self.is_shared() {
+            format!(
+                "{sql} AND EXISTS (SELECT 1 FROM runs r
+                     WHERE r.id = tool_calls.run_id AND r.status = 'running' AND {})",
+                super::shared::lease_live("r")
+            )
+        } else {
+            sql.to_string()
+        };
         let now = now_ms();
         with_writer!(self, |pool| {
             let n = sqlx::query(&sql)
@@ -41,29 +57,9 @@ impl Store {
                 .await?
                 .rows_affected();
             if n == 0 {
-                return Err(StoreError::conflict(
-                    "this tool call no longer runs here: its run ended or its lease lapsed",
-                ));
+                return Err(StoreError::conflict(refused));
             }
             Ok(now)
-        })
-    }
-
-    /// Records that agent call `call`, allowed, runs.
-    pub async fn agent_call_allowed(&self, call: &ToolCallId) -> Result<()> {
-        let sql = fenced(self, ALLOWED);
-        with_writer!(self, |pool| {
-            let n = sqlx::query(&sql)
-                .bind(call.as_str())
-                .execute(pool)
-                .await?
-                .rows_affected();
-            if n == 0 {
-                return Err(StoreError::conflict(
-                    "this tool call was not allowed, or its run no longer runs here",
-                ));
-            }
-            Ok(())
         })
     }
 }
