@@ -5,7 +5,8 @@
 use testkit as common;
 
 use app::wire::{
-    Decision, ErrorCode, Part, RunKind, RunStatus, SessionStatus, ToolCall, ToolCallStatus,
+    Decision, ErrorCode, Part, RetryClass, RunKind, RunStatus, SessionStatus, ToolCall,
+    ToolCallStatus,
 };
 use common::fake::{FakeProvider, Script};
 use common::{config, temp_dir, TestServer};
@@ -974,12 +975,32 @@ async fn the_owner_killed_the_wait_stays_and_the_other_instance_resumes_it() {
     let (mut child, a) =
         common::serve(&dir, &fake.url, &dir.join("server.log"), Some(db), &[]).await;
     let sid = a.create_session().await;
-    renames(&fake, "c1", "Resumed on B", &["Done."]);
+    fake.push(Script::call(
+        "Renaming. ",
+        "c1",
+        "mulligan__rename_session",
+        json!({"title": "Resumed on B"}),
+    ));
     let (run, call) = until_waiting(&a, &sid, "rename yourself").await;
+    // A second session streams on A when it dies: B ending that run is the proof that B's
+    // takeover pass has looked at A's runs.
+    let other = a.create_session().await;
+    fake.push(Script::Endless {
+        text: "more ".into(),
+        every: Duration::from_millis(20),
+    });
+    let streaming = a.send(&other, "go on for ever").await.run_id;
+    a.wait_run_status(&streaming, RunStatus::Running).await;
+    fake.push(Script::reply(&["Done."]));
     child.start_kill().unwrap();
     child.wait().await.unwrap();
-    // Past the dead instance's lease (5 s) and B's takeover pass: still waiting.
-    tokio::time::sleep(Duration::from_millis(6500)).await;
+    let taken = b.wait_run_end(&streaming).await;
+    assert_eq!(
+        (taken.status, taken.retry.clone().map(|c| c.retry_class)),
+        (RunStatus::Failed, Some(RetryClass::Interrupted)),
+        "{taken:#?}"
+    );
+    // The takeover passed it by: a waiting run holds nothing and stays waiting.
     assert_eq!(b.run(&run).await.status, RunStatus::AwaitingApproval);
     let (status, body) = decide(&b, &run, &call.id, json!({"decision": "allow_once"})).await;
     assert_eq!(status, 200, "{body}");
