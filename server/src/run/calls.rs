@@ -229,7 +229,6 @@ impl RunTask {
     pub(super) async fn execute_decided(
         &mut self,
         mut recorded: Vec<RecordedCall>,
-        offered: &[Offered],
     ) -> Result<Vec<RecordedCall>, Executed> {
         let last = recorded.iter().map(|c| c.call.step).max().unwrap_or(0);
         for c in recorded.iter_mut().filter(|c| c.call.step == last) {
@@ -264,12 +263,13 @@ impl RunTask {
             }
             self.announce_call(call);
             // The server and tool it was recorded (and decided) with, never another found
-            // again by its sanitized name: names can collide after the 64-character cut.
+            // again by its sanitized name: names can collide after the 64-character cut,
+            // and a source chosen since may shadow it in the model's list.
             let name = model_name(&call.server, &call.tool);
-            let found = offered
-                .iter()
-                .find(|o| o.server == call.server && o.tool() == call.tool)
-                .cloned();
+            let found = self
+                .ctx
+                .tools
+                .recorded(&self.session.tools, &call.server, &call.tool);
             let arguments = match &call.arguments {
                 Value::Object(map) => map.clone(),
                 _ => Map::new(),

@@ -59,7 +59,7 @@ impl RunTask {
                 .max()
                 .unwrap_or(0)
                 .saturating_add(1);
-            let recorded = match self.execute_decided(recorded, &turn.offered).await {
+            let recorded = match self.execute_decided(recorded).await {
                 Ok(r) => r,
                 Err(Executed::Cancelled) => return End::Cancelled,
                 Err(Executed::Unrecorded(message)) => {

@@ -124,6 +124,24 @@ impl Toolbox {
         self.external.each_ready(add);
         out.into()
     }
+
+    /// The tool a call was recorded with, `tool` of `server`, while `server` is ready and
+    /// among `sources`: found by both names, never by the model's name, so a twin that reads
+    /// the same once sanitized (and shadows it in [`Toolbox::offered`]) is never sent it.
+    pub fn recorded(&self, sources: &[String], server: &str, tool: &str) -> Option<Offered> {
+        let mut found = None;
+        let mut look = |name: &str, tools: &Arc<Vec<ToolInfo>>| {
+            if found.is_some() || name != server || !sources.iter().any(|s| s == name) {
+                return;
+            }
+            if let Some(index) = tools.iter().position(|t| t.name == tool) {
+                found = Offered::new(model_name(name, tool), name, tools.clone(), index);
+            }
+        };
+        look(BUILTIN, &self.builtin);
+        self.external.each_ready(look);
+        found
+    }
 }
 
 /// `<server>__<tool>` in the characters every provider accepts (`[a-zA-Z0-9_-]`), at most
@@ -235,5 +253,22 @@ mod tests {
         );
         assert_eq!(offered[1].input_schema()["title"], "b");
         assert!(tb.offered(&["other".into()]).is_empty());
+    }
+
+    #[test]
+    fn a_recorded_call_finds_its_own_tool_not_the_twin_that_shadows_it() {
+        let builtin = vec![tool("read.me", "first"), tool("read_me", "second")];
+        let tb = Toolbox::new(McpServers::empty(), builtin);
+        let chosen = ["mulligan".to_string()];
+        for (name, description) in [("read.me", "first"), ("read_me", "second")] {
+            let found = tb.recorded(&chosen, "mulligan", name).expect(name);
+            assert_eq!(
+                (found.server.as_str(), found.tool(), found.description()),
+                ("mulligan", name, description)
+            );
+        }
+        assert!(tb.recorded(&chosen, "mulligan", "gone").is_none());
+        assert!(tb.recorded(&[], "mulligan", "read_me").is_none());
+        assert!(tb.recorded(&chosen, "other", "read_me").is_none());
     }
 }
