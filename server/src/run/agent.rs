@@ -272,7 +272,7 @@ impl RunTask {
         let asked_at = self
             .ctx
             .store
-            .agent_call_asks(&call.id)
+            .agent_call_asks(&call)
             .await
             .map_err(|e| unrecorded("question", e))?;
         let mut call = call;

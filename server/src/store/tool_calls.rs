@@ -197,6 +197,7 @@ impl Store {
         } else {
             END_CALL
         };
+        let arguments = serde_json::to_string(&call.arguments).unwrap_or_else(|_| "null".into());
         with_writer!(self, |pool| {
             let mut tx = pool.begin().await?;
             let n = sqlx::query(sql)
@@ -205,6 +206,8 @@ impl Store {
                 .bind(call.finished_at.unwrap_or_else(now_ms))
                 .bind(i64::from(not_sent))
                 .bind(call.id.as_str())
+                .bind(call.tool.as_str())
+                .bind(arguments.as_str())
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
@@ -300,10 +303,11 @@ pub fn parts(content: &str, calls: &[RecordedCall]) -> Vec<Part> {
     app::wire::parts_of(content, &split)
 }
 
-/// A call's end ($1 status, $2 result, $3 finished at, $4 not sent, $5 call), only while it
-/// is `running`: a call its run's end already recorded `interrupted` or `cancelled` stays so.
+/// A call's end ($1 status, $2 result, $3 finished at, $4 not sent, $5 call, $6 tool, $7
+/// arguments: an agent's call says what it was as it goes), only while it is `running`: a
+/// call its run's end already recorded `interrupted` or `cancelled` stays so.
 const END_CALL: &str = "UPDATE tool_calls SET status = $1, result = $2, finished_at = $3,
-         reached = CASE WHEN $4 = 1 THEN 0 ELSE reached END
+         reached = CASE WHEN $4 = 1 THEN 0 ELSE reached END, tool = $6, arguments = $7
      WHERE id = $5 AND status = 'running'";
 
 /// [`END_CALL`] only while the call's run is `running` under a live lease (fencing).
