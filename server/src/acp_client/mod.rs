@@ -212,6 +212,16 @@ impl Agents {
                     },
                 };
                 proc.unroute();
+                // An agent may answer the next prompt out of step after a failed or a
+                // cancelled one (Claude Code answers it at once, empty, and its reply comes
+                // during the prompt after): the next turn reopens the session in a fresh
+                // process.
+                let out_of_step =
+                    !matches!(&answered, Ok(a) if a.stop_reason != StopReason::Cancelled);
+                if out_of_step {
+                    proc.stop();
+                    pool.forget(&key, &proc);
+                }
                 let end = match answered {
                     Ok(answer) => {
                         if let Ok(mut e) = ending.0.lock() {
@@ -219,13 +229,7 @@ impl Agents {
                         }
                         Ok(answer.stop_reason)
                     }
-                    Err(e) => {
-                        // An agent may answer the next prompt out of step after a failed
-                        // one: the retry reopens the session in a fresh process.
-                        proc.stop();
-                        pool.forget(&key, &proc);
-                        Err(e)
-                    }
+                    Err(e) => Err(e),
                 };
                 let _ = tx.send(TurnItem::End(end)).await;
                 finished.cancel();
@@ -346,12 +350,11 @@ impl Drop for CancelOnDrop {
             .proc
             .cx
             .send_notification(CancelNotification::new(self.session.clone()));
-        let (proc, finished, pool, key) = (
-            self.proc.clone(),
-            self.finished.clone(),
-            self.pool.clone(),
-            self.key.clone(),
-        );
+        // The session's next turn, which may start at once, reopens the agent session in a
+        // fresh process: this one may answer it out of step. This one goes once it has
+        // ended the cancelled turn (the prompt's task stops it), or in 5 s.
+        self.pool.forget(&self.key, &self.proc);
+        let (proc, finished) = (self.proc.clone(), self.finished.clone());
         tokio::spawn(async move {
             if tokio::time::timeout(CANCEL_WITHIN, finished.cancelled())
                 .await
@@ -361,7 +364,6 @@ impl Drop for CancelOnDrop {
                     "the agent did not end a cancelled turn within 5 s: its process is stopped"
                 );
                 proc.stop();
-                pool.forget(&key, &proc);
             }
         });
     }
