@@ -1,5 +1,6 @@
-//! The one way Mulligan starts a child process: with a clean environment, so no setting,
-//! key or token of Mulligan's reaches a tool server or an agent (CONTRACT §6).
+//! The one way Mulligan starts a child process and ends it: a clean environment, so no
+//! setting, key or token of Mulligan's reaches a tool server or an agent (CONTRACT §6), and
+//! its own process group, so what it started itself (npx → node, an agent's CLI) ends with it.
 use std::ffi::{OsStr, OsString};
 
 /// The variables a child inherits from Mulligan's environment (the official MCP SDKs'
@@ -36,7 +37,8 @@ where
 }
 
 /// A command for `program` whose environment is [`environment`] of Mulligan's own plus
-/// `own`; callers add arguments, stdio and the rest.
+/// `own`, in a process group of its own ([`kill_group`] ends it); callers add arguments,
+/// stdio and the rest.
 pub fn command<K, V>(
     program: impl AsRef<OsStr>,
     own: impl IntoIterator<Item = (K, V)>,
@@ -47,7 +49,27 @@ where
 {
     let mut cmd = tokio::process::Command::new(program);
     cmd.env_clear().envs(environment(std::env::vars_os(), own));
+    #[cfg(unix)]
+    cmd.process_group(0);
     cmd
+}
+
+/// Kills a child started by [`command`] and every process of its group: a grandchild left
+/// behind would hold the child's files and its slot's memory after it is gone.
+pub fn kill_group(child: &mut tokio::process::Child) {
+    // An id only while not yet reaped, so it still names this process group. (`try_wait`
+    // is no test: while the runtime shuts down it errs, and the group would be left.)
+    #[cfg(unix)]
+    if let Some(pid) = child.id() {
+        if let Ok(pid) = i32::try_from(pid) {
+            // SAFETY: kill(2) with a negative pid signals that process group; no memory is
+            // touched.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+    }
+    let _ = child.start_kill();
 }
 
 #[cfg(test)]

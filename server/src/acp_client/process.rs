@@ -50,6 +50,15 @@ impl Drop for AgentProcess {
     }
 }
 
+/// The agent's process, killed with its group when dropped.
+struct KillOnDrop(tokio::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        crate::child_env::kill_group(&mut self.0);
+    }
+}
+
 fn refused(class: RetryClass, message: String) -> ProviderError {
     ProviderError::Agent {
         class,
@@ -98,11 +107,14 @@ impl AgentProcess {
         {
             let (gone, kill, exit) = (gone.clone(), kill.clone(), exit.clone());
             tokio::spawn(async move {
+                // Dropped with the task (Mulligan shutting down) too: the agent and what it
+                // started end with it.
+                let mut child = KillOnDrop(child);
                 let status = tokio::select! {
-                    status = child.wait() => status.ok(),
+                    status = child.0.wait() => status.ok(),
                     () = kill.cancelled() => {
-                        let _ = child.start_kill();
-                        child.wait().await.ok()
+                        crate::child_env::kill_group(&mut child.0);
+                        child.0.wait().await.ok()
                     }
                 };
                 let said = tail

@@ -22,18 +22,7 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        // Not yet reaped, so the id still names this process group.
-        #[cfg(unix)]
-        if let (Ok(None), Some(pid)) = (self.0.try_wait(), self.0.id()) {
-            if let Ok(pid) = i32::try_from(pid) {
-                // SAFETY: kill(2) with a negative pid signals that process group; no memory
-                // is touched.
-                unsafe {
-                    libc::kill(-pid, libc::SIGKILL);
-                }
-            }
-        }
-        let _ = self.0.start_kill();
+        crate::child_env::kill_group(&mut self.0);
     }
 }
 

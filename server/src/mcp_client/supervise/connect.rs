@@ -47,9 +47,6 @@ pub(super) async fn connect_and_serve(
             if let Some(cwd) = cwd {
                 cmd.current_dir(cwd);
             }
-            // Its own process group, so a launcher's children (npx → node) end with it.
-            #[cfg(unix)]
-            cmd.process_group(0);
             let child = match cmd.spawn() {
                 Ok(child) => child,
                 Err(e) => {
