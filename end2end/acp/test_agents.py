@@ -34,24 +34,27 @@ def binary() -> str:
 class Server:
     """One `mulligan serve` with the scripted agent in its catalogue; restartable on its data."""
 
-    def __init__(self, tmp: Path, env=None):
+    def __init__(self, tmp: Path, env=None, agents=None, model=MODEL):
         self.tmp = tmp
         self.env = env or {}
+        self.model = model
         self.state = tmp / "agent"
         self.data = tmp / "data"
         self.data.mkdir()
         providers = {
             "providers": {
-                "scripted": {
-                    "kind": "acp",
-                    "command": sys.executable,
-                    "args": [str(AGENT)],
-                    "env": {"AGENT_STATE": str(self.state)},
-                    "cwd": str(tmp),
-                },
+                **(agents or {
+                    "scripted": {
+                        "kind": "acp",
+                        "command": sys.executable,
+                        "args": [str(AGENT)],
+                        "env": {"AGENT_STATE": str(self.state)},
+                        "cwd": str(tmp),
+                    },
+                }),
                 "demo": {},
             },
-            "default_model": MODEL,
+            "default_model": model,
         }
         (tmp / "providers.json").write_text(json.dumps(providers))
         self.proc = None
@@ -110,7 +113,7 @@ class Server:
             return e.code, json.loads(e.read() or b"null")
 
     def session(self, **settings) -> str:
-        status, created = self.api("POST", "/sessions", {"title": "agent", "model": MODEL, **settings})
+        status, created = self.api("POST", "/sessions", {"title": "agent", "model": self.model, **settings})
         assert status == 201, created
         return created["id"]
 
@@ -135,7 +138,7 @@ class Server:
     def turn(self, sid: str, content: str, statuses=frozenset({"completed"})) -> tuple:
         receipt = self.send(sid, content)
         run, detail = self.wait_run(sid, receipt["run_id"], set(statuses) | {"completed", "failed", "cancelled"})
-        assert run["status"] in statuses, run
+        assert run["status"] in statuses, json.dumps(run)
         return run, self.reply(detail, run)
 
     def calls(self, sid: str, run: dict) -> list:
