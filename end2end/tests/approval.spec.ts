@@ -154,6 +154,25 @@ test('Always allow: the next call runs without a card; Forget and the approval m
   await expect.poll(async () => (await sessionDetail(page.request, sid)).session.approval).toBe('ask_all');
 });
 
+test('ask_all: even a read-only call waits for a decision, and runs once allowed', async ({ page }) => {
+  const sid = await newSession(page, 'demo-agent', 'ask for all');
+  const mode = page.getByLabel('Approval');
+  await mode.selectOption('ask_all');
+  await expect.poll(async () => (await sessionDetail(page.request, sid)).session.approval).toBe('ask_all');
+  await send(page, 'which sessions are there');
+  // `list_sessions` reads only: under `policy` it runs unasked; here it asks.
+  const listing = replies(page).last().locator('.tool-call[data-tool="list_sessions"]');
+  const listingCard = listing.locator('.approval-card');
+  await expect(listingCard).toBeVisible();
+  await expect(listing).toHaveAttribute('data-status', 'awaiting_approval');
+  expect((await waiting(page.request)).map((w) => w.session_id)).toContain(sid);
+  await listingCard.getByRole('button', { name: 'Allow once' }).click();
+  await expect(listing).toHaveAttribute('data-status', 'ok');
+  await expect(listingCard).toHaveCount(0);
+  await expect(replies(page).last()).not.toHaveClass(/streaming/);
+  await expect.poll(async () => (await sessionDetail(page.request, sid)).runs.map((r: any) => r.status)).toEqual(['completed']);
+});
+
 test('two tabs: a decision in one shows in the other at once; a late tab hears the 409; a reload keeps the card', async ({ browser, context }) => {
   const page = await context.newPage();
   const sid = await newSession(page, 'demo-agent-writes', 'two tabs');

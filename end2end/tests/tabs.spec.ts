@@ -11,7 +11,18 @@ const role = (page: Page) => page.locator('html').getAttribute('data-events');
 
 test('ten tabs of one browser each follow their session; closing the leader leaves the rest live', async ({ context }) => {
   test.setTimeout(180_000);
-  const first = await context.newPage();
+  // Each page's own event-stream requests: a follower must make none.
+  const streamsOf = new Map<Page, string[]>();
+  const watch = (page: Page) => {
+    const mine: string[] = [];
+    streamsOf.set(page, mine);
+    page.on('request', (r) => {
+      const u = new URL(r.url());
+      if (u.pathname.endsWith('/events')) mine.push(u.pathname + u.search);
+    });
+    return page;
+  };
+  const first = watch(await context.newPage());
   await first.goto(printedUrl());
   await hydrated(first);
   const sids: string[] = [];
@@ -33,7 +44,7 @@ test('ten tabs of one browser each follow their session; closing the leader leav
   // Each tab loads and hydrates (the seventh used to hang here), and shows its own reply.
   const tabs: Page[] = [];
   for (let i = 0; i < TABS; i++) {
-    const page = i === 0 ? first : await context.newPage();
+    const page = i === 0 ? first : watch(await context.newPage());
     await page.goto(`${origin()}/s/${sids[i]}`);
     await hydrated(page);
     tabs.push(page);
@@ -48,6 +59,11 @@ test('ten tabs of one browser each follow their session; closing the leader leav
   expect(roles.filter((r) => r === 'leader')).toHaveLength(1);
   expect(roles.filter((r) => r === 'follower')).toHaveLength(TABS - 1);
   expect(streams.filter((s) => s.startsWith('/api/v1/sessions/'))).toEqual([]);
+  for (let i = 0; i < TABS; i++) {
+    const mine = streamsOf.get(tabs[i]) ?? [];
+    if (roles[i] === 'follower') expect(mine, `tab ${i} follows`).toEqual([]);
+    else expect(mine.length, `tab ${i} leads`).toBeGreaterThan(0);
+  }
   // The last stream opened follows every tab's session.
   const last = decodeURIComponent(new URL(streams[streams.length - 1], origin()).searchParams.get('sessions') ?? '');
   expect(last.split(',').map((s) => s.split(':')[0]).sort()).toEqual([...sids].sort());
@@ -70,6 +86,13 @@ test('ten tabs of one browser each follow their session; closing the leader leav
     await expect(rest[i].locator('li.msg.agent')).toHaveCount(2);
     await expect(reply(rest[i])).toContainText(`after the close, session ${restSids[i]}`);
     await expect(reply(rest[i])).not.toHaveClass(/streaming/);
+  }
+  // Only the new leader opened a stream; the tabs that still follow opened none.
+  const restRoles = await Promise.all(rest.map(role));
+  for (let i = 0; i < rest.length; i++) {
+    const mine = streamsOf.get(rest[i]) ?? [];
+    if (restRoles[i] === 'follower') expect(mine, `tab ${i} still follows`).toEqual([]);
+    else expect(mine.length, `tab ${i} took over`).toBeGreaterThan(0);
   }
   context.off('request', onRequest);
 });
