@@ -182,6 +182,17 @@ def test_the_agent_gets_no_secret_of_mulligans(server):
     assert not leaked, leaked
 
 
+def test_a_turn_the_agent_ends_short_completes_and_says_why(server):
+    sid = server.session()
+    run, reply = server.turn(sid, "stop max_tokens")
+    assert reply == "stopping" and run["stop_reason"] == "max_tokens", run
+    run, _ = server.turn(sid, "stop refusal")
+    assert run["stop_reason"] == "refusal", run
+    # A turn that is simply done says nothing of it.
+    run, _ = server.turn(sid, "hello")
+    assert "stop_reason" not in run, run
+
+
 def test_an_overloaded_agent_fails_retryable_and_a_retry_resends_in_a_fresh_process(server):
     sid = server.session()
     run, _ = server.turn(sid, "overloaded 1", statuses={"failed"})

@@ -101,3 +101,19 @@ test('an agent turn that fails overloaded counts down in the page and its retry 
   expect(prompts.map((p) => p.prompt)).toEqual(['overloaded 1', 'overloaded 1']);
   expect(prompts[0].pid).not.toBe(prompts[1].pid);
 });
+
+test('a turn the agent ends short says why under its reply', async ({ page }) => {
+  await page.goto(url);
+  await hydrated(page);
+  await page.getByLabel('Title').fill('agent stops');
+  await page.getByLabel('Model').fill('scripted/default');
+  await page.getByRole('button', { name: 'New session' }).click();
+  await expect(page).toHaveURL(/\/s\/s_/);
+  const input = page.getByLabel('Message');
+  await input.fill('stop max_tokens');
+  await input.press('Enter');
+  const reply = page.locator('li.msg.agent').last();
+  await expect(reply.locator('.content')).toHaveText('stopping');
+  await expect(reply.locator('p.served')).toHaveText('stopped: max_tokens');
+  await expect(reply).not.toHaveClass(/streaming|failed/);
+});

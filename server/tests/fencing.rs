@@ -122,6 +122,7 @@ fn outcome(status: RunStatus, text: &str) -> Outcome {
         tool_calls_recorded: true,
         served: Vec::new(),
         asked: Vec::new(),
+        stop_reason: None,
     }
 }
 

@@ -59,6 +59,7 @@ async fn a_late_or_stale_save_never_overwrites_the_reply() {
         tool_calls_recorded: false,
         served: Vec::new(),
         asked: Vec::new(),
+        stop_reason: None,
     };
     let (ended, final_reply) = store
         .finish_run(&run.id, &outcome, EndBy::Settled)
@@ -154,6 +155,7 @@ async fn a_dispatch_starts_the_next_run_only_on_a_free_session() {
         tool_calls_recorded: false,
         served: Vec::new(),
         asked: Vec::new(),
+        stop_reason: None,
     };
     store
         .finish_run(&first.run.id, &done, EndBy::Settled)

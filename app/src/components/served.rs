@@ -81,8 +81,9 @@ pub fn answering_models(served: &[Served], fallback: Option<&str>) -> Vec<String
     out
 }
 
-/// Under an agent reply: which model answered when its run fell back, and "tools are off
-/// for <model>" when the catalogue sends a model of it no tools.
+/// Under an agent reply: why an agent stopped when it was not done ("stopped: max_tokens"),
+/// which model answered when its run fell back, and "tools are off for <model>" when the
+/// catalogue sends a model of it no tools.
 #[component]
 pub fn ServedNote(message: RwSignal<Message>) -> impl IntoView {
     let chat = expect_context::<Chat>();
@@ -94,7 +95,17 @@ pub fn ServedNote(message: RwSignal<Message>) -> impl IntoView {
         let session_model = chat.model().get();
         chat.with_run(&id, |r| {
             let served = r.served.as_slice();
-            let mut words = fallback_sentence(served).unwrap_or_default();
+            let mut words = r
+                .stop_reason
+                .as_ref()
+                .map(|s| format!("stopped: {s}"))
+                .unwrap_or_default();
+            if let Some(fell) = fallback_sentence(served) {
+                if !words.is_empty() {
+                    words.push_str(" · ");
+                }
+                words.push_str(&fell);
+            }
             let models = answering_models(served, session_model.as_deref());
             for (i, m) in models
                 .iter()

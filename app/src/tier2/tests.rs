@@ -432,6 +432,7 @@ fn run(id: &str, status: RunStatus, held: bool) -> Run {
         steps: 0,
         tools_executed: 0,
         served: Vec::new(),
+        stop_reason: None,
     }
 }
 

@@ -151,6 +151,10 @@ pub struct Run {
     /// Which model answered each step, and what it fell back from (CONTRACT §7).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub served: Vec<super::Served>,
+    /// Why an agent ended a completed turn when it was not simply done (CONTRACT §9):
+    /// `max_tokens`, `max_turn_requests`, `refusal`, or a newer word an agent sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
 }
 
 impl Run {

@@ -303,6 +303,7 @@ impl Engine {
             tool_calls_recorded: true,
             served: Vec::new(),
             asked: Vec::new(),
+            stop_reason: None,
         };
         let Some((ended, reply)) = self
             .store()

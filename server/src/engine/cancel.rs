@@ -42,6 +42,7 @@ impl Engine {
                     tool_calls_recorded: false, // a queued run never called a tool
                     served: Vec::new(),
                     asked: Vec::new(),
+                    stop_reason: None,
                 };
                 let (run, _) = self
                     .store()

@@ -55,6 +55,7 @@ impl Engine {
             tool_calls_recorded: true, // unknown after a restart
             served: Vec::new(),
             asked: Vec::new(),
+            stop_reason: None,
         };
         tracing::warn!(run_id = %run.id, "marking a run interrupted by a server stop");
         if let Some((run, reply)) = store.finish_run(&run.id, &outcome, by).await? {

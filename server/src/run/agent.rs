@@ -139,7 +139,11 @@ impl RunTask {
             Step::Ended(end) => end,
             Step::Asked(_) => match opened.ending.stop_reason() {
                 Some("cancelled") => End::Cancelled,
-                _ => End::Completed,
+                Some("end_turn") | None => End::Completed,
+                Some(other) => {
+                    self.tally.agent_stop = Some(other.to_string());
+                    End::Completed
+                }
             },
         }
     }

@@ -117,6 +117,8 @@ struct Tally {
     probing: Vec<String>,
     /// An ACP agent's tool calls in this run, by the agent's id for them (CONTRACT §9).
     agent_calls: std::collections::HashMap<String, app::wire::ToolCall>,
+    /// Why the agent ended a completed turn, when not simply done (CONTRACT §9).
+    agent_stop: Option<String>,
 }
 
 /// How a run's stream ended, before it is recorded.

@@ -84,6 +84,9 @@ impl RunTask {
         };
         outcome.tool_calls_recorded = self.active.live().tool_calls > 0;
         outcome.served = std::mem::take(&mut self.tally.served);
+        if outcome.status == RunStatus::Completed {
+            outcome.stop_reason = self.tally.agent_stop.take();
+        }
         crate::metrics::metrics().run_ended(outcome.status);
         (self.run, outcome)
     }
@@ -226,5 +229,6 @@ fn outcome(
         tool_calls_recorded: true,
         served: Vec::new(),
         asked: Vec::new(),
+        stop_reason: None,
     }
 }

@@ -27,7 +27,7 @@ pub struct Finished {
 const END_RUN: &str =
     "UPDATE runs SET status = $1, error_message = $2, retryable = $3, retry_class = $4,
          retry_after_until = $5, finished_at = $6, tokens_used = tokens_used + $7,
-         served = COALESCE($9, served)
+         served = COALESCE($9, served), stop_reason = COALESCE($10, stop_reason)
      WHERE id = $8 AND status IN ('queued', 'running', 'awaiting_approval')
      RETURNING *";
 
@@ -120,6 +120,8 @@ pub struct Outcome {
     pub served: Vec<app::wire::Served>,
     /// With `awaiting_approval`: the calls of the step that asks, recorded as it parks.
     pub asked: Vec<super::AskedCall>,
+    /// An agent's reason for ending a completed turn, when not simply done (CONTRACT §9).
+    pub stop_reason: Option<String>,
 }
 
 fn retry_columns(r: &Option<RetryClassification>) -> (Option<bool>, Option<&str>, Option<i64>) {
@@ -175,6 +177,7 @@ impl Store {
             .then(|| serde_json::to_string(&o.served).ok())
             .flatten();
         args.push(served.into());
+        args.push(o.stop_reason.clone().into());
         let end_sql: &'static str = match (self.is_shared(), by) {
             (true, EndBy::Owner) => &END_RUN_OWNER,
             (true, EndBy::Takeover) => &END_RUN_TAKEOVER,

@@ -111,7 +111,8 @@ pub const LAST_RUN_COLUMNS: &str = "lr.id AS lr_id, lr.session_id AS lr_session_
     lr.created_at AS lr_created_at, lr.provenance AS lr_provenance,
     lr.started_at AS lr_started_at, lr.finished_at AS lr_finished_at,
     lr.retry_dismissed_at AS lr_retry_dismissed_at, lr.steps AS lr_steps,
-    lr.tools_executed AS lr_tools_executed, lr.served AS lr_served";
+    lr.tools_executed AS lr_tools_executed, lr.served AS lr_served,
+    lr.stop_reason AS lr_stop_reason";
 
 /// A word column read as its enum (`status`, `kind`, `role`, `retry_class`, …), with the
 /// enum's own word table: the one mapping of every enum to its stored text. A word this build
@@ -231,6 +232,7 @@ pub fn run(row: &impl Get) -> Run {
         steps: u32::try_from(row.int("steps")).unwrap_or(0),
         tools_executed: u32::try_from(row.int("tools_executed")).unwrap_or(0),
         served: json_list(row, "served"),
+        stop_reason: row.opt_text("stop_reason"),
     }
 }
 
