@@ -122,7 +122,14 @@ pub async fn follow(
 fn ended(session: &SessionId, r: &Run) -> ExitCode {
     match r.status {
         RunStatus::Completed => {
-            println!("[completed: run {}]", untrusted(r.id.as_str()));
+            let short = r
+                .stop_reason
+                .as_deref()
+                .map_or_else(String::new, |s| format!(", the agent stopped: {s}"));
+            println!(
+                "{}",
+                untrusted(&format!("[completed: run {}{short}]", r.id))
+            );
             ExitCode::SUCCESS
         }
         RunStatus::Cancelled => {

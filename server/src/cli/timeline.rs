@@ -114,7 +114,15 @@ pub fn run_timeline(detail: &RunDetail) -> String {
                 .map_or("unclassified", |c| c.retry_class.as_str()),
             short(r.error_message.as_deref().unwrap_or("no message"))
         ),
-        (status, Some(end)) => format!("{}  {}", at(end), status.as_str()),
+        (status, Some(end)) => match &r.stop_reason {
+            Some(why) => format!(
+                "{}  {} (the agent stopped: {})",
+                at(end),
+                status.as_str(),
+                short(why)
+            ),
+            None => format!("{}  {}", at(end), status.as_str()),
+        },
         (RunStatus::Queued, None) => match &r.held_by {
             Some(held) => format!("{untimed}  queued, held behind failed run {held}"),
             None => format!("{untimed}  queued"),
@@ -165,6 +173,20 @@ mod tests {
             .unwrap()
             .extend(run.as_object().unwrap().clone());
         serde_json::from_value(json!({"run": r, "attempts": attempts})).unwrap()
+    }
+
+    #[test]
+    fn an_agent_turn_ended_short_says_why_on_its_last_line() {
+        let d = detail(
+            json!({"steps": 1, "stop_reason": "max_tokens"}),
+            json!([{"n": 1, "started_at": 1_000, "model": "claude/default"}]),
+        );
+        let text = run_timeline(&d);
+        assert_eq!(
+            text.lines().last().map(str::trim_start),
+            Some("+8.0 s  completed (the agent stopped: max_tokens)"),
+            "{text}"
+        );
     }
 
     #[test]
