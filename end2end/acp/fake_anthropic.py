@@ -13,9 +13,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-def text(*chunks: str, every: float = 0.0) -> dict:
-    """A streamed text reply, one delta per chunk."""
-    return {"kind": "text", "chunks": list(chunks), "every": every}
+def text(*chunks: str, every: float = 0.0, input_tokens: int = 10) -> dict:
+    """A streamed text reply, one delta per chunk, that says it read `input_tokens`."""
+    return {"kind": "text", "chunks": list(chunks), "every": every, "input_tokens": input_tokens}
 
 
 def tool_use(name: str, arguments: dict, say: str = "") -> dict:
@@ -122,6 +122,7 @@ class FakeAnthropic:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 start = message(body, [], None)
+                start["usage"]["input_tokens"] = script.get("input_tokens", 10)
                 self.event("message_start", {"type": "message_start", "message": start})
                 index = 0
                 chunks = script.get("chunks") or []

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not AGENT.exists(), reason="claude-agent-acp is 
 class Claude(Server):
     """A `mulligan serve` whose catalogue hosts Claude Code against `fake`."""
 
-    def __init__(self, tmp: Path, fake: FakeAnthropic):
+    def __init__(self, tmp: Path, fake: FakeAnthropic, env=None):
         home = tmp / "home"
         home.mkdir()
         self.work = tmp / "work"
@@ -51,7 +51,8 @@ class Claude(Server):
                 "cwd": str(self.work),
             }
         }
-        super().__init__(tmp, env={"TEST_ANTHROPIC_KEY": KEY, "MULLIGAN_ACP_IDLE_MS": "600000"}, agents=agents, model=MODEL)
+        env = {"TEST_ANTHROPIC_KEY": KEY, "MULLIGAN_ACP_IDLE_MS": "600000", **(env or {})}
+        super().__init__(tmp, env=env, agents=agents, model=MODEL)
 
     def agent_pids(self) -> list:
         """The agent processes Mulligan started (its direct children)."""
@@ -219,3 +220,22 @@ def test_a_restart_reopens_the_claude_session_with_its_memory(claude):
     # The new process loaded the agent session: the model sees the first exchange again.
     seen = json.dumps(claude.fake.turn_requests()[-1]["body"]["messages"])
     assert "remember the word heron" in seen and "Noted: the word is heron." in seen, seen[:2000]
+
+
+def test_what_claude_code_counts_of_a_turn_counts_to_the_spend_limit():
+    fake = FakeAnthropic()
+    with tempfile.TemporaryDirectory(prefix="mulligan-claude-", ignore_cleanup_errors=True) as tmp:
+        claude = Claude(Path(tmp), fake, env={"MULLIGAN_SPEND_LIMIT_TOKENS": "4000"})
+        try:
+            fake.push(text("A long read.", input_tokens=5000))
+            sid = claude.session()
+            _, reply = claude.turn(sid, "read everything")
+            assert reply == "A long read."
+            # Past the budget the next turn is refused before Claude Code is asked.
+            asked = len(fake.turn_requests())
+            run, _ = claude.turn(sid, "and more", statuses={"failed"})
+            assert run["retry"]["retry_class"] == "spend_limit_exceeded", run
+            assert len(fake.turn_requests()) == asked
+        finally:
+            claude.stop()
+            fake.close()

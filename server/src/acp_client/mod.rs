@@ -224,6 +224,12 @@ impl Agents {
                 }
                 let end = match answered {
                     Ok(answer) => {
+                        // The turn's own count, where the agent gives one (Claude Code's
+                        // `usage_update` carries no `used`): counted as the context is, by
+                        // its most.
+                        if let Some(usage) = &answer.usage {
+                            let _ = tx.send(TurnItem::Usage(usage.total_tokens)).await;
+                        }
                         if let Ok(mut e) = ending.0.lock() {
                             *e = Some(answer.stop_reason);
                         }
