@@ -37,6 +37,11 @@ def cut(*chunks: str) -> dict:
     return {"kind": "cut", "chunks": list(chunks)}
 
 
+def overloaded_after(*chunks: str) -> dict:
+    """Streams the chunks, then an `error` event (overloaded), as Anthropic does mid-stream."""
+    return {"kind": "error_after", "chunks": list(chunks)}
+
+
 def hang(*chunks: str) -> dict:
     """Streams the chunks, then nothing more (keep-alives only) until the client goes."""
     return {"kind": "hang", "chunks": list(chunks)}
@@ -136,6 +141,11 @@ class FakeAnthropic:
                         self.event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": c}})
                     if script["kind"] == "cut":
                         self.close_connection = True
+                        return
+                    if script["kind"] == "error_after":
+                        self.event("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+                        self.wfile.write(b"0\r\n\r\n")
+                        self.wfile.flush()
                         return
                 if script["kind"] == "hang":
                     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_anthropic import FakeAnthropic, hang, overloaded, text, tool_use
+from fake_anthropic import FakeAnthropic, hang, overloaded, overloaded_after, text, tool_use
 from test_agents import ROOT, Server
 
 AGENT = ROOT / "end2end" / "node_modules" / ".bin" / "claude-agent-acp"
@@ -116,6 +116,22 @@ def test_an_outage_fails_overloaded_and_a_retry_resends_once_it_ends(claude):
     # The same prompt asked again, not a second copy of it in one conversation.
     last = claude.fake.turn_requests()[-1]
     assert "summarise the notes" in last_user_text(last)
+
+
+def test_text_before_an_overload_makes_the_retry_a_continuation(claude):
+    claude.fake.push(overloaded_after("The first half, "))
+    claude.fake.default = overloaded()
+    sid = claude.session()
+    run, reply = claude.turn(sid, "write the essay", statuses={"failed"})
+    assert run["retry"]["retry_class"] == "overloaded", run
+    assert reply == "The first half, ", reply
+    claude.fake.default = text("and the rest.")
+    status, retried = claude.api("POST", f"/sessions/{sid}/retry")
+    assert status == 200 and retried["kind"] == "continuation", retried
+    run, detail = claude.wait_run(sid, retried["run_id"], {"completed", "failed"})
+    assert run["status"] == "completed", run
+    # The continuation tells Claude Code where its reply was cut off.
+    assert "cut off" in last_user_text(claude.fake.turn_requests()[-1]), last_user_text(claude.fake.turn_requests()[-1])
 
 
 def test_a_tool_that_ran_makes_the_retry_a_continuation(claude):
