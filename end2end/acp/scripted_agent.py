@@ -12,6 +12,7 @@ world for Mulligan's agent-turn tests: what it does follows the prompt's words.
 - `env`: answers the names of its environment's variables
 - `usage N`: reports its context at N/2, N, then N/4 tokens (`usage_update`)
 - `stop REASON`: streams "stopping", then ends the turn with stopReason REASON
+- `chunks N`: streams N chunks of 8 characters as fast as it can (bench/acp_chunks.py)
 
 Every method it is sent is logged to $AGENT_STATE/log.jsonl with its pid.
 """
@@ -169,6 +170,11 @@ class Scripted(Agent):
             for used in (int(words[1]) // 2, int(words[1]), int(words[1]) // 4):
                 await self.conn.session_update(session_id, UsageUpdate(session_update="usage_update", used=used, size=200000))
             reply = f"counted {words[1]}"
+        elif words[:1] == ["chunks"] and len(words) > 1:
+            for _ in range(int(words[1])):
+                await self.say(session_id, "chunk.. ")
+            log(method="ended", session=session_id, stop="end_turn")
+            return PromptResponse(stop_reason="end_turn")
         elif words[:1] == ["stop"] and len(words) > 1:
             await self.say(session_id, "stopping")
             log(method="ended", session=session_id, stop=words[1])
