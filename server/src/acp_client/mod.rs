@@ -106,7 +106,8 @@ pub struct OpenedTurn {
 fn failure(e: &agent_client_protocol::Error) -> ProviderError {
     let (class, retry_after) =
         agent_failure::classify(i32::from(e.code), &e.message, e.data.as_ref());
-    let message = crate::llm::limits::truncate(&e.message, 2000).to_string();
+    let whole = translate::error_text(&e.message, e.data.as_ref());
+    let message = crate::llm::limits::truncate(&whole, 2000).to_string();
     ProviderError::Agent {
         class,
         message: if message.is_empty() {

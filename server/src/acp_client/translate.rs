@@ -37,6 +37,21 @@ pub(super) fn item_of(update: SessionUpdate) -> TurnItem {
     }
 }
 
+/// An agent's JSON-RPC error as the run's error text: its message, and what its `data` says
+/// when that is more (Codex answers "Internal error" and says what happened in
+/// `data.message`; Claude Code sends no `data`).
+pub(super) fn error_text(message: &str, data: Option<&serde_json::Value>) -> String {
+    let detail = match data {
+        Some(serde_json::Value::String(s)) => Some(s.as_str()),
+        Some(d) => d.get("message").and_then(|m| m.as_str()),
+        None => None,
+    };
+    match detail {
+        Some(d) if !d.is_empty() && d != message => format!("{message}: {d}"),
+        _ => message.to_string(),
+    }
+}
+
 /// Whether a tool call's status says it ended, and how.
 fn ended(status: Option<ToolCallStatus>) -> Option<bool> {
     match status? {
@@ -130,6 +145,24 @@ pub(super) fn answer(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_error_says_what_its_data_adds() {
+        use super::error_text;
+        let codex = serde_json::json!({"message": "unexpected status 503 Service Unavailable", "codex_error_info": "other"});
+        assert_eq!(
+            error_text("Internal error", Some(&codex)),
+            "Internal error: unexpected status 503 Service Unavailable"
+        );
+        let claude = "Internal error: API Error: 529 {\"type\":\"error\"}";
+        assert_eq!(error_text(claude, None), claude);
+        let same = serde_json::json!("Internal error");
+        assert_eq!(error_text("Internal error", Some(&same)), "Internal error");
+        assert_eq!(
+            error_text("x", Some(&serde_json::json!({"message": 3}))),
+            "x"
+        );
+    }
+
     use super::*;
     use agent_client_protocol::v1::schema::{
         Content, Diff, PermissionOption, TextContent, ToolCallUpdate, ToolCallUpdateFields,
