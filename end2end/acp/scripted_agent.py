@@ -14,6 +14,9 @@ world for Mulligan's agent-turn tests: what it does follows the prompt's words.
 - `stop REASON`: streams "stopping", then ends the turn with stopReason REASON
 - `chunks N`: streams N chunks of 8 characters as fast as it can (bench/acp_chunks.py)
 
+With $AGENT_AUTH set it offers that auth method and opens no session until it is picked
+(`authenticate`), as Codex does with an API key.
+
 Every method it is sent is logged to $AGENT_STATE/log.jsonl with its pid.
 """
 
@@ -39,7 +42,7 @@ from acp import (
     update_tool_call,
     update_user_message_text,
 )
-from acp.schema import AgentCapabilities, PermissionOption, UsageUpdate
+from acp.schema import AgentCapabilities, AuthenticateResponse, AuthMethodAgent, PermissionOption, UsageUpdate
 
 STATE = Path(os.environ.get("AGENT_STATE", "/tmp/scripted-agent"))
 OVERLOADED = 'API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
@@ -79,18 +82,33 @@ class Scripted(Agent):
     def __init__(self) -> None:
         self.conn = None
         self.cancelled: set[str] = set()
+        self.authenticated = not os.environ.get("AGENT_AUTH")
 
     def on_connect(self, conn) -> None:
         self.conn = conn
 
     async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kw):
         log(method="initialize")
+        auth = os.environ.get("AGENT_AUTH")
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(load_session=True),
+            auth_methods=[AuthMethodAgent(id=auth, name="API key")] if auth else [],
         )
 
+    async def authenticate(self, method_id, **kw):
+        log(method="authenticate", method_id=method_id)
+        if method_id != os.environ.get("AGENT_AUTH"):
+            raise RequestError(-32602, f"no auth method {method_id}")
+        self.authenticated = True
+        return AuthenticateResponse()
+
+    def check_auth(self):
+        if not self.authenticated:
+            raise RequestError.auth_required()
+
     async def new_session(self, cwd, additional_directories=None, mcp_servers=None, **kw):
+        self.check_auth()
         sid = uuid.uuid4().hex
         save(sid, [])
         log(method="session/new", session=sid, cwd=cwd)
@@ -98,6 +116,7 @@ class Scripted(Agent):
 
     async def load_session(self, cwd, session_id, mcp_servers=None, additional_directories=None, **kw):
         log(method="session/load", session=session_id)
+        self.check_auth()
         if not history_file(session_id).exists():
             raise RequestError(-32002, f"Resource not found: session {session_id}")
         for turn in history(session_id):

@@ -414,3 +414,36 @@ def test_regenerate_from_an_earlier_message_starts_a_new_agent_session(server):
     assert server.reply(detail, run) == "echo: first (turn 1)", run
     news = [e for e in server.log() if e["method"] == "session/new"]
     assert len(news) == 2, news
+
+
+def scripted_with_auth(tmp: Path, authenticate=None) -> dict:
+    entry = {"kind": "acp", "command": sys.executable, "args": [str(AGENT)],
+             "env": {"AGENT_STATE": str(tmp / "agent"), "AGENT_AUTH": "api-key"}, "cwd": str(tmp)}
+    if authenticate:
+        entry["authenticate"] = authenticate
+    return {"scripted": entry}
+
+
+@pytest.mark.parametrize("authenticate,ends", [
+    ("api-key", "completed"),
+    (None, "auth_failed"),
+    ("oauth", "no auth method"),
+])
+def test_an_agent_that_wants_authenticate_gets_the_method_the_catalogue_names(authenticate, ends):
+    with tempfile.TemporaryDirectory(prefix="mulligan-acp-") as tmp:
+        server = Server(Path(tmp), agents=scripted_with_auth(Path(tmp), authenticate))
+        try:
+            sid = server.session()
+            run, reply = server.turn(sid, "hello", statuses={"completed", "failed"})
+            if ends == "completed":
+                assert run["status"] == "completed" and reply.startswith("echo: hello"), run
+                assert [e["method_id"] for e in server.log() if e["method"] == "authenticate"] == ["api-key"]
+            elif ends == "auth_failed":
+                # The agent's own refusal, not retryable: the operator must configure it.
+                assert run["retry"]["retry_class"] == "auth_failed" and not run["retry"]["retryable"], run
+            else:
+                assert run["retry"]["retry_class"] == "auth_failed", run
+                assert "offers no auth method \"oauth\" (it offers: api-key)" in run["error_message"], run
+                assert not any(e["method"] == "authenticate" for e in server.log())
+        finally:
+            server.stop()

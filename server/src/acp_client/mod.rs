@@ -37,6 +37,8 @@ pub struct AgentSpec {
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
+    /// The auth method to pick after `initialize`, if any.
+    pub authenticate: Option<String>,
 }
 
 /// One item of an agent's turn, as the process hears it.

@@ -4,7 +4,8 @@
 use super::{lines, translate, AgentSpec, TurnItem};
 use crate::llm::ProviderError;
 use agent_client_protocol::v1::schema::{
-    ClientCapabilities, InitializeRequest, RequestPermissionRequest, SessionNotification,
+    AuthenticateRequest, ClientCapabilities, InitializeRequest, InitializeResponse,
+    RequestPermissionRequest, SessionNotification,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, Client};
@@ -218,6 +219,12 @@ impl AgentProcess {
                 ));
             }
         };
+        if let Some(method) = &spec.authenticate {
+            if let Err(e) = authenticate(&cx, &init, method, &gone, &exit).await {
+                kill.cancel();
+                return Err(e);
+            }
+        }
         Ok(Arc::new(AgentProcess {
             cx,
             load_session: init.agent_capabilities.load_session,
@@ -269,6 +276,54 @@ impl AgentProcess {
             .lock()
             .map(|at| at.elapsed())
             .unwrap_or_default()
+    }
+}
+
+/// Picks the catalogue's auth method, one the agent offered in `initialize`.
+async fn authenticate(
+    cx: &ConnectionTo<Agent>,
+    init: &InitializeResponse,
+    method: &str,
+    gone: &CancellationToken,
+    exit: &Mutex<Option<String>>,
+) -> Result<(), ProviderError> {
+    let offered: Vec<&str> = init
+        .auth_methods
+        .iter()
+        .map(|m| m.id().0.as_ref())
+        .collect();
+    if !offered.contains(&method) {
+        return Err(refused(
+            RetryClass::AuthFailed,
+            format!(
+                "the agent offers no auth method {method:?} (it offers: {}); fix \"authenticate\" in MULLIGAN_PROVIDERS",
+                if offered.is_empty() { "none".to_string() } else { offered.join(", ") }
+            ),
+        ));
+    }
+    let request = AuthenticateRequest::new(method.to_string());
+    let answered = tokio::select! {
+        a = tokio::time::timeout(INITIALIZE_WITHIN, cx.send_request(request).block_task()) => a,
+        () = gone.cancelled() => return Err(exited(exit).await),
+    };
+    match answered {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => {
+            let ProviderError::Agent { message, .. } = failure(&e, exit).await else {
+                return Err(exited(exit).await);
+            };
+            Err(refused(
+                RetryClass::AuthFailed,
+                format!("the agent refused authenticate {method:?}: {message}"),
+            ))
+        }
+        Err(_) => Err(refused(
+            RetryClass::AuthFailed,
+            format!(
+                "the agent did not answer authenticate within {} s",
+                INITIALIZE_WITHIN.as_secs()
+            ),
+        )),
     }
 }
 

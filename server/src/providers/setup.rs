@@ -261,6 +261,7 @@ fn agent_spec(name: &str, agent: &AgentCommand) -> AgentSpec {
         args: agent.args.clone(),
         env,
         cwd: agent.cwd.as_ref().map(std::path::PathBuf::from),
+        authenticate: agent.authenticate.clone(),
     }
 }
 

@@ -53,6 +53,8 @@ struct AcpEntry {
     #[serde(default)]
     cwd: Option<String>,
     #[serde(default)]
+    authenticate: Option<String>,
+    #[serde(default)]
     models: Vec<ModelSpec>,
 }
 
@@ -64,6 +66,7 @@ fn acp_entry(name: &str, raw: serde_json::Value) -> Result<ProviderEntry, String
         env,
         env_from,
         cwd,
+        authenticate,
         models,
         ..
     } = serde_json::from_value(raw).map_err(|e| format!("provider {name:?}: {e}"))?;
@@ -73,6 +76,7 @@ fn acp_entry(name: &str, raw: serde_json::Value) -> Result<ProviderEntry, String
         env,
         env_from,
         cwd,
+        authenticate: authenticate.filter(|m| !m.trim().is_empty()),
     };
     if agent.command.trim().is_empty() {
         return Err(format!("provider {name:?}: \"command\" is empty"));

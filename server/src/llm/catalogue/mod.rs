@@ -89,6 +89,9 @@ pub struct AgentCommand {
     pub env_from: BTreeMap<String, String>,
     /// Where its sessions work (`session/new`'s `cwd`); Mulligan's own directory if unset.
     pub cwd: Option<String>,
+    /// The auth method Mulligan picks with `authenticate` after `initialize`, for an agent
+    /// that wants one before a session (Codex's `openai-api-key` reads `OPENAI_API_KEY`).
+    pub authenticate: Option<String>,
 }
 
 /// A model as a session names it once resolved: `<provider>/<model>`.
