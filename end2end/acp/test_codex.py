@@ -43,6 +43,8 @@ class Codex(Server):
                 "command": str(AGENT),
                 "env": {"CODEX_HOME": str(home), "HOME": str(home)},
                 "env_from": {"OPENAI_API_KEY": "TEST_OPENAI_KEY"},
+                # As the README says for a real key: Codex offers this method in initialize.
+                "authenticate": "openai-api-key",
                 "cwd": str(tmp),
             }
         }
