@@ -72,6 +72,26 @@ pub fn kill_group(child: &mut tokio::process::Child) {
     let _ = child.start_kill();
 }
 
+/// A child started by [`command`], killed with its group when dropped (its task ends, or
+/// Mulligan shuts down).
+pub struct Child(pub tokio::process::Child);
+
+impl Child {
+    /// Whether it has exited within a moment, and `" (exit status …)"` if so.
+    pub async fn exit_status(&mut self) -> (bool, String) {
+        match tokio::time::timeout(std::time::Duration::from_secs(2), self.0.wait()).await {
+            Ok(Ok(status)) => (true, format!(" ({status})")),
+            _ => (false, String::new()),
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        kill_group(&mut self.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,15 +51,6 @@ impl Drop for AgentProcess {
     }
 }
 
-/// The agent's process, killed with its group when dropped.
-struct KillOnDrop(tokio::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        crate::child_env::kill_group(&mut self.0);
-    }
-}
-
 fn refused(class: RetryClass, message: String) -> ProviderError {
     ProviderError::Agent {
         class,
@@ -110,7 +101,7 @@ impl AgentProcess {
             tokio::spawn(async move {
                 // Dropped with the task (Mulligan shutting down) too: the agent and what it
                 // started end with it.
-                let mut child = KillOnDrop(child);
+                let mut child = crate::child_env::Child(child);
                 let status = tokio::select! {
                     status = child.0.wait() => status.ok(),
                     () = kill.cancelled() => {
@@ -308,15 +299,18 @@ async fn authenticate(
     };
     match answered {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => {
-            let ProviderError::Agent { message, .. } = failure(&e, exit).await else {
-                return Err(exited(exit).await);
-            };
-            Err(refused(
+        // A process that went meanwhile is `agent_exited`, as anywhere; a refusal is the
+        // configuration's to fix.
+        Ok(Err(e)) => Err(match failure(&e, exit).await {
+            ProviderError::Agent {
+                class: RetryClass::AgentExited,
+                ..
+            } => exited(exit).await,
+            refusal => refused(
                 RetryClass::AuthFailed,
-                format!("the agent refused authenticate {method:?}: {message}"),
-            ))
-        }
+                format!("the agent refused authenticate {method:?}: {refusal}"),
+            ),
+        }),
         Err(_) => Err(refused(
             RetryClass::AuthFailed,
             format!(

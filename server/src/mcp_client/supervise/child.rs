@@ -1,30 +1,10 @@
-//! A stdio server's child process: killed with its process group when dropped; its error
-//! output read, logged and its last line kept.
+//! A stdio server's error output: read, logged and its last line kept. (Its process is a
+//! [`crate::child_env::Child`], killed with its group when dropped.)
 use super::Secrets;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 const MAX_STDERR_LINE: usize = 1024;
-
-/// A stdio server's process; killed (with its process group) when dropped.
-pub(super) struct Child(pub(super) tokio::process::Child);
-
-impl Child {
-    /// Whether it has exited within a moment, and `" (exit status …)"` if so.
-    pub(super) async fn exit_status(&mut self) -> (bool, String) {
-        match tokio::time::timeout(Duration::from_secs(2), self.0.wait()).await {
-            Ok(Ok(status)) => (true, format!(" ({status})")),
-            _ => (false, String::new()),
-        }
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        crate::child_env::kill_group(&mut self.0);
-    }
-}
 
 /// Logs a child's stderr at debug, line by line with lines cut to [`MAX_STDERR_LINE`], and
 /// keeps the last line for error messages; never stops reading, so the child cannot block.

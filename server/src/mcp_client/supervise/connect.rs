@@ -1,8 +1,9 @@
 //! One connection to a server: a stdio child started or a streamable HTTP endpoint reached,
 //! initialized within a bound, then served; says why it ended (or why it never began).
-use super::child::{drain_stderr, Child};
+use super::child::drain_stderr;
 use super::serve::{serve, Handler};
 use super::Secrets;
+use crate::child_env::Child;
 use crate::mcp_client::config::{redact_url, TransportSpec};
 use crate::mcp_client::http::Http;
 use crate::mcp_client::{render, Slot};
