@@ -152,7 +152,7 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub served: Vec<super::Served>,
     /// Why an agent ended a completed turn when it was not simply done (CONTRACT §9):
-    /// `max_tokens`, `max_turn_requests`, `refusal`, or a newer word an agent sent.
+    /// `max_tokens`, `max_turn_requests`, `refusal` (`other` for one this build does not know).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
 }

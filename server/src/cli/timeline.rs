@@ -114,15 +114,12 @@ pub fn run_timeline(detail: &RunDetail) -> String {
                 .map_or("unclassified", |c| c.retry_class.as_str()),
             short(r.error_message.as_deref().unwrap_or("no message"))
         ),
-        (status, Some(end)) => match &r.stop_reason {
-            Some(why) => format!(
-                "{}  {} (the agent stopped: {})",
-                at(end),
-                status.as_str(),
-                short(why)
-            ),
-            None => format!("{}  {}", at(end), status.as_str()),
-        },
+        (status, Some(end)) => {
+            let why = r.stop_reason.as_deref().map_or_else(String::new, |w| {
+                format!(" (the agent stopped: {})", short(w))
+            });
+            format!("{}  {}{why}", at(end), status.as_str())
+        }
         (RunStatus::Queued, None) => match &r.held_by {
             Some(held) => format!("{untimed}  queued, held behind failed run {held}"),
             None => format!("{untimed}  queued"),
