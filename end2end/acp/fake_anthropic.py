@@ -10,7 +10,9 @@ import itertools
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from fake_http import FakeHandler
 
 
 def text(*chunks: str, every: float = 0.0, input_tokens: int = 10) -> dict:
@@ -56,12 +58,7 @@ class FakeAnthropic:
         self.turns = 0
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(FakeHandler):
             def do_HEAD(self):
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
@@ -71,12 +68,7 @@ class FakeAnthropic:
                 self.reply_json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
 
             def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {}
+                body = self.read_json()
                 path = self.path.split("?")[0]
                 with fake.lock:
                     fake.heard.append({"path": path, "body": body, "headers": dict(self.headers)})
@@ -89,16 +81,6 @@ class FakeAnthropic:
                     self.stream(script, body)
                 else:
                     self.whole(script, body)
-
-            def reply_json(self, code: int, value: dict, headers=None):
-                data = json.dumps(value).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
 
             def whole(self, script: dict, body: dict):
                 if script["kind"] == "status":
@@ -113,19 +95,10 @@ class FakeAnthropic:
                     {"x-should-retry": "true"} if script["code"] >= 500 else None,
                 )
 
-            def event(self, kind: str, data: dict):
-                frame = f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
-                self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
-                self.wfile.flush()
-
             def stream(self, script: dict, body: dict):
                 if script["kind"] == "status":
                     return self.error(script)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
+                self.start_events()
                 start = message(body, [], None)
                 start["usage"]["input_tokens"] = script.get("input_tokens", 10)
                 self.event("message_start", {"type": "message_start", "message": start})
@@ -144,9 +117,7 @@ class FakeAnthropic:
                         return
                     if script["kind"] == "error_after":
                         self.event("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
-                        self.wfile.write(b"0\r\n\r\n")
-                        self.wfile.flush()
-                        return
+                        return self.end_events()
                 if script["kind"] == "hang":
                     try:
                         while True:
@@ -166,8 +137,7 @@ class FakeAnthropic:
                     self.event("content_block_stop", {"type": "content_block_stop", "index": index})
                 self.event("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": 5}})
                 self.event("message_stop", {"type": "message_stop"})
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
+                self.end_events()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

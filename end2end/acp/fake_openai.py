@@ -6,7 +6,9 @@ script of the queue, or the default once it is empty.
 import itertools
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from fake_http import FakeHandler
 
 IDS = itertools.count(1)
 
@@ -28,30 +30,12 @@ class FakeOpenAI:
         self.heard: list = []
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def reply_json(self, code: int, value: dict):
-                data = json.dumps(value).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(FakeHandler):
             def do_GET(self):
                 self.reply_json(200, {"object": "list", "data": [], "models": []})
 
             def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {}
+                body = self.read_json()
                 path = self.path.split("?")[0]
                 with fake.lock:
                     fake.heard.append({"path": path, "body": body, "headers": dict(self.headers)})
@@ -60,28 +44,22 @@ class FakeOpenAI:
                     return self.reply_json(404, {"error": {"message": path, "type": "invalid_request_error"}})
                 if script["kind"] == "status":
                     return self.reply_json(script["code"], {"error": {"message": script["message"], "type": "server_error"}})
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
+                self.start_events()
                 n = next(IDS)
                 rid, mid = f"resp_{n}", f"msg_{n}"
-                self.event("response.created", {"response": {"id": rid}})
-                self.event("response.output_item.added", {"output_index": 0, "item": {"type": "message", "id": mid, "role": "assistant", "content": []}})
+                self.typed("response.created", {"response": {"id": rid}})
+                self.typed("response.output_item.added", {"output_index": 0, "item": {"type": "message", "id": mid, "role": "assistant", "content": []}})
                 for c in script["chunks"]:
-                    self.event("response.output_text.delta", {"delta": c, "item_id": mid, "output_index": 0, "content_index": 0})
+                    self.typed("response.output_text.delta", {"delta": c, "item_id": mid, "output_index": 0, "content_index": 0})
                 whole = "".join(script["chunks"])
-                self.event("response.output_item.done", {"output_index": 0, "item": {"type": "message", "id": mid, "role": "assistant", "content": [{"type": "output_text", "text": whole}]}})
-                self.event("response.completed", {"response": {"id": rid, "usage": {
+                self.typed("response.output_item.done", {"output_index": 0, "item": {"type": "message", "id": mid, "role": "assistant", "content": [{"type": "output_text", "text": whole}]}})
+                self.typed("response.completed", {"response": {"id": rid, "usage": {
                     "input_tokens": 10, "input_tokens_details": None, "output_tokens": 5,
                     "output_tokens_details": None, "total_tokens": 15}}})
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
+                self.end_events()
 
-            def event(self, kind: str, data: dict):
-                frame = f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
-                self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
-                self.wfile.flush()
+            def typed(self, kind: str, data: dict):
+                self.event(kind, {"type": kind, **data})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -96,8 +96,7 @@ def test_a_claude_code_turn_streams_and_completes(claude):
     assert reply == "Hello from Claude.", reply
     turns = claude.fake.turn_requests()
     assert len(turns) == 1 and "say hello" in last_user_text(turns[0]), [last_user_text(t) for t in turns]
-    # The key Mulligan was given by name reached the model endpoint, and nothing else of
-    # Mulligan's environment did.
+    # The key Mulligan was given by name reached the model endpoint.
     headers = {k.lower(): v for k, v in turns[0]["headers"].items()}
     assert headers.get("x-api-key") == KEY, sorted(headers)
 

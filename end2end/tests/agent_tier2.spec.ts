@@ -72,17 +72,22 @@ async function runsOf(page: Page, sid: string): Promise<any[]> {
   return (await r.json()).runs;
 }
 
-test('an agent turn that fails overloaded counts down in the page and its retry completes', async ({ page }) => {
+/** Opens this server's page, makes a session on the scripted agent and sends `prompt`. */
+async function agentTurn(page: Page, title: string, prompt: string): Promise<string> {
   await page.goto(url);
   await hydrated(page);
-  await page.getByLabel('Title').fill('agent tier 2');
+  await page.getByLabel('Title').fill(title);
   await page.getByLabel('Model').fill('scripted/default');
   await page.getByRole('button', { name: 'New session' }).click();
   await expect(page).toHaveURL(/\/s\/s_/);
-  const sid = page.url().split('/s/')[1];
   const input = page.getByLabel('Message');
-  await input.fill('overloaded 1');
+  await input.fill(prompt);
   await input.press('Enter');
+  return page.url().split('/s/')[1];
+}
+
+test('an agent turn that fails overloaded counts down in the page and its retry completes', async ({ page }) => {
+  const sid = await agentTurn(page, 'agent tier 2', 'overloaded 1');
 
   const banner = page.locator('.retry-banner');
   const countdown = banner.locator('.countdown');
@@ -103,15 +108,7 @@ test('an agent turn that fails overloaded counts down in the page and its retry 
 });
 
 test('a turn the agent ends short says why under its reply', async ({ page }) => {
-  await page.goto(url);
-  await hydrated(page);
-  await page.getByLabel('Title').fill('agent stops');
-  await page.getByLabel('Model').fill('scripted/default');
-  await page.getByRole('button', { name: 'New session' }).click();
-  await expect(page).toHaveURL(/\/s\/s_/);
-  const input = page.getByLabel('Message');
-  await input.fill('stop max_tokens');
-  await input.press('Enter');
+  await agentTurn(page, 'agent stops', 'stop max_tokens');
   const reply = page.locator('li.msg.agent').last();
   await expect(reply.locator('.content')).toHaveText('stopping');
   await expect(reply.locator('p.served')).toHaveText('stopped: max_tokens');
